@@ -1,0 +1,8 @@
+"""Model code (Llama, Qwen2, Qwen3) and the loader for Hugging Face folders."""
+
+from .config import ModelConfig
+from .llama import AttentionBatch, LlamaForCausalLM, PrefillSeq
+from .loader import DEFAULT_MODEL_DIR, load_config, load_model, load_tokenizer, resolve_model_dir
+
+__all__ = ["ModelConfig", "AttentionBatch", "LlamaForCausalLM", "PrefillSeq", "DEFAULT_MODEL_DIR",
+           "load_config", "load_model", "load_tokenizer", "resolve_model_dir"]

@@ -1,0 +1,154 @@
+"""A request is a small state machine that holds resources.
+
+The chapter's central picture: a request is not "input in, output out" but an object that
+moves through states and, in some of them, holds memory (KV blocks) and a batch slot.
+Every legal move is listed in ``TRANSITIONS``; any other move raises, so a bug in the
+scheduler shows up as an error at the exact step where it happens.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .params import SamplingParams
+
+
+class RequestState(str, enum.Enum):
+    NEW = "NEW"              # created and validated, text not yet tokenized
+    WAITING = "WAITING"      # tokenized, queued for a first prefill; holds no KV block
+    PREFILL = "PREFILL"      # scheduled this step: its context is being written into the KV cache
+    DECODE = "DECODE"        # active: one token per step, KV blocks held and growing
+    PREEMPTED = "PREEMPTED"  # blocks taken back under memory pressure; will be recomputed
+    FINISHED = "FINISHED"    # the logic is done (stop reason known); blocks may still be held
+    RELEASED = "RELEASED"    # blocks back in the pool, statistics recorded: nothing held
+
+    def __str__(self) -> str:  # print(state) shows "DECODE", not "RequestState.DECODE"
+        return self.value
+
+
+class StopReason(str, enum.Enum):
+    EOS = "EOS"                  # the model's end-of-sequence token, or one of stop_token_ids
+    MAX_TOKENS = "MAX_TOKENS"    # max_tokens output tokens were produced
+    STOP_STRING = "STOP_STRING"  # a stop string appeared in the output text (it is cut off)
+    CANCELLED = "CANCELLED"      # cancel(request_id) was called before the request finished
+    CONTEXT_FULL = "CONTEXT_FULL"  # prompt + output reached the model's max_model_len
+
+    def __str__(self) -> str:
+        return self.value
+
+
+S = RequestState
+TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
+    S.NEW: frozenset({S.WAITING, S.FINISHED}),
+    S.WAITING: frozenset({S.PREFILL, S.FINISHED}),
+    S.PREFILL: frozenset({S.DECODE, S.PREEMPTED, S.FINISHED}),
+    S.DECODE: frozenset({S.PREEMPTED, S.FINISHED}),
+    S.PREEMPTED: frozenset({S.PREFILL, S.FINISHED}),
+    S.FINISHED: frozenset({S.RELEASED}),
+    S.RELEASED: frozenset(),
+}
+LIVE_STATES = frozenset({S.NEW, S.WAITING, S.PREFILL, S.DECODE, S.PREEMPTED})
+
+
+class IllegalTransition(RuntimeError):
+    """Raised when code tries to move a request along an edge the state diagram does not have."""
+
+
+@dataclass
+class Request:
+    """One generation request and everything it holds.
+
+    ``num_computed_tokens`` counts the tokens whose keys and values are already in the KV
+    cache; the next forward pass processes ``all_token_ids[num_computed_tokens:]``.
+    """
+
+    request_id: str
+    prompt: str | None
+    params: SamplingParams
+    prompt_token_ids: list[int] = field(default_factory=list)
+    output_token_ids: list[int] = field(default_factory=list)
+    state: RequestState = RequestState.NEW
+    stop_reason: StopReason | None = None
+    block_table: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    num_cached_prompt_tokens: int = 0  # prompt tokens found in the prefix cache at the last admission
+    num_preemptions: int = 0
+    auto_release: bool = True
+    text: str = ""  # output text so far (cut at a stop string)
+    logprobs: list[dict] = field(default_factory=list)
+    # timestamps (time.monotonic seconds); None until the moment happens
+    arrival_time: float | None = None
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finished_time: float | None = None
+    released_time: float | None = None
+    # incremental detokenisation offsets (see LLM._update_text)
+    _prefix_offset: int = field(default=0, repr=False)
+    _read_offset: int = field(default=0, repr=False)
+    _generator: object = field(default=None, repr=False)
+
+    # --- state machine -------------------------------------------------------------------
+    def move_to(self, new_state: RequestState) -> RequestState:
+        """Move along one edge of the lifecycle diagram; returns the old state."""
+        old = self.state
+        if new_state not in TRANSITIONS[old]:
+            allowed = ", ".join(sorted(s.value for s in TRANSITIONS[old])) or "none"
+            raise IllegalTransition(
+                f"request {self.request_id!r}: {old.value} -> {new_state.value} is not a legal "
+                f"transition (from {old.value} the allowed next states are: {allowed})"
+            )
+        self.state = new_state
+        return old
+
+    # --- derived views -------------------------------------------------------------------
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def last_token_id(self) -> int:
+        return self.output_token_ids[-1] if self.output_token_ids else self.prompt_token_ids[-1]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in LIVE_STATES
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in (RequestState.FINISHED, RequestState.RELEASED)
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.block_table)
+
+    def __repr__(self) -> str:
+        reason = f", stop_reason={self.stop_reason.value}" if self.stop_reason else ""
+        return (
+            f"Request(id={self.request_id!r}, state={self.state.value}, prompt_tokens="
+            f"{len(self.prompt_token_ids)}, output_tokens={len(self.output_token_ids)}, "
+            f"blocks={self.block_table}{reason})"
+        )
+
+
+@dataclass
+class RequestOutput:
+    """What ``LLM.generate`` returns for one prompt: text, tokens, why it stopped, metrics."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    text: str
+    token_ids: list[int]
+    stop_reason: StopReason
+    logprobs: list[dict]
+    metrics: dict
+
+    @property
+    def finish_reason(self) -> str:
+        """vLLM's name for the same thing, lower-case."""
+        return self.stop_reason.value.lower()
