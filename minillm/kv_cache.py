@@ -196,9 +196,10 @@ class KVCache:
         self.head_dim = head_dim
         self.dtype = dtype
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        # torch.empty: pages are only touched when a block is written, so a large budget is cheap
-        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        # zeros, not empty: attention reads padded slots under a mask, and a masked weight of 0
+        # times a NaN left in uninitialised memory would still be NaN
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.allocator = BlockAllocator(num_blocks, block_size, enable_prefix_caching)
         self.bytes_per_token = kv_bytes_per_token(
             num_layers, num_kv_heads, head_dim, torch.empty((), dtype=dtype).element_size()

@@ -27,7 +27,7 @@ from .trace import Event
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
            "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-CPU_KV_BUDGET_BYTES = 1 << 30
+CPU_KV_BUDGET_BYTES = 256 << 20
 
 
 def pick_device(device: str | torch.device) -> torch.device:
@@ -68,7 +68,7 @@ class LLM:
         dtype: "auto" (bfloat16 on CUDA, float32 on CPU), "float32", "bfloat16", "float16".
         block_size: tokens per KV block.
         num_kv_blocks / kv_cache_tokens: the KV budget, in blocks or in tokens (give one).
-            Default: room for ``max_num_seqs`` full contexts, capped at 1 GiB on CPU and at
+            Default: room for ``max_num_seqs`` full contexts, capped at 256 MiB on CPU and at
             half the free memory on CUDA.
         max_num_seqs: most requests running at once (batch slots).
         max_num_batched_tokens: token budget of one step (prefill tokens + one per decode).
@@ -261,7 +261,7 @@ class LLM:
         reason = check_stop(token, len(req.output_token_ids), req.num_tokens, req.params,
                             self.eos_token_ids, self.max_model_len, stop_found)
         if reason is not None:
-            self.scheduler.running.remove(req)
+            self.scheduler.dequeue(req)
             self._finish(req, reason)
 
     def _update_text(self, req: Request) -> bool:
@@ -312,7 +312,7 @@ class LLM:
         Cancelling a finished or released request changes nothing (its stop reason stays)."""
         req = self.get_request(request_id)
         if req.is_live:
-            self.scheduler.remove(req)
+            self.scheduler.dequeue(req)
             self._finish(req, StopReason.CANCELLED)
         if req.state == RequestState.FINISHED:
             self.release(request_id)

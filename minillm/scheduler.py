@@ -119,12 +119,16 @@ class Scheduler:
         self._transition(req, RequestState.PREEMPTED, blocks=freed)
         self.waiting.appendleft(req)
 
-    def remove(self, req: Request) -> int:
-        """Take a request out of whichever queue holds it and free its blocks; returns blocks freed."""
+    def dequeue(self, req: Request) -> None:
+        """Take a request out of whichever queue holds it (its blocks stay with it)."""
         if req in self.running:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
+
+    def remove(self, req: Request) -> int:
+        """Dequeue a request and free its blocks; returns the number of blocks freed."""
+        self.dequeue(req)
         freed = len(req.block_table)
         self.allocator.free(req.block_table)
         return freed

@@ -1,0 +1,43 @@
+"""Exercises for chapter 04, graded instantly in the notebook and by ``minillm grade``.
+
+    from minillm.grading import check
+    check("task2_kv_explain")          # reads the variable task2_kv_explain from the notebook
+    check("task2", "my answer")         # or grade an answer given directly; a unique prefix works
+
+Exercise ids (stable; the notebook lists them):
+
+    task1_diagram, task2_kv_explain, task3_pressure, task3_kv_bytes, task4_sampling,
+    quiz1_live_requests, quiz2_kv_tradeoff, quiz3_sampling_interface, quiz4_states_before_batching,
+    pitfall1_kv_not_hit_cache, pitfall2_sampling_not_ui, pitfall3_one_lifecycle,
+    code_top_p, code_kv_bytes, code_stop_check
+
+Importing this package is light (no torch, no ipywidgets): the engine is loaded only by the
+checks that need it, and ``DiagramEditor`` only when it is first used.
+"""
+
+from __future__ import annotations
+
+from . import texts as _texts  # noqa: F401  (registers tasks 2-4, quiz, pitfalls)
+from . import diagram as _diagram  # noqa: F401  (registers task 1)
+from . import coding as _coding  # noqa: F401  (registers the coding tasks and task 3's byte count)
+from .coding import PRESSURE_SCENARIOS, show_scenarios
+from .registry import EXERCISES, Marks, NotAttempted, check, check_all, summary
+from .result import Feedback, Result, Summary
+
+__all__ = ["check", "check_all", "summary", "EXERCISES", "Result", "Summary", "Feedback", "Marks",
+           "NotAttempted", "DiagramEditor", "cli_grade", "PRESSURE_SCENARIOS", "show_scenarios"]
+
+
+def cli_grade(argv: list[str]) -> int:
+    """``minillm grade NOTEBOOK [--json PATH]``: run a notebook, grade it, print a table."""
+    from .notebook import cli_grade as run
+
+    return run(argv)
+
+
+def __getattr__(name: str):
+    if name == "DiagramEditor":  # ipywidgets is imported only when the editor is used
+        from .diagram_editor import DiagramEditor
+
+        return DiagramEditor
+    raise AttributeError(f"module 'minillm.grading' has no attribute {name!r}")

@@ -1,0 +1,187 @@
+"""The exercise registry and ``check()``.
+
+Every exercise is registered once, under a stable id, with the name of the variable that
+holds the student's answer. ``check("task2_kv_explain")`` finds that variable in the
+notebook's namespace (or takes the answer as a second argument), runs the grader and returns
+a :class:`Result`. No grading data lives in the notebook: the notebook only holds answers.
+
+Graders are written against a small :class:`Marks` builder and may raise
+:class:`NotAttempted`. Whatever a grader does — including failing itself — ``check`` returns
+a Result; it never raises on a student's answer.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .result import ERROR, GRADED, NOT_ATTEMPTED, Feedback, Result, Summary
+
+_MISSING = object()
+
+
+class NotAttempted(Exception):
+    """Raised by a grader when the answer is still the unanswered placeholder."""
+
+
+class Marks:
+    """Collects points and feedback while a grader runs."""
+
+    def __init__(self) -> None:
+        self.score = 0.0
+        self.bonus = 0.0
+        self.feedback: list[Feedback] = []
+        self.review = False
+
+    def ok(self, text: str, points: float = 0.0) -> None:
+        self.score += points
+        self.feedback.append(Feedback("ok", text))
+
+    def missing(self, text: str) -> None:
+        self.feedback.append(Feedback("missing", text))
+
+    def wrong(self, text: str) -> None:
+        self.feedback.append(Feedback("wrong", text))
+
+    def warn(self, text: str) -> None:
+        self.feedback.append(Feedback("warn", text))
+
+    def info(self, text: str) -> None:
+        self.feedback.append(Feedback("info", text))
+
+    def add_bonus(self, text: str, points: float) -> None:
+        self.bonus += points
+        self.feedback.append(Feedback("bonus", text))
+
+    def flag(self, text: str | None = None) -> None:
+        """Raise ``needs_human_review`` (optionally saying why)."""
+        self.review = True
+        if text:
+            self.feedback.append(Feedback("warn", text))
+
+
+@dataclass
+class Exercise:
+    id: str
+    title: str
+    section: str  # the chapter section it belongs to, e.g. "§3 KV cache"
+    answer_name: str  # the notebook variable that holds the answer
+    max_score: float
+    grader: Callable[[Any, Marks], None] = field(repr=False)
+    bonus_max: float = 0.0
+    kind: str = "text"  # text | diagram | quiz | code | engine
+
+
+EXERCISES: dict[str, Exercise] = {}
+
+
+def register(id: str, title: str, section: str, max_score: float, answer_name: str | None = None,
+             bonus_max: float = 0.0, kind: str = "text"):
+    """Decorator: register ``grader(answer, marks)`` as exercise ``id``."""
+
+    def wrap(fn: Callable[[Any, Marks], None]):
+        if id in EXERCISES:
+            raise ValueError(f"exercise id {id!r} registered twice")
+        EXERCISES[id] = Exercise(id, title, section, answer_name or id, max_score, fn, bonus_max, kind)
+        return fn
+
+    return wrap
+
+
+def is_unanswered(value: Any) -> bool:
+    """None, ``...``, blank strings, empty containers, or containers holding only those."""
+    if value is None or value is Ellipsis:
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    if isinstance(value, dict):
+        return all(is_unanswered(v) for v in value.values())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return all(is_unanswered(v) for v in value)
+    return False
+
+
+def resolve_id(exercise_id: str) -> str:
+    """An exact id, or a unique prefix such as ``"task1"`` or ``"quiz2"``."""
+    if not isinstance(exercise_id, str):
+        raise KeyError(f"an exercise id is a string such as 'task1_diagram', got {exercise_id!r}")
+    key = exercise_id.strip().lower()
+    if key in EXERCISES:
+        return key
+    matches = [k for k in EXERCISES if k.startswith(key + "_") or k.startswith(key)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise KeyError(f"{exercise_id!r} could mean {', '.join(matches)}: give the full id")
+    raise KeyError(f"no exercise {exercise_id!r}; the ids are: {', '.join(EXERCISES)}")
+
+
+def _user_namespace(depth: int = 2) -> dict:
+    """The notebook's namespace when running under IPython, else the caller's globals."""
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        if ip is not None:
+            return ip.user_ns
+    except Exception:  # IPython missing or unusable: fall back to the caller's frame
+        pass
+    return sys._getframe(depth).f_globals
+
+
+def check(exercise_id: str, answer: Any = _MISSING, *, namespace: dict | None = None) -> Result:
+    """Grade one exercise.
+
+    ``check("task2_kv_explain")`` reads the variable ``task2_kv_explain`` from the notebook;
+    ``check("task2_kv_explain", "my text")`` grades the given answer instead. A unique prefix
+    works too (``check("task2")``).
+    """
+    try:
+        ex = EXERCISES[resolve_id(exercise_id)]
+    except KeyError as exc:
+        msg = exc.args[0] if exc.args else str(exc)
+        return Result(str(exercise_id), "unknown exercise", 0, 0, ERROR, [Feedback("wrong", msg)])
+    if answer is _MISSING:
+        ns = namespace if namespace is not None else _user_namespace()
+        if ex.answer_name not in ns:
+            return Result(ex.id, ex.title, 0, ex.max_score, NOT_ATTEMPTED, [Feedback(
+                "info", f"no variable named {ex.answer_name} yet: run the answer cell above first")],
+                bonus_max=ex.bonus_max)
+        answer = ns[ex.answer_name]
+    return grade(ex, answer)
+
+
+def grade(ex: Exercise, answer: Any) -> Result:
+    """Run one exercise's grader on an answer; always returns a Result."""
+    marks = Marks()
+    try:
+        if is_unanswered(answer):
+            raise NotAttempted(f"{ex.answer_name} is still empty")
+        ex.grader(answer, marks)
+    except NotAttempted as exc:
+        text = str(exc) or f"{ex.answer_name} is still empty"
+        return Result(ex.id, ex.title, 0, ex.max_score, NOT_ATTEMPTED, [Feedback("info", text)],
+                      bonus_max=ex.bonus_max)
+    except Exception as exc:  # a bug in a grader must not take the notebook down
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        return Result(ex.id, ex.title, 0, ex.max_score, ERROR, marks.feedback + [Feedback(
+            "wrong", f"the grader itself failed ({type(exc).__name__}: {exc} at "
+                     f"{last.filename.rsplit('/', 1)[-1]}:{last.lineno}); please report this")],
+            needs_human_review=True, bonus_max=ex.bonus_max)
+    score = min(max(marks.score, 0.0), ex.max_score)
+    bonus = min(max(marks.bonus, 0.0), ex.bonus_max)
+    return Result(ex.id, ex.title, score, ex.max_score, GRADED, marks.feedback, marks.review, bonus,
+                  ex.bonus_max)
+
+
+def check_all(namespace: dict | None = None) -> Summary:
+    """Grade every registered exercise from one namespace (the notebook's by default)."""
+    ns = namespace if namespace is not None else _user_namespace()
+    return Summary([check(ex_id, namespace=ns) for ex_id in EXERCISES])
+
+
+def summary(namespace: dict | None = None) -> Summary:
+    """The table of all exercises, for the last cell of the notebook."""
+    return check_all(namespace if namespace is not None else _user_namespace())

@@ -1,0 +1,156 @@
+"""Heuristics for short free-text answers, in English and Chinese.
+
+A text grader asks a few questions of an answer:
+
+* is it over the length limit (:func:`char_count`)?
+* is it a list of keywords rather than a sentence (:func:`keyword_list`)?
+* which required ideas does it express (:class:`Idea`, each with *strong* phrasings that earn
+  the point and *weak* ones that only hint at it and raise a review flag)?
+* does it state one of the chapter's misconceptions (:class:`Misconception`), not negated?
+
+These are regular expressions over common phrasings, not understanding: an unusual but
+correct answer can be missed, which is why graders raise ``needs_human_review`` whenever the
+evidence is thin. The exercises notebook says so to the learner.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_RE = re.compile(f"[{CJK}]")
+_WORD_RE = re.compile(r"[A-Za-z][A-Za-z'_-]*|\d+")
+_FLAGS = re.IGNORECASE | re.UNICODE
+
+
+def normalize(text: str) -> str:
+    """NFKC (full-width letters and punctuation become ASCII), whitespace runs collapsed."""
+    text = unicodedata.normalize("NFKC", str(text))
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def char_count(text: str) -> int:
+    """Characters as a reader counts them: every letter, CJK character, digit, space between
+    words and punctuation mark is one; runs of whitespace count once, ends are trimmed."""
+    return len(normalize(text))
+
+
+def cjk_chars(text: str) -> int:
+    return len(_CJK_RE.findall(text))
+
+
+def words(text: str) -> list[str]:
+    return _WORD_RE.findall(text)
+
+
+def is_mostly_chinese(text: str) -> bool:
+    return cjk_chars(text) >= max(4, len(words(text)))
+
+
+def compile_all(patterns) -> tuple[re.Pattern, ...]:
+    return tuple(re.compile(p, _FLAGS) for p in patterns)
+
+
+# --- negation --------------------------------------------------------------------------------
+_NEG_EN = re.compile(
+    r"\b(not|no|never|nor|neither|isn't|aren't|wasn't|doesn't|don't|didn't|won't|cannot|can't|"
+    r"unlike|rather than|instead of|without|myth|misconception|wrong(ly)?|mistaken(ly)?|false)\b|n't\b",
+    _FLAGS)
+_NEG_ZH = re.compile(r"不是|并非|而非|并不|不只|不仅|不单|不能|不要|别把|误区|误以为|错误|不同于|不等于|不会|并没有|不该|非")
+
+
+def negated(text: str, start: int) -> bool:
+    """Is the phrase starting at ``start`` negated by what comes just before it, within the
+    same clause (EN: 40 characters; ZH: 8 characters)?"""
+    clause_start = max(text.rfind(c, 0, start) for c in ".;!?。；！？\n") + 1
+    before_en = text[max(clause_start, start - 40):start]
+    before_zh = text[max(clause_start, start - 8):start]
+    return bool(_NEG_EN.search(before_en) or _NEG_ZH.search(before_zh))
+
+
+# --- ideas and misconceptions ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Idea:
+    """A required idea: ``strong`` phrasings earn it, ``weak`` ones only hint at it."""
+
+    key: str
+    label: str  # how feedback names the idea, e.g. "it avoids recomputing past tokens"
+    strong: tuple[re.Pattern, ...]
+    weak: tuple[re.Pattern, ...] = ()
+    missing_hint: str = ""  # what to say when the idea is absent
+    weak_hint: str = ""  # what to say when only a weak phrasing was found
+
+    def find(self, text: str) -> str | None:
+        """'strong', 'weak' or None."""
+        if any(p.search(text) for p in self.strong):
+            return "strong"
+        if any(p.search(text) for p in self.weak):
+            return "weak"
+        return None
+
+
+def idea(key, label, strong, weak=(), missing_hint="", weak_hint="") -> Idea:
+    return Idea(key, label, compile_all(strong), compile_all(weak), missing_hint, weak_hint)
+
+
+@dataclass(frozen=True)
+class Misconception:
+    key: str
+    patterns: tuple[re.Pattern, ...]
+    feedback: str
+    negatable: bool = True  # a negated mention ("not a hit/miss cache") is fine
+
+    def find(self, text: str) -> str | None:
+        """The offending phrase, or None."""
+        for p in self.patterns:
+            for m in p.finditer(text):
+                if self.negatable and negated(text, m.start()):
+                    continue
+                return m.group(0)
+        return None
+
+
+def misconception(key, patterns, feedback, negatable=True) -> Misconception:
+    return Misconception(key, compile_all(patterns), feedback, negatable)
+
+
+# --- sentence or keyword list? ---------------------------------------------------------------
+_SEPARATORS = re.compile(r"\s*(?:[,;/|\n•·+&、，；]|->|=>|→|⇒|↔|\s-\s|\s–\s)\s*")
+# words that tie a sentence together: connectives, pronouns, auxiliaries
+_GLUE_EN = set("""so because but which that since thus therefore hence while whereas yet then when once
+if as by it its they them their this these those is are was were be been being has have had can could
+will would must should may might does do did who whose where instead each every than through via
+""".split())
+_GLUE_ZH = re.compile(r"因为|所以|但|而|从而|因此|这样|它|会(?!话)|能够|可以|让|使|把|由于|不过|同时|却|就|才|"
+                      r"用于|通过|是|将(?!来)|需要|于是|并且|导致|带来|如果|当|随|越|被|用来|以便|只有|只要")
+_VERBISH_EN = re.compile(r"\b\w+(s|ed|ing)\b", _FLAGS)
+
+
+def keyword_list(text: str) -> str | None:
+    """'list' when the answer is keywords without a sentence, 'telegraphic' when it is short
+    fragments that do carry verbs (borderline), None when it reads as a sentence."""
+    t = normalize(text)
+    segments = [s for s in _SEPARATORS.split(t) if s and s.strip(" .。!！?？-–*")]
+    if not segments:
+        return "list"
+
+    def short(seg: str) -> bool:
+        return len(words(seg)) <= 4 and cjk_chars(seg) <= 8
+
+    has_glue = any(w.lower() in _GLUE_EN for w in words(t)) or bool(_GLUE_ZH.search(t))
+    if has_glue:
+        return None
+    if all(short(s) for s in segments):
+        verbish = bool(_VERBISH_EN.search(t)) or bool(re.search(
+            r"减少|增加|避免|占用|保存|存储|复用|降低|提高|加速|消耗|决定|进入|加入", t))
+        if len(segments) == 1 and verbish and (len(words(t)) >= 3 or cjk_chars(t) >= 6):
+            return "telegraphic"
+        return "telegraphic" if verbish and len(segments) > 1 else "list"
+    return None
+
+
+# --- shared vocabulary -------------------------------------------------------------------------
+W = r"(?:[\w'/-]+\W+)"  # one word and what follows it
+CLAUSE = r"[^.;!?。；！？\n]"  # any character inside one clause

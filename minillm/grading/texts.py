@@ -1,0 +1,702 @@
+"""Graders for the chapter's written tasks (2, 3 and 4), its self-check quiz and its pitfalls.
+
+Each required idea is a set of common phrasings in English and Chinese (see ``text.py``).
+Points come from strong phrasings; weak ones ("it makes decode faster" without saying why)
+earn nothing but tell the learner what is missing and raise ``needs_human_review``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .registry import Marks, NotAttempted, is_unanswered, register
+from .text import (CLAUSE, W, char_count, idea, keyword_list, misconception, normalize)
+
+# =============================================================================================
+# Shared ideas and misconceptions
+# =============================================================================================
+
+RECOMPUTE = idea(
+    "no_recompute", "it avoids recomputing the past tokens (reuse)",
+    strong=[
+        r"re-?\s?comput\w*", r"re-?calculat\w*", r"re-?process\w*", r"\bre-?run\w*", r"re-?encod\w*",
+        rf"(repeat\w*|redundant|duplicat\w*|wasted?|extra)\s+{W}{{0,2}}(comput\w*|calculat\w*|work|math|flops|attention)",
+        rf"(comput|calculat|process|encod|run)\w*\s+{W}{{0,5}}(again|twice|from scratch|each time|every time|over and over)",
+        r"\bre-?us(e|es|ed|ing)\b", r"\bcach(e|es|ed|ing)\s+and\s+reus",
+        rf"(sav|avoid|skip|cut|reduc|spar|eliminat|prevent|no need|needn't|less|fewer|lower)\w*\s+{W}{{0,3}}(comput\w*|calculat\w*|flops|work)",
+        rf"only\s+{W}{{0,3}}(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
+        r"重复计算|重复运算|重新计算|重算|再算|再次计算|反复计算|冗余计算|复用|重用|重复利用|从头(计算|算)",
+        r"(避免|减少|省去|省掉|节省|节约|免去|无需|无须|不必|不用|不需要|省了)[^。；;]{0,10}(计算|算|运算)",
+        r"只(需|要|用)?(计算|算|处理)[^。；;]{0,6}(新|最新|当前)",
+    ],
+    weak=[r"\b(fast\w*|speed\w*|quick\w*|accelerat\w*|latency|efficien\w*)\b", r"加速|更快|提速|加快|速度|快"],
+    missing_hint="say that it stores the keys and values of past tokens so decode does not recompute them",
+    weak_hint="you mention the speed-up but not where it comes from: the cache avoids recomputing "
+              "the past tokens' keys and values",
+)
+
+_MEM = r"(memory|vram|hbm|\bram\b|storage|space|footprint|capacity)"
+_MEM_COST = (r"(cost\w*|consum\w*|\bus(e|es|ing)\b|\btak(e|es|ing)\b|occup\w*|\beat\w*|grow\w*|increas\w*|\bris(e|es|ing)\b|"
+             r"heav\w*|pressure|expensive|burden\w*|bound|limit\w*|fill\w*|\bmore\b|lots|large\w*|bigg\w*|scal\w*|"
+             r"linear\w*|proportional|bottleneck|budget|spend\w*|price|trade-?off|hungry|intensive|demand\w*|"
+             r"\bneed\w*|requir\w*|\bhog\w*|\badd\w*|pil(e|es|ing) up|accumulat\w*|balloon\w*|expand\w*|extra|"
+             r"overhead|\bpay\w*|\bholds?\b|\bhold(ing)?\b|\bhungry\b)")
+_MEM_ZH = r"(显存|内存|存储|空间|HBM|缓存空间)"
+_COST_ZH = r"(占用|占|消耗|压力|增加|增长|增大|变大|上升|吃|开销|代价|成本|负担|紧张|不够|不足|瓶颈|越来越|随|膨胀|更多|大量|很多|线性|正比)"
+
+MEMORY = idea(
+    "memory_cost", "it costs memory that grows (memory pressure)",
+    strong=[
+        rf"{_MEM}{CLAUSE}{{0,45}}{_MEM_COST}", rf"{_MEM_COST}{CLAUSE}{{0,45}}{_MEM}",
+        rf"\b(cache|it|kv|they)\b\s+{W}{{0,3}}(grow\w*|gets?\s+(bigger|larger)|expand\w*|balloon\w*|scal\w*)",
+        rf"{_MEM_ZH}[^。；;]{{0,12}}{_COST_ZH}", rf"{_COST_ZH}[^。；;]{{0,12}}{_MEM_ZH}",
+        r"(缓存|KV)[^。；;]{0,8}(越来越大|增长|变大|膨胀|线性增长|随[^。；;]{0,8}(增长|增加|变大))",
+    ],
+    weak=[_MEM, _MEM_ZH],
+    missing_hint="say what it costs: memory that grows with every token and every live request",
+    weak_hint="you say where the cache lives, not that it costs memory that grows with context "
+              "length and the number of live requests (memory pressure)",
+)
+
+KV_TOPIC = idea(
+    "what_it_holds", "what it holds (keys and values of past tokens)",
+    strong=[r"\bkeys?\b|\bvalues?\b|\bk\s*/\s*v\b|\bkv\b|past|previous|earlier|history|attention|context|prior",
+            r"键值|历史|之前|前面|已生成|上下文|注意力|KV|K/V|过去"],
+)
+
+HIT_MISS = misconception(
+    "hit_miss",
+    [r"\bhit\s*(/|or|and|-)\s*miss", r"\b(cache|on a|a|the)\s+(hit|miss)(es)?\b", r"\bhit\s+(rate|ratio)",
+     rf"\b(look\w*\s+up|lookup)\s+{W}{{0,3}}(answers?|responses?|replies|completions?|queries|questions)",
+     rf"(stor|sav|remember|reus|return|serv)\w*\s+{W}{{0,3}}(previous|past|earlier|old|prior|cached)\s+"
+     rf"(answers?|responses?|replies|completions?)",
+     rf"(same|identical|repeated)\s+(prompts?|questions?|query|queries|requests?)\b{CLAUSE}{{0,40}}"
+     rf"(return|serv|answer|skip|fast|instant)",
+     r"\blru\b", r"命中|缓存(了)?[^。；;]{0,6}(答案|回答|回复)|(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)|查表"],
+    "the KV cache is not a hit/miss cache of answers: it is execution state (the keys and values "
+    "of one live request's tokens) that exists only while that request runs",
+)
+SAVES_MEMORY = misconception(
+    "saves_memory",
+    [rf"(sav\w*|reduc\w*|lower\w*|decreas\w*|cut\w*|shrink\w*|conserv\w*|less|lighter)\s+{W}{{0,2}}"
+     rf"(gpu\s+)?(memory|vram)\b(?!\s*(traffic|bandwidth|reads|access|transfer))",
+     r"(节省|节约|减少|降低|省)[^。；;]{0,3}(显存|内存)(?!带宽)"],
+    "the KV cache does not save memory; it spends memory to save compute",
+)
+STORES_WEIGHTS = misconception(
+    "stores_weights",
+    [rf"(cach|stor|keep|sav)\w*\s+{W}{{0,3}}(model\s+)?(weights|parameters)\b", r"(缓存|保存|存储|存)[^。；;]{0,4}(模型)?(权重|参数)"],
+    "the KV cache does not hold the model's weights: it holds each token's keys and values (activations)",
+)
+
+TOKEN_TO_HISTORY = idea(
+    "token_to_history", "the sampled token is appended to the request's history (context)",
+    strong=[
+        rf"(sampl\w*|chos\w*|choice|select\w*|pick\w*|drawn|generat\w*|emitt\w*|new|next|that|this|the)\s+"
+        rf"{W}{{0,2}}(tokens?|words?)\b{CLAUSE}{{0,80}}\b(append\w*|add\w*|fed|feed\w*|becom\w*|join\w*|"
+        rf"enter\w*|go(es)?\s+(back\s+)?(in)?to|put|push\w*|part of|written|writ\w*|insert\w*|extend\w*|"
+        rf"concatenat\w*|included?|turn\w* into|used as|serves? as)\b{CLAUSE}{{0,50}}"
+        rf"(history|context|sequence|input|prompt|\bkv\b|cache|state|prefix|conversation|text so far)",
+        rf"(append\w*|add\w*|fed|feed\w*|concatenat\w*|push\w*|insert\w*|writ\w*)\s+{W}{{0,5}}(back\s+)?"
+        rf"(in)?to\s+{W}{{0,3}}(history|context|sequence|input|prompt|kv|cache|state)",
+        rf"becom\w*\s+{W}{{0,3}}(history|context|input|prompt|prefix|state)",
+        rf"(history|context|sequence|input)\s+{W}{{0,4}}(grow\w*|extend\w*)\s+{W}{{0,3}}(by|with)\s+{W}{{0,3}}"
+        rf"(sampled|chosen|selected|picked|that|the)\s+(\w+\s+)?token",
+        r"(采样|选出|选中|抽出|抽样|选择|挑选|生成|输出|选)[^。；;]{0,14}(进入|加入|追加|拼接|写入|回到|成为|变成|作为|"
+        r"放入|放回|并入|加到|添加到|接到|拼到|接入|融入|追加到)[^。；;]{0,10}(历史|上下文|输入|序列|状态|前缀|KV|缓存)",
+        r"(进入|加入|追加到|拼接到|写入|回到|成为|变成|作为|并入)[^。；;]{0,4}(历史|上下文|下一(轮|步)的?输入)",
+        r"决定[^。；;]{0,16}(历史|上下文)",
+    ],
+    weak=[r"\b(history|context)\b", r"历史|上下文"],
+    missing_hint="say that the sampled token is appended to the request's history (its context)",
+    weak_hint="you mention the history, but not that the sampled token itself is added to it",
+)
+NEXT_STEP_DEPENDS = idea(
+    "next_step_depends", "every later step builds on that token",
+    strong=[
+        rf"(next|later|following|subsequent|future|upcoming|rest of)\s+{W}{{0,2}}(steps?|decod\w*|rounds?|tokens?|"
+        r"iterations?|forward|pass(es)?|generation|outputs?|predictions?|distributions?)",
+        r"\b(path|trajectory|direction|course|branch)\b", r"autoregress\w*", r"feedback loop|feeds? back|loops? back",
+        r"from then on|from that point|afterwards|thereafter|downstream|what comes (next|after)|everything after",
+        rf"\b(condition\w*|depend\w*|builds?\s+on|based on|relies on)\b",
+        r"下一(轮|步|个|次)|后续|之后|以后|后面|接下来|路径|走向|轨迹|方向|自回归|依赖|基于",
+    ],
+    missing_hint="say that the next decode step is computed from that token, so the choice steers everything after it",
+)
+PARAMS_TRAVEL = idea(
+    "params_travel", "the sampling parameters travel with the request",
+    strong=[rf"(temperature|top[-_ ]?[kp]|seed|sampling\s+param\w*|parameters)\s+{W}{{0,6}}"
+            rf"(travel|carried|carry|belong|part of|attached|stored|kept|per[- ]request|with the request)",
+            r"(per|each)[- ]request", r"(参数|temperature|top-?[kp])[^。；;]{0,12}(随|跟|携带|属于|一起|绑定|每个请求)"],
+)
+RANDOM_ONLY = misconception(
+    "random_only",
+    [rf"(only|just|merely|simply|purely|mainly|mostly)\s+{W}{{0,3}}(random\w*|creativ\w*|divers\w*|variet\w*|"
+     r"style|cosmetic|\bui\b|flavou?r|spice|decorat\w*)",
+     r"\b(ui|cosmetic|front-?end|presentation|display|product[- ]layer)\s+(knob|setting|parameter|option|feature|"
+     r"layer|detail|concern|tweak|choice)",
+     r"post-?process\w*",
+     r"只是[^。；;]{0,8}(随机|多样|创意|风格|花样|UI|界面)|仅仅[^。；;]{0,8}(随机|多样|UI)|"
+     r"(UI|界面|前端|产品层)[^。；;]{0,4}(参数|旋钮|选项|设置|细节)|后处理"],
+    "sampling is not a knob that only makes the text more random: it picks every token, and the "
+    "picked token becomes the history of all later steps",
+)
+NO_EFFECT_LATER = misconception(
+    "no_effect_later",
+    [rf"(doesn't|does not|don't|do not|never|won't|will not)\s+{W}{{0,2}}(affect|change|influence|alter|matter)\w*"
+     rf"\s+{W}{{0,4}}(later|next|following|subsequent|history|context|future|computation|what the engine)",
+     r"不(会)?影响[^。；;]{0,8}(后续|下一|历史|上下文|计算)"],
+    "the sampled token does affect later steps: it is part of the context they are computed from",
+    negatable=False,
+)
+
+# =============================================================================================
+# Helpers
+# =============================================================================================
+
+
+def _as_text(answer, name: str) -> str:
+    if isinstance(answer, (list, tuple)) and all(isinstance(a, str) for a in answer):
+        answer = " ".join(answer)
+    if not isinstance(answer, str):
+        raise _TypeProblem(f"{name} should be a string (text in quotes), got {type(answer).__name__}")
+    text = normalize(answer)
+    if not text:
+        raise NotAttempted(f"{name} is still empty")
+    return text
+
+
+class _TypeProblem(Exception):
+    pass
+
+
+def _wrong_type(fn):
+    """A grader wrapper that turns a wrong answer type into feedback."""
+
+    def grader(answer, m: Marks):
+        try:
+            fn(answer, m)
+        except _TypeProblem as exc:
+            m.wrong(str(exc))
+
+    grader.__name__ = fn.__name__
+    grader.__doc__ = fn.__doc__
+    return grader
+
+
+def _sentence_gate(text: str, m: Marks) -> bool:
+    """False (and feedback) when the answer is a keyword list, not a sentence."""
+    kind = keyword_list(text)
+    if kind == "list":
+        m.wrong("this reads as a list of keywords; write a sentence that connects the ideas "
+                "(what the mechanism does, and what follows from it)")
+        return False
+    if kind == "telegraphic":
+        m.wrong("this reads as fragments rather than a sentence; connect the ideas "
+                "(e.g. '… so …, but …' / '……，因此……，但……')")
+        m.flag()
+        return False
+    return True
+
+
+def _misconceptions(text: str, m: Marks, items) -> bool:
+    found = False
+    for item in items:
+        phrase = item.find(text)
+        if phrase:
+            m.wrong(f"misconception ('{phrase.strip()}'): {item.feedback}")
+            found = True
+    return found
+
+
+def _grade_ideas(text: str, m: Marks, ideas, points_each: float) -> int:
+    """Award each idea; returns how many were found strongly."""
+    got = 0
+    for item in ideas:
+        level = item.find(text)
+        if level == "strong":
+            m.ok(f"you say that {item.label}", points_each)
+            got += 1
+        elif level == "weak":
+            m.missing(item.weak_hint or f"only a hint of: {item.label}")
+            m.flag()
+        else:
+            m.missing(f"missing idea: {item.label} — {item.missing_hint}" if item.missing_hint
+                      else f"missing idea: {item.label}")
+    return got
+
+
+def _length_gate(text: str, limit: int, m: Marks, what: str = "your answer") -> bool:
+    n = char_count(text)
+    if n > limit:
+        m.wrong(f"{what} is {n} characters; the limit is {limit} — cut it down")
+        return False
+    return True
+
+
+# =============================================================================================
+# Task 2 — the KV cache in at most 100 characters
+# =============================================================================================
+TASK2_LIMIT = 100
+
+
+@register("task2_kv_explain", "Task 2 · the KV cache in ≤ 100 characters", "§3 KV cache", 2)
+@_wrong_type
+def grade_task2(answer, m: Marks) -> None:
+    """Both ideas: avoids recomputing past tokens, and costs memory that grows."""
+    text = _as_text(answer, "task2_kv_explain")
+    scratch = Marks()
+    found = _grade_ideas(text, scratch, [RECOMPUTE, MEMORY], 1)
+    fits = _length_gate(text, TASK2_LIMIT, m)
+    sentence = _sentence_gate(text, m)
+    bad = _misconceptions(text, m, [HIT_MISS, SAVES_MEMORY, STORES_WEIGHTS])
+    if found == 0 and KV_TOPIC.find(text) is None and not bad:
+        m.wrong("this does not seem to be about the KV cache: say what it stores, what it saves and what it costs")
+        return
+    if fits and sentence and not bad:
+        m.score += scratch.score
+    for f in scratch.feedback:
+        m.feedback.append(f)
+    m.review = m.review or scratch.review
+    if fits and sentence and not bad and found == 2 and KV_TOPIC.find(text) is None:
+        m.info("tip: also say what it stores — the keys and values of the tokens already processed")
+    if fits and sentence and not bad and found == 2 and char_count(text) < 25:
+        m.flag("very short: a person should confirm this explains the mechanism")
+
+
+# =============================================================================================
+# Task 3 — three cache-pressure scenarios, each with its reason
+# =============================================================================================
+TASK3_REASON_LIMIT = 300
+
+
+@dataclass(frozen=True)
+class ScenarioKind:
+    key: str
+    label: str
+    patterns: tuple
+
+
+def _kind(key, label, patterns):
+    from .text import compile_all
+
+    return ScenarioKind(key, label, compile_all(patterns))
+
+
+SCENARIO_KINDS = [
+    _kind("long_context", "long context (long prompts, long chat history)", [
+        rf"long\w*\s+{W}{{0,2}}(context|prompt|input|document|history|conversation|chat|dialog\w*|session|"
+        r"system prompt|document)s?", rf"(context|prompt|input|history|conversation)s?\s+{W}{{0,3}}"
+        r"(very\s+)?(long|large|big|huge|grows?|growing)",
+        r"multi-?turn", r"\brag\b", r"retriev\w*", r"large\s+(context|prompt|input)",
+        r"(many|thousands of|lots of|more)\s+(prompt|input|context)\s+tokens", r"context\s+(length|window)",
+        r"长上下文|长文本|长文档|长提示|长输入|长对话|多轮|上下文[^。；;]{0,4}长|历史[^。；;]{0,4}长|长会话|RAG|检索|长 ?prompt"]),
+    _kind("high_concurrency", "high concurrency (many live requests at once)", [
+        r"concurren\w*", r"parallel\s+(requests|users|sessions)", rf"many\s+{W}{{0,2}}(requests|users|sessions|"
+        r"clients|sequences|conversations|chats)", r"high\s+(traffic|load|qps|throughput)", r"(large|big)\s+batch",
+        r"batch\s+size", rf"(lots of|thousands of|hundreds of|multiple|several|more)\s+{W}{{0,1}}(requests|users|sessions|"
+        r"sequences|conversations)", r"simultaneous\w*", r"at the same time", r"peak\s+(traffic|load)",
+        r"高并发|并发|同时[^。；;]{0,6}(请求|用户|会话)|大批量|大 ?batch|多(个)?(用户|请求|会话)|请求[^。；;]{0,2}多|流量(高峰|大)|峰值"]),
+    _kind("long_output", "long outputs (many generated tokens)", [
+        rf"long\w*\s+{W}{{0,2}}(outputs?|generations?|answers?|responses?|completions?|replies|essays?|stories|code|"
+        r"reasoning|decod\w*)", rf"(output|generation|response|answer|completion)s?\s+{W}{{0,3}}(very\s+)?(long|lengthy)",
+        r"max_?tokens", r"(many|more|lots of|thousands of)\s+(output|generated|new|decode)\s+tokens",
+        rf"generat\w*\s+{W}{{0,3}}(many|thousands|lots|long|a lot)", r"chain[- ]of[- ]thought",
+        r"长输出|长回答|长回复|长生成|生成[^。；;]{0,4}长|输出[^。；;]{0,4}长|max_tokens|生成大量|长篇|长文章|长推理"]),
+    _kind("parallel_sampling", "several sequences per request (beam search, n > 1)", [
+        r"beam\s*search", r"parallel\s+sampling", r"\bn\s*>\s*1\b", r"multiple\s+(candidates|samples|completions|beams)",
+        r"best[- ]of", r"束搜索|并行采样|多个候选|多路采样"]),
+    _kind("not_released", "requests that are not released (leaks, late release, cancels that never arrive)", [
+        rf"(not|never|late|slow\w*|forgot\w*)\s+{W}{{0,2}}(releas\w*|freed|free\w*|clean\w*|reclaim\w*)", r"leak\w*",
+        rf"cancel\w*\s+{W}{{0,5}}(api|layer|never|doesn't|does not|not)", r"zombie", r"orphan\w*", r"idle\s+sessions?",
+        r"泄漏|泄露|没有?释放|未释放|释放[^。；;]{0,2}晚|取消[^。；;]{0,10}(接口|没有|未)|僵尸|残留"]),
+    _kind("bigger_model", "a model with more layers or KV heads (more bytes per token)", [
+        r"(more|many|deep\w*)\s+layers", r"(more|many)\s+(kv\s+)?heads", r"larger\s+(model|head_dim|hidden)",
+        r"\bfp32\b|float32|higher\s+precision", r"\bmha\b|no\s+gqa", r"层数多|更多层|头数多|大模型|精度高|fp32"]),
+]
+
+_UNIT = (r"\btokens?\b|length|longer|\brequests?\b|\busers?\b|sessions?|sequences?|\bsteps?\b|\brounds?\b|positions?|"
+         r"lifetime|\btime\b|\beach\b|\bevery\b|\bper\b|concurren\w*|simultaneous\w*|at once|"
+         r"token|长度|请求|用户|会话|序列|步|轮|位置|时间|更久|更长|每|各|上下文|历史|并发|同时")
+_STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|"
+          r"KV|缓存|显存|内存|键值|块|状态|存储")
+_GROW = (r"grow\w*|increas\w*|scal\w*|proportional\w*|linear\w*|\bmore\b|\badd\w*|accumulat\w*|append\w*|multipl\w*|"
+         r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
+         r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
+         r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每")
+
+
+def _reason_level(reason: str) -> str | None:
+    import re
+
+    has = [bool(re.search(p, reason, re.IGNORECASE)) for p in (_UNIT, _STATE, _GROW)]
+    if all(has):
+        return "strong"
+    if has[1] or (has[0] and has[2]):
+        return "weak"
+    return None
+
+
+def _scenario_items(answer) -> list[tuple[str, str]]:
+    """(scenario, reason) pairs from a dict, a list of pairs, or a list of 'scenario: reason' strings."""
+    if isinstance(answer, dict):
+        items = list(answer.items())
+    elif isinstance(answer, (list, tuple)):
+        items = []
+        for entry in answer:
+            if isinstance(entry, (list, tuple)) and len(entry) == 2:
+                items.append((entry[0], entry[1]))
+            elif isinstance(entry, dict) and len(entry) >= 1:
+                scen = entry.get("scenario", entry.get("name", ""))
+                reason = entry.get("reason", entry.get("why", ""))
+                items.append((scen, reason))
+            elif isinstance(entry, str):
+                head, sep, tail = entry.partition(":")
+                if not sep:
+                    head, sep, tail = entry.partition("：")
+                items.append((head, tail) if sep else (entry, ""))
+            else:
+                raise _TypeProblem(f"each scenario should be a (scenario, reason) pair, got {entry!r}")
+    elif isinstance(answer, str):
+        raise _TypeProblem("task3_pressure should be a dict {scenario: reason} (or a list of "
+                           "(scenario, reason) pairs), not one string")
+    else:
+        raise _TypeProblem(f"task3_pressure should be a dict {{scenario: reason}}, got {type(answer).__name__}")
+    clean = []
+    for scen, reason in items:
+        if not isinstance(scen, str) or not isinstance(reason, str):
+            raise _TypeProblem(f"scenario names and reasons should be strings, got {scen!r}: {reason!r}")
+        if scen.strip() or reason.strip():
+            clean.append((normalize(scen), normalize(reason)))
+    return clean
+
+
+@register("task3_pressure", "Task 3 · three cache-pressure scenarios, with reasons", "§3 KV cache + key table", 6)
+@_wrong_type
+def grade_task3(answer, m: Marks) -> None:
+    """2 points per scenario: a recognised, distinct scenario, and a reason that says what state grows."""
+    items = _scenario_items(answer)
+    if not items:
+        raise NotAttempted("task3_pressure is still empty")
+    if len(items) < 3:
+        m.missing(f"you give {len(items)} scenario(s); the task asks for three")
+    seen: dict[str, str] = {}
+    reasons: list[str] = []
+    for scen, reason in items[:3]:
+        both = f"{scen} {reason}"
+        kind = next((k for k in SCENARIO_KINDS if any(p.search(scen) for p in k.patterns)), None)
+        if kind is None:  # the name may be vague; the reason may say it
+            kind = next((k for k in SCENARIO_KINDS if any(p.search(both) for p in k.patterns)), None)
+        name = scen or reason[:30]
+        if kind is None:
+            m.missing(f"'{name}': not a cache-pressure scenario the grader recognises (long context, "
+                      f"high concurrency, long outputs, …)")
+            m.flag()
+        elif kind.key in seen:
+            m.wrong(f"'{name}' is the same kind of scenario as '{seen[kind.key]}' ({kind.label}); "
+                    f"give three different ones")
+        else:
+            seen[kind.key] = name
+            m.ok(f"'{name}' → {kind.label}", 1)
+        if not reason:
+            m.missing(f"'{name}': no reason given — say why it makes requests hold more state")
+            continue
+        if not _length_gate(reason, TASK3_REASON_LIMIT, m, f"the reason for '{name}'"):
+            continue
+        if _misconceptions(reason, m, [HIT_MISS, SAVES_MEMORY]):
+            continue
+        if keyword_list(reason) == "list":
+            m.wrong(f"'{name}': the reason is a keyword list; write why as a sentence")
+            continue
+        level = _reason_level(reason)
+        if level == "strong" and kind is not None:
+            m.ok(f"'{name}': the reason says what grows and why", 1)
+        elif level == "strong":
+            m.ok(f"'{name}': the reason says what state grows", 1)
+        elif level == "weak":
+            m.missing(f"'{name}': the reason is thin — say what grows (KV entries per token, per "
+                      f"request, per step) and why this scenario makes it grow", )
+            m.score += 0.5
+            m.flag()
+        else:
+            m.missing(f"'{name}': the reason does not say why the cache grows (more tokens → more "
+                      f"keys and values; more requests → more caches held at once; …)")
+        reasons.append(reason.lower())
+    if len(reasons) >= 2 and len(set(reasons)) < len(reasons):
+        m.flag("the same reason is repeated for different scenarios")
+    if len(items) > 3:
+        m.info(f"you gave {len(items)} scenarios; the first three were graded")
+
+
+# =============================================================================================
+# Task 4 — why sampling is part of the request's execution semantics
+# =============================================================================================
+TASK4_LIMIT = 400
+
+
+@register("task4_sampling", "Task 4 · why sampling is part of the request", "§4 sampling", 2)
+@_wrong_type
+def grade_task4(answer, m: Marks) -> None:
+    """The sampled token joins the history, and every later step builds on it."""
+    text = _as_text(answer, "task4_sampling")
+    scratch = Marks()
+    found = _grade_ideas(text, scratch, [TOKEN_TO_HISTORY, NEXT_STEP_DEPENDS], 1)
+    fits = _length_gate(text, TASK4_LIMIT, m)
+    sentence = _sentence_gate(text, m)
+    bad = _misconceptions(text, m, [RANDOM_ONLY, NO_EFFECT_LATER])
+    if found == 0 and not bad and not any(k in text.lower() for k in ("sampl", "token", "采样", "temperature")):
+        m.wrong("this does not seem to be about sampling: say what happens to the token it picks")
+        return
+    if fits and sentence and not bad:
+        m.score += scratch.score
+    m.feedback.extend(scratch.feedback)
+    m.review = m.review or scratch.review
+    if fits and sentence and not bad and found == 2 and PARAMS_TRAVEL.find(text) is None:
+        m.info("worth adding: that is why temperature, top-k and top-p travel with the request")
+
+
+# =============================================================================================
+# Self-check quiz (multiple choice) and pitfalls (true/false with a reason)
+# =============================================================================================
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    section: str
+    text: str
+    options: dict  # letter -> (option text, explanation)
+    answer: str
+
+
+QUIZ = [
+    Question("quiz1_live_requests", "§1 look from the request",
+             "Why does an inference engine manage live requests, not just model computation?", {
+                 "A": ("Because every request runs the same forward pass, so only the number of requests matters.",
+                       "The forward pass is shared code, but what each request holds (its tokens, its KV blocks, "
+                       "its state) differs, and that is what the engine has to track."),
+                 "B": ("Because each request is a state machine that holds resources — prompt tokens, KV blocks, a "
+                       "batch slot — from admission until release, and the engine decides who runs, who waits and "
+                       "what to free.",
+                       "Right: state plus resource occupation. Scheduling is deciding how many of these live, "
+                       "resource-holding objects can coexist."),
+                 "C": ("Because requests must be processed one at a time, in arrival order.",
+                       "Engines run many live requests together (batching); order is a policy, not the reason."),
+                 "D": ("Because the model weights are copied into every request.",
+                       "Weights are loaded once and shared; what is per request is its context and KV cache."),
+             }, "B"),
+    Question("quiz2_kv_tradeoff", "§3 KV cache",
+             "Why is the KV cache both a benefit and a source of pressure?", {
+                 "A": ("It stores answers to earlier prompts, so repeated questions are fast, but a low hit rate "
+                       "wastes memory.",
+                       "This is pitfall 1: the KV cache is not a hit/miss cache of answers, it is the execution "
+                       "state of live requests."),
+                 "B": ("It makes prefill faster but decode slower.",
+                       "It is decode that it speeds up; prefill writes the cache, decode reads it every step."),
+                 "C": ("It compresses the model weights: memory goes down, accuracy goes down a little.",
+                       "That describes quantization. The KV cache holds activations (keys and values), not weights."),
+                 "D": ("It keeps the keys and values of past tokens so decode does not recompute them, and that "
+                       "storage grows with context length, output length and the number of live requests.",
+                       "Right: saved compute is paid for in memory, per token and per live request."),
+             }, "D"),
+    Question("quiz3_sampling_interface", "§4 sampling",
+             "Why do sampling parameters belong in the service interface and the request's state, not only in "
+             "the product layer?", {
+                 "A": ("Because they only change how creative the final text looks, which the user should choose.",
+                       "This is pitfall 2: sampling is not a cosmetic knob, it picks every token."),
+                 "B": ("Because sampling runs once, before prefill.",
+                       "Sampling runs after every forward pass: once after prefill for the first token, then in "
+                       "each decode step."),
+                 "C": ("Because the token chosen at each decode step is appended to the request's history and "
+                       "conditions every later step, so temperature, top-k, top-p and the seed must travel with the "
+                       "request into the decode loop.",
+                       "Right: sampling moves the request's state forward, so its parameters are part of the "
+                       "request's execution semantics."),
+                 "D": ("Because the API has to validate the parameters before accepting a request.",
+                       "Validation is good practice, but it could happen anywhere; it is not why the engine must "
+                       "carry the parameters."),
+             }, "C"),
+    Question("quiz4_states_before_batching", "§5 scheduling preview",
+             "Why must you think in request state machines before studying batching?", {
+                 "A": ("Because batching only works for requests with identical prompts.",
+                       "Batching mixes requests with different prompts and lengths; that is what makes it hard."),
+                 "B": ("Because state machines make the model's outputs more accurate.",
+                       "States describe the engine's bookkeeping; they do not change the model's numbers."),
+                 "C": ("Because a batch is a static list of tasks fixed when the requests arrive.",
+                       "With continuous batching the batch changes every step as requests join and finish."),
+                 "D": ("Because a batch groups live requests that are in different states — some prefilling, some "
+                       "decoding, some finished and waiting to be released — and every scheduling decision is a "
+                       "state transition.",
+                       "Right: batching operates on a set of changing states, not on static tasks."),
+             }, "D"),
+]
+
+
+def _register_question(q: Question) -> None:
+    @register(q.id, f"Self-check · {q.text[:48].rstrip()}…", q.section, 1, kind="quiz")
+    def grader(answer, m: Marks, q=q) -> None:
+        letter = answer
+        if isinstance(letter, (list, tuple, set)) and len(letter) == 1:
+            letter = next(iter(letter))
+        if not isinstance(letter, str):
+            m.wrong(f"{q.id} should be one letter such as \"B\", got {answer!r}")
+            return
+        letter = normalize(letter).strip("()[]. ").upper()[:1]
+        if letter not in q.options:
+            m.wrong(f"{q.id} should be one of {', '.join(q.options)}, got {answer!r}")
+            return
+        if letter == q.answer:
+            m.ok(f"{letter} is right. {q.options[letter][1]}", 1)
+            for other, (_, why) in q.options.items():
+                if other != letter:
+                    m.info(f"{other}: {why}")
+        else:
+            m.wrong(f"{letter} is not the best answer: {q.options[letter][1]} Try again.")
+
+
+for _q in QUIZ:
+    _register_question(_q)
+
+
+KV_IS_REQUEST_STATE = idea(
+    "request_state", "the KV cache is execution state bound to one live request",
+    strong=[rf"(per|each|every|its own|their own|one|a specific|the specific|bound|tied|belong\w*|owned|attached|specific)"
+            rf"\W+{W}{{0,3}}(live\s+|active\s+|running\s+)?(requests?|sequences?)\b",
+            r"execution state|working state|(request|sequence)'?s?\s+(own\s+)?(state|history|context|tokens)",
+            r"state of (the|a|each|this|one) (live\s+)?request", r"intermediate\s+(state|results?|activations?)",
+            r"\bactivations?\b", r"attention state",
+            r"每个(活跃)?请求|绑定|执行状态|请求(自己|自身|本身)的|属于[^。；;]{0,6}请求|中间状态|活跃请求|运行状态|激活值"],
+    missing_hint="say that it holds one live request's keys and values (execution state), not answers to look up",
+)
+SAMPLING_STEERS = idea(
+    "sampling_steers", "sampling picks every token, which becomes history and steers later steps",
+    strong=[*[p.pattern for p in TOKEN_TO_HISTORY.strong],
+            rf"(picks?|chooses?|selects?|decides?|determin\w*)\s+{W}{{0,3}}(every|each|the next|which)\s+{W}{{0,2}}token",
+            r"\b(path|trajectory)\b", r"每一(轮|步)|每个 ?token|决定[^。；;]{0,6}(token|哪个|下一)|路径|走向"],
+    missing_hint="say that it picks every token, and that token is what later steps are computed from",
+)
+_PREFILL_BUILDS = (rf"prefill\w*\s+{W}{{0,5}}(build\w*|creat\w*|fill\w*|writ\w*|produc\w*|populat\w*|set\w*\s+up|"
+                   rf"comput\w*|prepar\w*|establish\w*|stor\w*|generat\w*)\s+{W}{{0,5}}(cache|state|kv|keys)",
+                   r"prefill[^。；;]{0,14}(建立|构建|生成|写入|填充|准备|计算|得到)[^。；;]{0,10}(缓存|状态|KV)")
+_DECODE_CONTINUES = (rf"decod\w*\s+{W}{{0,5}}(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
+                     rf"resum\w*|append\w*|mov\w*|picks? up|carr\w*)\s+{W}{{0,5}}(cache|state|kv|that|it|from|where|on)",
+                     r"decode[^。；;]{0,14}(继续|沿着|复用|基于|接着|读取|使用|延续|接续)")
+_SAME_LIFECYCLE = (rf"(same|one|single)\s+{W}{{0,2}}(request|lifecycle|life cycle|sequence|state machine|path)",
+                   r"同一(个|条)?(请求|生命周期|状态机)|一条(生命周期|链路)")
+
+
+@dataclass(frozen=True)
+class Pitfall:
+    id: str
+    statement: str
+    truth: bool
+    why: str
+
+
+PITFALLS = [
+    Pitfall("pitfall1_kv_not_hit_cache",
+            "The KV cache works like a web cache: when a new prompt hits it, the stored answer is reused; "
+            "on a miss the model computes the answer.", False,
+            "It is execution state: the keys and values of one live request's tokens, written at prefill, read "
+            "and extended every decode step, freed when the request is released."),
+    Pitfall("pitfall2_sampling_not_ui",
+            "Sampling parameters such as temperature and top-p are a UI knob: they make the final text more or "
+            "less random but do not change what the engine computes at each step.", False,
+            "Sampling picks every token, and each picked token becomes part of the context that all later steps "
+            "are computed from, so it changes the request's path."),
+    Pitfall("pitfall3_one_lifecycle",
+            "Prefill and decode are two phases of one request's lifecycle: decode continues from the state (the "
+            "KV cache) that prefill built for the same request.", True,
+            "Prefill builds the request's initial state (its KV cache and first token); decode moves forward "
+            "from exactly that state. Seeing them as one path is what makes scheduling make sense later."),
+]
+
+_TRUE = {"true", "t", "yes", "y", "1", "对", "正确", "是", "真", "√", "✓"}
+_FALSE = {"false", "f", "no", "n", "0", "错", "错误", "否", "假", "不对", "×", "✗"}
+PITFALL_REASON_LIMIT = 300
+
+
+def _verdict(value) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        v = normalize(value).lower().strip(" .。!！")
+        if v in _TRUE:
+            return True
+        if v in _FALSE:
+            return False
+    return None
+
+
+def _pitfall_answer(answer, name: str) -> tuple[bool | None, str]:
+    if isinstance(answer, dict):
+        verdict = answer.get("verdict", answer.get("true", answer.get("answer")))
+        reason = answer.get("reason", answer.get("why", ""))
+    elif isinstance(answer, (list, tuple)) and len(answer) == 2:
+        verdict, reason = answer
+    elif isinstance(answer, (list, tuple)) and len(answer) == 1:
+        verdict, reason = answer[0], ""
+    else:
+        raise _TypeProblem(f"{name} should be a pair (True or False, \"your reason\"), got {answer!r}")
+    if is_unanswered(verdict) and is_unanswered(reason):
+        raise NotAttempted(f"{name} is still empty")
+    if reason is None:
+        reason = ""
+    if not isinstance(reason, str):
+        raise _TypeProblem(f"the reason in {name} should be a string, got {type(reason).__name__}")
+    return _verdict(verdict), normalize(reason)
+
+
+def _pitfall_reason_level(p: Pitfall, reason: str) -> str | None:
+    import re
+
+    if p.id == "pitfall1_kv_not_hit_cache":
+        return KV_IS_REQUEST_STATE.find(reason)
+    if p.id == "pitfall2_sampling_not_ui":
+        if SAMPLING_STEERS.find(reason) == "strong" or NEXT_STEP_DEPENDS.find(reason) == "strong":
+            return "strong"
+        return "weak" if re.search(r"token|history|context|历史|上下文", reason, re.I) else None
+    hits = sum(any(re.search(pat, reason, re.I) for pat in group)
+               for group in (_PREFILL_BUILDS, _DECODE_CONTINUES, _SAME_LIFECYCLE))
+    if hits >= 2 or (hits == 1 and re.search(r"cache|kv|state|缓存|状态", reason, re.I)):
+        return "strong"
+    return "weak" if hits == 1 else None
+
+
+def _register_pitfall(p: Pitfall) -> None:
+    @register(p.id, f"Pitfall · {p.statement[:44].rstrip()}…", "pitfalls", 2, kind="text")
+    @_wrong_type
+    def grader(answer, m: Marks, p=p) -> None:
+        verdict, reason = _pitfall_answer(answer, p.id)
+        if verdict is None:
+            m.wrong(f"the first item of {p.id} should be True or False")
+        elif verdict == p.truth:
+            m.ok(f"{'true' if p.truth else 'false'} is right", 1)
+        else:
+            m.wrong(f"the statement is {'true' if p.truth else 'false'}, not {'true' if verdict else 'false'}")
+        if not reason:
+            m.missing("give the reason, in a sentence")
+            return
+        if not _length_gate(reason, PITFALL_REASON_LIMIT, m, "the reason"):
+            return
+        if keyword_list(reason) == "list":
+            m.wrong("the reason is a keyword list; write it as a sentence")
+            return
+        bad = _misconceptions(reason, m, [HIT_MISS, RANDOM_ONLY, NO_EFFECT_LATER]
+                              if p.truth is False else [HIT_MISS, RANDOM_ONLY])
+        if verdict != p.truth or bad:
+            return
+        level = _pitfall_reason_level(p, reason)
+        if level == "strong":
+            m.ok("the reason names the mechanism", 1)
+        elif level == "weak":
+            m.missing(f"the reason is close but thin: {p.why}")
+            m.score += 0.5
+            m.flag()
+        else:
+            m.missing(f"the reason does not say why: {p.why}")
+            m.flag()
+
+
+for _p in PITFALLS:
+    _register_pitfall(_p)

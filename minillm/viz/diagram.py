@@ -1,0 +1,196 @@
+"""The request lifecycle as a picture, drawn from the engine's own state machine.
+
+Nodes are ``minillm.request.RequestState`` and edges are ``minillm.request.TRANSITIONS``,
+so the picture can never disagree with the code: add an edge to the engine and it shows up
+here. One extra dashed loop on DECODE stands for the decode -> sample -> append cycle, which
+repeats inside the DECODE state without changing it.
+
+    from minillm.viz import lifecycle_diagram, render_diagram
+    lifecycle_diagram("DECODE")                         # a graphviz.Digraph (shows as SVG)
+    render_diagram("FINISHED", ("DECODE", "FINISHED"))  # an ipywidgets.HTML, SVG or DOT text
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Iterable
+
+from ..request import TRANSITIONS, RequestState
+
+# What moves a request along each edge (the same words the notebooks use).
+EDGE_LABELS: dict[tuple[str, str], str] = {
+    ("NEW", "WAITING"): "tokenize + enqueue",
+    ("NEW", "FINISHED"): "cancel",
+    ("WAITING", "PREFILL"): "scheduled:\nblocks allocated",
+    ("WAITING", "FINISHED"): "cancel",
+    ("PREFILL", "DECODE"): "first token\nsampled",
+    ("PREFILL", "PREEMPTED"): "out of blocks",
+    ("PREFILL", "FINISHED"): "stop / cancel",
+    ("DECODE", "PREEMPTED"): "out of blocks:\nblocks freed",
+    ("DECODE", "FINISHED"): "stop: EOS, max_tokens,\nstop string, cancel,\ncontext full",
+    ("PREEMPTED", "PREFILL"): "re-admitted:\nrecompute",
+    ("PREEMPTED", "FINISHED"): "cancel",
+    ("FINISHED", "RELEASED"): "release:\nblocks back to pool",
+}
+DECODE_LOOP = ("DECODE", "DECODE")
+_MAIN_PATH = {("NEW", "WAITING"), ("WAITING", "PREFILL"), ("PREFILL", "DECODE"), ("DECODE", "FINISHED"),
+              ("FINISHED", "RELEASED")}
+DECODE_LOOP_LABEL = "decode -> sample\n-> append token"
+
+# What each state holds (shown as a tooltip and used by the notebooks).
+STATE_HOLDS: dict[str, str] = {
+    "NEW": "prompt text + SamplingParams; no tokens, no blocks",
+    "WAITING": "token ids, a place in the waiting queue; no KV blocks yet",
+    "PREFILL": "a batch slot and KV blocks for the whole prompt, being written this step",
+    "DECODE": "a batch slot and KV blocks that grow by one token per step",
+    "PREEMPTED": "its tokens only: blocks were taken back, the prompt + output will be recomputed",
+    "FINISHED": "a stop reason; its KV blocks until release",
+    "RELEASED": "nothing: blocks back in the pool, statistics recorded",
+}
+
+_LIT = "#f59e0b"       # amber: the current state / the edge just taken
+_LIT_FILL = "#fde68a"
+_FILL = "#eef2ff"
+_DONE_FILL = "#f1f5f9"
+_LINE = "#64748b"
+
+_HINT = ("Graphviz's `dot` program was not found, so here is the diagram as DOT text. "
+         "Install Graphviz (e.g. `apt install graphviz`, `brew install graphviz` or "
+         "`conda install graphviz`) to see the picture.")
+
+
+def _state_name(state) -> str | None:
+    if state is None:
+        return None
+    if isinstance(state, RequestState):
+        return state.value
+    name = str(state).upper()
+    if name.startswith("REQUESTSTATE."):
+        name = name.split(".", 1)[1]
+    if name not in RequestState.__members__:
+        raise ValueError(f"current_state must be one of {', '.join(RequestState.__members__)}, got {state!r}")
+    return name
+
+
+def _edges_to_light(highlight_edge) -> set[tuple[str, str]]:
+    """Accept None, one (from, to) pair, or a list of pairs (a step can cross several edges)."""
+    if highlight_edge is None:
+        return set()
+    if (isinstance(highlight_edge, (tuple, list)) and len(highlight_edge) == 2
+            and not isinstance(highlight_edge[0], (tuple, list))):
+        highlight_edge = [highlight_edge]
+    out = set()
+    for edge in highlight_edge:
+        a, b = edge
+        out.add((_state_name(a), _state_name(b)))
+    return out
+
+
+def lifecycle_edges() -> list[tuple[str, str]]:
+    """Every legal transition of the engine, in a stable order (from TRANSITIONS)."""
+    order = list(RequestState.__members__)
+    return [(a.value, b.value) for a in RequestState for b in sorted(TRANSITIONS[a], key=lambda s: order.index(s.value))]
+
+
+def lifecycle_diagram(current_state=None, highlight_edge=None, *, show_loop: bool = True,
+                      rankdir: str = "LR"):
+    """A ``graphviz.Digraph`` of the request lifecycle with ``current_state`` lit.
+
+    Args:
+        current_state: a RequestState or its name ("DECODE"); None lights nothing.
+        highlight_edge: one (from, to) pair, or a list of pairs, to draw in the highlight
+            colour: the edges the last action crossed. ("DECODE", "DECODE") is the decode loop.
+        show_loop: draw the decode -> sample -> append loop on DECODE.
+        rankdir: "LR" (left to right) or "TB" (top to bottom).
+
+    In a notebook the returned object displays itself as SVG (this needs Graphviz's ``dot``
+    program); ``render_diagram`` is the variant that never raises when ``dot`` is missing.
+    """
+    import graphviz
+
+    current = _state_name(current_state)
+    lit_edges = _edges_to_light(highlight_edge)
+    g = graphviz.Digraph("request_lifecycle", format="svg")
+    g.attr(rankdir=rankdir, bgcolor="transparent", nodesep="0.35", ranksep="0.45", pad="0.1")
+    g.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="12",
+           color=_LINE, fillcolor=_FILL, penwidth="1.2", margin="0.12,0.06")
+    g.attr("edge", fontname="Helvetica", fontsize="9", color=_LINE, fontcolor="#334155", arrowsize="0.7")
+    for state in RequestState:
+        name = state.value
+        attrs = {"tooltip": f"{name}: holds {STATE_HOLDS[name]}", "id": f"state-{name}"}
+        if name in ("FINISHED", "RELEASED"):
+            attrs["fillcolor"] = _DONE_FILL
+        if name == current:
+            attrs.update(fillcolor=_LIT_FILL, color=_LIT, penwidth="3", fontname="Helvetica-Bold")
+        if name != "PREEMPTED":
+            attrs["group"] = "main"  # the happy path on one straight line
+        g.node(name, name, **attrs)
+    for a, b in lifecycle_edges():
+        attrs = {"label": EDGE_LABELS.get((a, b), "")}
+        if (a, b) in _MAIN_PATH:
+            attrs["weight"] = "10"
+        if b == "FINISHED" and a in ("NEW", "WAITING", "PREFILL"):
+            if a != "PREFILL":
+                attrs.update(style="dashed", fontsize="8")
+        if (a, b) == ("PREEMPTED", "FINISHED"):
+            attrs.update(style="dashed", fontsize="8")
+        if (a, b) in lit_edges:
+            attrs.update(color=_LIT, penwidth="3", fontcolor="#92400e")
+        if a == "PREEMPTED" and b == "PREFILL":
+            attrs["constraint"] = "false"
+        g.edge(a, b, **attrs)
+    if show_loop:
+        attrs = {"label": DECODE_LOOP_LABEL, "style": "dashed", "dir": "forward"}
+        if DECODE_LOOP in lit_edges:
+            attrs.update(color=_LIT, penwidth="3", fontcolor="#92400e", style="bold")
+        g.edge("DECODE", "DECODE", **attrs)
+    return g
+
+
+def diagram_svg(current_state=None, highlight_edge=None, **kwargs) -> str:
+    """The diagram as an SVG string; raises graphviz.ExecutableNotFound without ``dot``."""
+    svg = lifecycle_diagram(current_state, highlight_edge, **kwargs).pipe(format="svg", encoding="utf-8")
+    start = svg.find("<svg")  # drop the XML prolog and doctype so it can sit inside HTML
+    return svg[start:] if start != -1 else svg
+
+
+def diagram_html(current_state=None, highlight_edge=None, **kwargs) -> str:
+    """HTML for the diagram: inline SVG, or the DOT text and a one-line hint when Graphviz
+    (the ``dot`` program or the ``graphviz`` Python package) is missing."""
+    try:
+        import graphviz
+    except ImportError:
+        return (f"<div class='minillm-diagram minillm-diagram-fallback'><p><em>The Python package "
+                f"<code>graphviz</code> is not installed (<code>pip install graphviz</code>); the "
+                f"current state is <b>{html.escape(str(_state_name(current_state)))}</b>.</em></p></div>")
+    try:
+        svg = diagram_svg(current_state, highlight_edge, **kwargs)
+    except (graphviz.ExecutableNotFound, OSError):
+        source = lifecycle_diagram(current_state, highlight_edge, **kwargs).source
+        return (f"<div class='minillm-diagram minillm-diagram-fallback'><p><em>{html.escape(_HINT)}</em></p>"
+                f"<pre style='font-size:11px'>{html.escape(source)}</pre></div>")
+    return f"<div class='minillm-diagram'>{svg}</div>"
+
+
+def render_diagram(current_state=None, highlight_edge=None, **kwargs):
+    """An ``ipywidgets.HTML`` showing the diagram (SVG), or its DOT text with a hint when
+    Graphviz is not installed: never a traceback."""
+    import ipywidgets as w
+
+    return w.HTML(diagram_html(current_state, highlight_edge, **kwargs))
+
+
+def edges_of_events(events: Iterable) -> list[tuple[str, str]]:
+    """The lifecycle edges a list of engine events crossed, in order; a ``token`` event
+    while DECODE counts as one turn of the decode loop."""
+    edges: list[tuple[str, str]] = []
+    state: dict = {}
+    for e in events:
+        if e.kind == "transition" and e.data.get("from") is not None:
+            edges.append((e.data["from"], e.data["to"]))
+            state[e.request_id] = e.data["to"]
+        elif e.kind == "transition":
+            state[e.request_id] = e.data["to"]
+        elif e.kind == "token" and state.get(e.request_id, "DECODE") == "DECODE":
+            edges.append(DECODE_LOOP)
+    return edges

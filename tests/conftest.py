@@ -1,0 +1,144 @@
+"""Shared fixtures: tiny random Llama / Qwen2 / Qwen3 checkpoints made with transformers.
+
+Each is saved with ``save_pretrained`` (safetensors + config.json) next to a small
+byte-level BPE tokenizer, exactly the kind of folder a learner would point ``LLM`` at.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TQDM_DISABLE", "1")
+warnings.filterwarnings("ignore", category=UserWarning)
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = REPO / "minillm" / "assets" / "stories-3m"
+
+_CORPUS = [
+    "Once upon a time there was a little fox who lived in a green forest near a river.",
+    "The robot found a shiny key under the old bridge and smiled at the moon.",
+    "Mia and her dog ran to the beach, where the waves were big and blue.",
+    "A small bird sang a happy song every morning in the garden.",
+] * 20
+
+
+def make_tokenizer(folder: Path, vocab_size: int = 320):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(folder)
+    return fast
+
+
+def make_model(folder: Path, family: str, **overrides):
+    """Save a random model of ``family`` (llama, llama3rope, qwen2, qwen3) into ``folder``."""
+    import transformers as tf
+
+    torch.manual_seed(1234)
+    common = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  bos_token_id=0, eos_token_id=1, pad_token_id=1)
+    common.update(overrides)
+    if family == "llama":
+        cfg = tf.LlamaConfig(**common)
+        model = tf.LlamaForCausalLM(cfg)
+    elif family == "llama3rope":
+        cfg = tf.LlamaConfig(rope_parameters={"rope_type": "llama3", "rope_theta": 50000.0, "factor": 8.0,
+                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                              "original_max_position_embeddings": 64},
+                             tie_word_embeddings=True, **common)
+        model = tf.LlamaForCausalLM(cfg)
+    elif family == "qwen2":
+        cfg = tf.Qwen2Config(**common)
+        model = tf.Qwen2ForCausalLM(cfg)
+    elif family == "qwen3":
+        cfg = tf.Qwen3Config(head_dim=24, **common)  # head_dim != hidden / heads on purpose
+        model = tf.Qwen3ForCausalLM(cfg)
+    else:
+        raise ValueError(family)
+    # random init gives near-flat logits; a larger scale makes greedy choices clear-cut
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.08)
+            elif name.endswith("bias"):
+                p.normal_(0, 0.05)
+            else:  # norm weights: not all ones, so a wrongly applied norm shows up
+                p.uniform_(0.8, 1.2)
+    model.eval()
+    model.save_pretrained(folder)
+    make_tokenizer(folder)
+    return model
+
+
+@pytest.fixture(scope="session")
+def model_factory(tmp_path_factory):
+    cache: dict = {}
+
+    def get(family: str):
+        if family not in cache:
+            folder = tmp_path_factory.mktemp(family)
+            cache[family] = (folder, make_model(folder, family))
+        return cache[family]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(model_factory):
+    """(folder, transformers model) of a random 2-layer Llama."""
+    return model_factory("llama")
+
+
+@pytest.fixture
+def tiny_llm(tiny_llama):
+    from minillm import LLM
+
+    return LLM(str(tiny_llama[0]), block_size=4, num_kv_blocks=64)
+
+
+@pytest.fixture(scope="session")
+def default_llm_factory():
+    from minillm import LLM
+
+    if not (DEFAULT_MODEL / "model.safetensors").is_file():
+        pytest.fail("the shipped default model is missing from minillm/assets/stories-3m")
+    return LLM
+
+
+def run_to_end(llm, max_steps: int = 10_000):
+    for _ in range(max_steps):
+        if not llm.has_unfinished():
+            return
+        llm.step()
+    raise AssertionError("engine did not finish")
+
+
+def check_block_invariants(llm):
+    """Blocks in use == blocks held by requests, each block's refcount == number of holders."""
+    alloc = llm.kv_cache.allocator
+    holders: dict[int, int] = {}
+    for req in llm.requests.values():
+        assert len(set(req.block_table)) == len(req.block_table), f"{req} holds a block twice"
+        if req.state.value == "RELEASED":
+            assert not req.block_table, f"released request {req.request_id} still holds blocks"
+        for b in req.block_table:
+            holders[b] = holders.get(b, 0) + 1
+    assert alloc.num_used == len(holders), (alloc.num_used, holders)
+    for b in range(alloc.num_blocks):
+        assert alloc.ref_count[b] == holders.get(b, 0), (b, alloc.ref_count[b], holders.get(b, 0))
+    assert alloc.num_used + alloc.num_free == alloc.num_blocks

@@ -1,0 +1,160 @@
+"""minillm's own model code against transformers: logits (fp32, 1e-4) and greedy tokens."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from minillm import LLM, SamplingParams
+from conftest import make_model, run_to_end
+
+FAMILIES = ["llama", "llama3rope", "qwen2", "qwen3"]
+
+
+def hf_greedy(model, ids: list[int], n: int) -> list[int]:
+    model.generation_config.eos_token_id = None
+    out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0,
+                         attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+    return out[0, len(ids):].tolist()
+
+
+def prompts(n: int, seed: int = 0, lengths=(1, 5, 17, 40)) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(2, 320, (lengths[i % len(lengths)],), generator=g).tolist() for i in range(n)]
+
+
+class CapturingSampler:
+    """Wraps the engine's sampler to keep the logits of every step."""
+
+    def __init__(self, inner):
+        self.inner, self.seen = inner, []
+
+    def __call__(self, logits, requests):
+        self.seen.append((logits.detach().clone(), [r.request_id for r in requests]))
+        return self.inner(logits, requests)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_dense_logits_match_transformers(model_factory, family):
+    folder, hf = model_factory(family)
+    llm = LLM(str(folder), block_size=4, num_kv_blocks=64)
+    for ids in prompts(4, seed=1):
+        ref = hf(torch.tensor([ids])).logits[0]
+        got = llm.model.full_logits(ids)
+        assert (ref - got).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_paged_engine_logits_match_transformers(model_factory, family):
+    """Every step's logits (prefill and each decode) equal transformers' at that position."""
+    folder, hf = model_factory(family)
+    llm = LLM(str(folder), block_size=4, num_kv_blocks=128)
+    llm.sampler = CapturingSampler(llm.sampler)
+    reqs = [llm.add_request(prompt_token_ids=ids, params=SamplingParams(max_tokens=6, temperature=0, ignore_eos=True))
+            for ids in prompts(4, seed=2)]
+    run_to_end(llm)
+    for req in reqs:
+        full = req.prompt_token_ids + req.output_token_ids
+        ref = hf(torch.tensor([full])).logits[0]
+        rows = [logits[ids.index(req.request_id)] for logits, ids in llm.sampler.seen if req.request_id in ids]
+        assert len(rows) == len(req.output_token_ids)
+        for k, row in enumerate(rows):
+            pos = len(req.prompt_token_ids) - 1 + k
+            assert (ref[pos] - row).abs().max().item() < 1e-4, (family, req.request_id, k)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_tokens_single_request(model_factory, family):
+    folder, hf = model_factory(family)
+    llm = LLM(str(folder), block_size=4, num_kv_blocks=64)
+    ids = prompts(1, seed=3, lengths=(9,))[0]
+    out = llm.add_request(prompt_token_ids=ids, params=SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))
+    run_to_end(llm)
+    assert out.output_token_ids == hf_greedy(hf, ids, 32)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_greedy_tokens_batch_of_mixed_lengths(model_factory, family):
+    folder, hf = model_factory(family)
+    llm = LLM(str(folder), block_size=4, num_kv_blocks=256)
+    batch = prompts(5, seed=4, lengths=(3, 11, 26, 7, 1))
+    reqs = [llm.add_request(prompt_token_ids=ids, params=SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))
+            for ids in batch]
+    run_to_end(llm)
+    for ids, req in zip(batch, reqs):
+        assert req.output_token_ids == hf_greedy(hf, ids, 32)
+    # they really were decoded together: some step ran all five in one forward pass
+    assert max(e.data["num_decode"] for e in llm.trace if e.kind == "step") == 5
+
+
+def test_requests_joining_mid_decode_match(model_factory):
+    """Continuous batching: a request added while others decode gets the same tokens."""
+    folder, hf = model_factory("llama")
+    llm = LLM(str(folder), block_size=4, num_kv_blocks=256)
+    a, b = prompts(2, seed=5, lengths=(12, 4))
+    ra = llm.add_request(prompt_token_ids=a, params=SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))
+    for _ in range(7):
+        llm.step()
+    rb = llm.add_request(prompt_token_ids=b, params=SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))
+    run_to_end(llm)
+    assert ra.output_token_ids == hf_greedy(hf, a, 32)
+    assert rb.output_token_ids == hf_greedy(hf, b, 32)
+    mixed = [e for e in llm.trace if e.kind == "step" and e.data["num_prefill"] and e.data["num_decode"]]
+    assert mixed, "the late request should have been prefilled in a step where the other decoded"
+
+
+def test_preempted_and_recomputed_request_matches(model_factory):
+    folder, hf = model_factory("qwen2")
+    # 3 requests x (10 prompt + 32 output) tokens need ~33 blocks of 4; give 16
+    llm = LLM(str(folder), block_size=4, num_kv_blocks=16)
+    batch = prompts(3, seed=6, lengths=(10,))
+    reqs = [llm.add_request(prompt_token_ids=ids, params=SamplingParams(max_tokens=32, temperature=0, ignore_eos=True))
+            for ids in batch]
+    run_to_end(llm)
+    assert sum(r.num_preemptions for r in reqs) > 0
+    assert any(e.kind == "transition" and e.data["to"] == "PREEMPTED" for e in llm.trace)
+    for ids, req in zip(batch, reqs):
+        assert req.output_token_ids == hf_greedy(hf, ids, 32)
+    assert llm.cache_stats().used_blocks == 0
+
+
+def test_prefix_cache_hit_gives_same_tokens(model_factory):
+    folder, hf = model_factory("llama")
+    llm = LLM(str(folder), block_size=4, num_kv_blocks=64)
+    ids = prompts(1, seed=7, lengths=(18,))[0]
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    first = llm.add_request(prompt_token_ids=ids, params=params)
+    run_to_end(llm)
+    second = llm.add_request(prompt_token_ids=ids, params=params)
+    run_to_end(llm)
+    assert second.num_cached_prompt_tokens == 16  # four full blocks of the 18-token prompt
+    assert first.output_token_ids == second.output_token_ids == hf_greedy(hf, ids, 12)
+
+
+def test_legacy_config_style_is_read(tmp_path, model_factory):
+    """Published checkpoints write rope_theta + rope_scaling instead of rope_parameters."""
+    folder, hf = model_factory("llama3rope")
+    cfg = json.loads((folder / "config.json").read_text())
+    rope = cfg.pop("rope_parameters")
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    for f in folder.iterdir():
+        (legacy / f.name).write_bytes(f.read_bytes())
+    cfg["rope_theta"] = rope.pop("rope_theta")
+    cfg["rope_scaling"] = rope
+    (legacy / "config.json").write_text(json.dumps(cfg))
+    llm = LLM(str(legacy), block_size=4, num_kv_blocks=32)
+    assert llm.model_config.rope_scaling["rope_type"] == "llama3"
+    ids = prompts(1, seed=8, lengths=(100,))[0]  # past original_max_position_embeddings=64
+    ref = hf(torch.tensor([ids])).logits[0]
+    assert (ref - llm.model.full_logits(ids)).abs().max().item() < 1e-4
+
+
+def test_untied_and_tied_embeddings(tmp_path):
+    tied = make_model(tmp_path / "tied", "llama", tie_word_embeddings=True)
+    llm = LLM(str(tmp_path / "tied"), block_size=4, num_kv_blocks=16)
+    assert llm.model.lm_head.weight.data_ptr() == llm.model.model.embed_tokens.weight.data_ptr()
+    ids = prompts(1, seed=9)[0]
+    assert (tied(torch.tensor([ids])).logits[0] - llm.model.full_logits(ids)).abs().max().item() < 1e-4
