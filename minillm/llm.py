@@ -348,12 +348,20 @@ class LLM:
             for p, sp in zip(prompts, params):
                 reqs.append(self.add_request(p, sp))
             while any(r.is_live for r in reqs):
-                self.step()
+                if not self.step() and not self.scheduler.running:
+                    self._raise_stalled()
         except BaseException:
             for r in reqs:
                 self.cancel(r.request_id)
             raise
         return [self.output(r.request_id) for r in reqs]
+
+    def _raise_stalled(self) -> None:
+        held = [r.request_id for r in self.requests.values() if r.state == RequestState.FINISHED and r.block_table]
+        raise RuntimeError(
+            f"the engine cannot make progress: {len(self.scheduler.waiting)} waiting request(s) need KV "
+            f"blocks held by FINISHED requests that were never released ({', '.join(held) or 'none'}); "
+            f"call llm.release(request_id) for them")
 
     def stream(self, prompt: str, params: SamplingParams | None = None) -> Iterator[str]:
         """Yield text pieces as they are sampled. Closing the iterator early (``break``)
@@ -363,7 +371,8 @@ class LLM:
         hold = max((len(s) for s in req.params.stop_strings), default=1) - 1
         try:
             while req.is_live:
-                self.step()
+                if not self.step() and not self.scheduler.running:
+                    self._raise_stalled()
                 safe = len(req.text) if not req.is_live else len(req.text) - hold
                 if safe > sent:
                     yield req.text[sent:safe]

@@ -320,3 +320,15 @@ def test_device_and_dtype_choices(tiny_llama):
     assert bf.kv_cache.k[0].dtype == torch.bfloat16 and bf.cache_stats().bytes_per_token == 2 * 2 * 2 * 16 * 2
     out = bf.generate(["the fox"], greedy(4, ignore_eos=True))[0]
     assert len(out.token_ids) == 4
+
+
+def test_unreleased_finished_requests_stall_with_a_clear_error(tiny_llama):
+    llm = LLM(str(tiny_llama[0]), block_size=4, num_kv_blocks=4)
+    held = llm.add_request(prompt_token_ids=[3] * 10, params=greedy(2, ignore_eos=True), auto_release=False)
+    run_to_end(llm)
+    assert held.state == S.FINISHED and llm.cache_stats().free_blocks == 1
+    with pytest.raises(RuntimeError, match=rf"never released \({held.request_id}\)"):
+        llm.generate(["the robot found a shiny key"], greedy(4))
+    assert llm.cache_stats().used_blocks == len(held.block_table)  # the failed request holds nothing
+    llm.release(held.request_id)
+    assert llm.generate(["the robot found a shiny key"], greedy(4))[0].stop_reason is not None

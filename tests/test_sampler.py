@@ -1,0 +1,130 @@
+"""Each logits processor on hand-made logits, and the sampler's seeding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from minillm import SamplingParams
+from minillm.request import Request
+from minillm.sampler import (Sampler, apply_penalties, make_generator, min_p_filter, processed_logits,
+                             top_k_filter, top_p_filter)
+
+INF = float("inf")
+
+
+def probs_of(*p):
+    return torch.tensor(p).log()
+
+
+def kept(logits):
+    return torch.isfinite(logits).nonzero().flatten().tolist()
+
+
+def test_top_k_keeps_the_k_largest():
+    logits = torch.tensor([1.0, 5.0, 3.0, 4.0, 2.0])
+    assert kept(top_k_filter(logits, 2)) == [1, 3]
+    assert kept(top_k_filter(logits, 0)) == [0, 1, 2, 3, 4]
+    assert kept(top_k_filter(logits, 99)) == [0, 1, 2, 3, 4]
+    batch = top_k_filter(torch.stack([logits, -logits]), torch.tensor([1, 3]))
+    assert kept(batch[0]) == [1] and kept(batch[1]) == [0, 2, 4]
+
+
+def test_top_p_smallest_set_reaching_p():
+    logits = probs_of(0.25, 0.5, 0.1, 0.15)
+    assert kept(top_p_filter(logits, 0.5)) == [1]         # 0.5 alone reaches 0.5
+    assert kept(top_p_filter(logits, 0.55)) == [0, 1]     # 0.5 + 0.25
+    assert kept(top_p_filter(logits, 0.8)) == [0, 1, 3]   # 0.5 + 0.25 + 0.15
+    assert kept(top_p_filter(logits, 0.95)) == [0, 1, 2, 3]
+    assert kept(top_p_filter(logits, 1e-6)) == [1]        # never empty
+    assert kept(top_p_filter(logits, 1.0)) == [0, 1, 2, 3]
+
+
+def test_top_p_rows_have_their_own_p():
+    logits = torch.stack([probs_of(0.6, 0.3, 0.1), probs_of(0.1, 0.3, 0.6)])
+    out = top_p_filter(logits, torch.tensor([0.6, 0.85]))
+    assert kept(out[0]) == [0] and kept(out[1]) == [1, 2]
+
+
+def test_min_p_relative_to_the_top_token():
+    logits = probs_of(0.5, 0.3, 0.15, 0.05)
+    assert kept(min_p_filter(logits, 0.2)) == [0, 1, 2]  # threshold 0.1
+    assert kept(min_p_filter(logits, 0.7)) == [0]        # threshold 0.35
+    assert kept(min_p_filter(logits, 0.0)) == [0, 1, 2, 3]
+
+
+def test_repetition_penalty_divides_positive_multiplies_negative():
+    logits = torch.tensor([2.0, -2.0, 1.0, 0.5])
+    p = SamplingParams(repetition_penalty=2.0)
+    out = apply_penalties(logits, p, prompt_ids=[0], output_ids=[1])
+    assert out.tolist() == [1.0, -4.0, 1.0, 0.5]
+
+
+def test_presence_and_frequency_penalties_count_output_only():
+    logits = torch.zeros(4)
+    p = SamplingParams(presence_penalty=0.5, frequency_penalty=0.25)
+    out = apply_penalties(logits, p, prompt_ids=[3, 3, 3], output_ids=[1, 1, 2])
+    assert out.tolist() == [0.0, -1.0, -0.75, 0.0]
+
+
+def test_temperature_zero_is_greedy_in_the_pipeline():
+    logits = torch.tensor([0.1, 3.0, 2.9])
+    out = processed_logits(logits, SamplingParams(temperature=0))
+    assert kept(out) == [1]
+
+
+def test_pipeline_order_is_temperature_then_topk_then_topp_then_minp():
+    logits = torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0])
+    p = SamplingParams(temperature=0.5, top_k=4, top_p=0.999, min_p=0.01)
+    manual = min_p_filter(top_p_filter(top_k_filter(logits / 0.5, 4), 0.999), 0.01)
+    assert torch.equal(processed_logits(logits, p), manual)
+
+
+def _req(rid, params, seed):
+    r = Request(rid, "x", params, prompt_token_ids=[1])
+    r._generator = make_generator(seed)
+    return r
+
+
+def test_same_seed_same_tokens_alone_or_batched():
+    torch.manual_seed(0)
+    logits = torch.randn(8, 50)
+    p = SamplingParams(temperature=1.0, top_p=0.9)
+    sampler = Sampler()
+    alone = [sampler(logits[3:4], [_req("a", p, 7)])[0][0] for _ in range(1)]
+    batch_reqs = [_req(str(i), SamplingParams(temperature=0.7 + i / 10), 100 + i) for i in range(8)]
+    batch_reqs[3] = _req("a", p, 7)
+    batched = sampler(logits, batch_reqs)[0][3]
+    assert alone[0] == batched
+    # and over many steps the sequence is the same
+    r1, r2 = _req("x", p, 11), _req("y", p, 11)
+    seq1 = [sampler(logits[:1], [r1])[0][0] for _ in range(20)]
+    seq2 = [sampler(logits[:2], [r2, _req("z", p, 5)])[0][0] for _ in range(20)]
+    assert seq1 == seq2
+
+
+def test_sampling_follows_the_distribution():
+    logits = probs_of(0.7, 0.2, 0.1)
+    r = _req("a", SamplingParams(temperature=1.0), 0)
+    counts = [0, 0, 0]
+    for _ in range(3000):
+        counts[Sampler()(logits[None], [r])[0][0]] += 1
+    freqs = [c / 3000 for c in counts]
+    for f, p in zip(freqs, (0.7, 0.2, 0.1)):
+        assert abs(f - p) < 0.04
+
+
+def test_top_k_one_is_greedy_even_at_high_temperature():
+    logits = torch.tensor([[0.0, 1.0, 0.9, 0.5]])
+    r = _req("a", SamplingParams(temperature=5.0, top_k=1), 3)
+    assert {Sampler()(logits, [r])[0][0] for _ in range(50)} == {1}
+
+
+def test_greedy_rows_ignore_their_generator():
+    logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0]])
+    ids, raw = Sampler()(logits, [_req("a", SamplingParams(temperature=0), 1), _req("b", SamplingParams(temperature=0), 2)])
+    assert ids == [1, 0]
+    assert torch.equal(raw, logits)
+    assert math.isclose(raw.log_softmax(-1).exp().sum(-1)[0].item(), 1.0, rel_tol=1e-6)
