@@ -68,7 +68,7 @@ def test_next_token_distribution_has_real_choices(llm):
     p = logits.softmax(-1)
     entropy_bits = -(p * p.clamp_min(1e-30).log2()).sum().item()
     assert entropy_bits > 1.0
-    assert (p > 0.05).sum().item() >= 3
+    assert (p > 0.02).sum().item() >= 5  # several plausible words, not one
 
 
 def test_prompts_matter(llm):

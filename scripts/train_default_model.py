@@ -1,0 +1,457 @@
+#!/usr/bin/env python
+"""Train minillm's tiny default model (``stories-3m``) from scratch, on the CPU.
+
+    python scripts/train_default_model.py --out minillm/assets/stories-3m
+
+Steps (all seeded, so a rerun gives the same corpus and tokenizer and, up to
+floating-point differences between machines, the same model):
+
+1. generate a synthetic corpus of simple English stories (``scripts/story_corpus.py``);
+2. train a byte-level BPE tokenizer on it (``tokenizers``), with ``<|bos|>`` and
+   ``<|endoftext|>``; its post-processor prepends ``<|bos|>`` to every encoded text;
+3. train a small ``transformers.LlamaForCausalLM`` (AdamW, warm-up + cosine schedule),
+   each story being ``<|bos|> story <|endoftext|>``;
+4. save model (float32 safetensors), tokenizer, generation config, a loss-curve PNG and a
+   model card (README.md) into ``--out``.
+
+A default run takes about 10 minutes on 2 CPU cores. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# On a shared machine, spinning OpenMP workers make a busy CPU much slower still.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from story_corpus import (  # noqa: E402
+    ANIMALS, BOY_NAMES, CREATURES, GIRL_NAMES, OBJECTS, PLACES, PLOTS, generate_stories,
+)
+
+BOS, EOS = "<|bos|>", "<|endoftext|>"
+PROMPTS_GREEDY = ["Once upon a time", "One day, Mia went to the beach",
+                  "Once upon a time, there was a fox named", "The little robot"]
+PROMPTS_SAMPLED = ["Once upon a time, there was a little", "Long ago,"]
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="minillm/assets/stories-3m", help="output folder")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--stories", type=int, default=40000, help="training stories")
+    ap.add_argument("--val-stories", type=int, default=1000)
+    ap.add_argument("--vocab-size", type=int, default=4096, help="BPE target vocabulary size")
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--intermediate", type=int, default=688)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--batch-size", type=int, default=32, help="stories per step")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--min-lr-ratio", type=float, default=0.05)
+    ap.add_argument("--warmup", type=int, default=60)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", choices=["auto", "on", "off"], default="auto",
+                    help="bfloat16 autocast for the matmuls (weights stay float32)")
+    return ap.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------------------
+# tokenizer
+# ---------------------------------------------------------------------------------------
+
+def train_tokenizer(texts, vocab_size):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=2, special_tokens=[BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    bos_id = tok.token_to_id(BOS)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)],
+    )
+    return tok
+
+
+# ---------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------
+
+def make_batches(seqs, batch_size, rng, pad_id):
+    """Length-bucketed, shuffled batches of whole stories, right-padded.
+
+    Each row is one story starting at position 0 with <|bos|>, exactly as at inference.
+    Padding sits at the end and gets label -100, so causal attention needs no mask.
+    """
+    idx = list(range(len(seqs)))
+    rng.shuffle(idx)
+    chunk = batch_size * 50
+    batches = []
+    for c in range(0, len(idx), chunk):
+        part = sorted(idx[c:c + chunk], key=lambda i: len(seqs[i]))
+        batches += [part[b:b + batch_size] for b in range(0, len(part), batch_size)]
+    rng.shuffle(batches)
+    for b in batches:
+        n = max(len(seqs[i]) for i in b)
+        x = torch.full((len(b), n), pad_id, dtype=torch.long)
+        y = torch.full((len(b), n), -100, dtype=torch.long)
+        for r, i in enumerate(b):
+            s = torch.tensor(seqs[i])
+            x[r, :len(s)] = s
+            y[r, :len(s)] = s
+        yield x, y
+
+
+def bf16_ok(mode):
+    if mode == "off":
+        return False
+    if mode == "on":
+        return True
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:  # pragma: no cover
+        return False
+
+
+@torch.no_grad()
+def evaluate(model, seqs, pad_id, use_bf16, batch_size=64):
+    model.eval()
+    tot, n = 0.0, 0
+    rng = random.Random(0)
+    for x, y in make_batches(seqs, batch_size, rng, pad_id):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+            logits = model(input_ids=x).logits.float()
+        lp = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.size(-1)), y[:, 1:].reshape(-1),
+            ignore_index=-100, reduction="sum")
+        tot += lp.item()
+        n += (y[:, 1:] != -100).sum().item()
+    model.train()
+    return tot / n
+
+
+# ---------------------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------------------
+
+def main(argv=None):
+    args = parse_args(argv)
+    t_start = time.time()
+    torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    from transformers import (GenerationConfig, LlamaConfig, LlamaForCausalLM,
+                              PreTrainedTokenizerFast)
+
+    # 1. corpus
+    t0 = time.time()
+    train_texts = generate_stories(args.stories, seed=args.seed)
+    val_texts = generate_stories(args.val_stories, seed=args.seed + 1)
+    n_words = sum(len(s.split()) for s in train_texts)
+    print(f"corpus: {len(train_texts)} train + {len(val_texts)} val stories, "
+          f"{n_words} train words ({time.time() - t0:.1f}s)")
+
+    # 2. tokenizer
+    t0 = time.time()
+    tok = train_tokenizer(train_texts, args.vocab_size)
+    bos_id, eos_id = tok.token_to_id(BOS), tok.token_to_id(EOS)
+    vocab = tok.get_vocab_size()
+    train_seqs = [e.ids + [eos_id] for e in tok.encode_batch(train_texts)]
+    val_seqs = [e.ids + [eos_id] for e in tok.encode_batch(val_texts)]
+    n_tokens = sum(map(len, train_seqs))
+    n_val_tokens = sum(map(len, val_seqs))
+    assert all(s[0] == bos_id for s in train_seqs)
+    print(f"tokenizer: vocab {vocab}, {n_tokens} train tokens, {n_val_tokens} val tokens, "
+          f"max story {max(map(len, train_seqs))} tokens ({time.time() - t0:.1f}s)")
+
+    # 3. model
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers, num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads, max_position_embeddings=1024,
+        rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=eos_id,
+        hidden_act="silu", attention_bias=False, mlp_bias=False,
+    )
+    model = LlamaForCausalLM(config)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params:,} parameters")
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+
+    def lr_at(step):
+        if step < args.warmup:
+            return args.lr * (step + 1) / args.warmup
+        p = (step - args.warmup) / max(1, args.steps - args.warmup)
+        return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
+
+    use_bf16 = bf16_ok(args.bf16)
+    print(f"bf16 autocast: {use_bf16}")
+    data_rng = random.Random(args.seed)
+
+    def batches_forever():
+        while True:
+            yield from make_batches(train_seqs, args.batch_size, data_rng, eos_id)
+
+    batches = batches_forever()
+    history = {"step": [], "train": [], "val_step": [], "val": []}
+    tokens_seen = 0
+    ema = None
+    model.train()
+    t_train = time.time()
+    bar = tqdm(range(args.steps), desc="training", dynamic_ncols=True, mininterval=2.0)
+    for step in bar:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        x, y = next(batches)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bf16):
+            loss = model(input_ids=x, labels=y).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        tokens_seen += int((y != -100).sum())
+        li = loss.item()
+        ema = li if ema is None else 0.95 * ema + 0.05 * li
+        history["step"].append(step)
+        history["train"].append(li)
+        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+            v = evaluate(model, val_seqs, eos_id, use_bf16)
+            history["val_step"].append(step + 1)
+            history["val"].append(v)
+            tqdm.write(f"step {step + 1}: train {ema:.3f}  val {v:.3f}")
+        bar.set_postfix(loss=f"{ema:.3f}", lr=f"{lr_at(step):.1e}")
+    train_time = time.time() - t_train
+
+    # final losses, in float32
+    model.eval()
+    final_val = evaluate(model, val_seqs, eos_id, use_bf16=False)
+    sub = random.Random(1).sample(train_seqs, min(1000, len(train_seqs)))
+    final_train = evaluate(model, sub, eos_id, use_bf16=False)
+    print(f"final: train loss {final_train:.4f}, val loss {final_val:.4f}, "
+          f"{tokens_seen:,} tokens seen in {train_time:.0f}s")
+
+    # 4. save
+    model = model.float()
+    model.generation_config = GenerationConfig(
+        bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=eos_id,
+        do_sample=False, max_new_tokens=256,
+    )
+    model.save_pretrained(out, safe_serialization=True)
+    # transformers 5 writes rope_theta inside "rope_parameters"; keep the classic
+    # top-level key too, for readers of config.json that expect it.
+    cfg_path = out / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.setdefault("rope_theta", config.rope_parameters.get("rope_theta", 10000.0)
+                   if getattr(config, "rope_parameters", None) else 10000.0)
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=EOS,
+        model_max_length=1024, clean_up_tokenization_spaces=False,
+    )
+    hf_tok.save_pretrained(out)
+    stm = out / "special_tokens_map.json"
+    if not stm.exists():
+        stm.write_text(json.dumps({"bos_token": BOS, "eos_token": EOS, "pad_token": EOS}, indent=2) + "\n")
+    plot_losses(history, out / "loss_curve.png")
+
+    samples = make_samples(model, hf_tok, eos_id)
+    total_time = time.time() - t_start
+    write_card(out, args, dict(
+        n_params=n_params, vocab=vocab, n_train=len(train_texts), n_val=len(val_texts),
+        n_words=n_words, n_tokens=n_tokens, n_val_tokens=n_val_tokens, tokens_seen=tokens_seen,
+        train_time=train_time, total_time=total_time, final_train=final_train,
+        final_val=final_val, bos_id=bos_id, eos_id=eos_id, bf16=use_bf16, samples=samples,
+        history=history,
+    ))
+    for f in out.iterdir():
+        if f.is_file():
+            f.chmod(0o644)
+    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    print(f"saved to {out} ({size / 1e6:.1f} MB); total time {total_time:.0f}s")
+
+
+def plot_losses(history, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    ax.plot(history["step"], history["train"], lw=0.6, alpha=0.4, color="tab:blue", label="train (per step)")
+    k, sm, acc = 0.95, [], None
+    for v in history["train"]:
+        acc = v if acc is None else k * acc + (1 - k) * v
+        sm.append(acc)
+    ax.plot(history["step"], sm, lw=1.5, color="tab:blue", label="train (smoothed)")
+    ax.plot(history["val_step"], history["val"], "o-", color="tab:orange", label="validation")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss (nats/token)")
+    ax.set_yscale("log")
+    ax.set_title("stories-3m training loss")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+@torch.no_grad()
+def make_samples(model, tok, eos_id):
+    out = []
+    for p in PROMPTS_GREEDY:
+        ids = tok(p, return_tensors="pt").input_ids
+        g = model.generate(ids, do_sample=False, max_new_tokens=256, pad_token_id=eos_id)
+        out.append(("greedy", p, tok.decode(g[0], skip_special_tokens=True), g[0, -1].item() == eos_id))
+    for i, p in enumerate(PROMPTS_SAMPLED):
+        torch.manual_seed(i)
+        ids = tok(p, return_tensors="pt").input_ids
+        g = model.generate(ids, do_sample=True, temperature=0.8, top_k=0, top_p=1.0,
+                           max_new_tokens=256, pad_token_id=eos_id)
+        out.append((f"sampled, temperature 0.8, torch seed {i}", p,
+                    tok.decode(g[0], skip_special_tokens=True), g[0, -1].item() == eos_id))
+    return out
+
+
+def write_card(out, args, r):
+    cmd = "python scripts/train_default_model.py --out minillm/assets/stories-3m"
+    defaults = vars(parse_args([]))
+    changed = [f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out" and v != defaults[k]]
+    if changed:
+        cmd += " " + " ".join(changed)
+    samples = "\n\n".join(
+        f"**{kind}** — prompt `{p}`{'' if ended else ' (hit the 256-token limit)'}:\n\n> {text}"
+        for kind, p, text, ended in r["samples"])
+    vals = ", ".join(f"{s}: {v:.3f}" for s, v in zip(r["history"]["val_step"], r["history"]["val"]))
+    card = f"""---
+license: mit
+library_name: transformers
+pipeline_tag: text-generation
+tags: [llama, tiny, synthetic, minillm]
+---
+
+# stories-3m
+
+The tiny default model of **minillm**: a {r['n_params'] / 1e6:.1f}M-parameter Llama-architecture
+causal language model trained from scratch, on a CPU, on a synthetic corpus of simple
+English short stories. It exists so that the engine, its tests and the course have a real
+model to run offline. It writes short, simple, grammatical stories; it knows nothing else.
+
+## Architecture
+
+| | |
+|---|---|
+| architecture | `LlamaForCausalLM` (RMSNorm, rotary position embeddings, SwiGLU MLP) |
+| parameters | {r['n_params']:,} (float32, {r['n_params'] * 4 / 1e6:.1f} MB) |
+| hidden size | {args.hidden} |
+| layers | {args.layers} |
+| attention heads | {args.heads} query heads, {args.kv_heads} key/value heads (grouped-query attention), head dim {args.hidden // args.heads} |
+| MLP intermediate size | {args.intermediate} |
+| vocabulary | {r['vocab']} |
+| context length | 1024 positions (`max_position_embeddings`); trained on stories of at most ~250 tokens |
+| RoPE theta | 10000 |
+| embeddings | tied input/output (`tie_word_embeddings=True`) |
+| special tokens | `<|bos|>` = {r['bos_id']}, `<|endoftext|>` = {r['eos_id']} (also used as padding) |
+
+## Tokenizer
+
+Byte-level BPE trained with the `tokenizers` library on the training stories (target
+vocabulary {args.vocab_size}; the corpus has fewer distinct words than that, so the
+learned vocabulary has {r['vocab']} entries, whole words for almost everything). ByteLevel
+pre-tokenizer and decoder, so decoding round-trips text, spaces included. A
+`TemplateProcessing` post-processor prepends `<|bos|>` to every encoded text, so
+`tokenizer("Once upon a time")` already starts with the BOS id, in transformers and in
+minillm alike. Generation stops at `<|endoftext|>`.
+
+## Training data
+
+{r['n_train']:,} training and {r['n_val']:,} validation stories ({r['n_words']:,} training words,
+{r['n_tokens']:,} training tokens, {r['n_val_tokens']:,} validation tokens), generated by
+`scripts/story_corpus.py` (seed {args.seed} for training, {args.seed + 1} for validation).
+The generator is a hand-written grammar: {len(GIRL_NAMES) + len(BOY_NAMES)} names,
+{len(ANIMALS)} animals and {len(CREATURES)} other creatures (robot, dragon, ...), {len(PLACES)} places,
+{len(OBJECTS)} objects, colours, weather, foods and feelings, and {len(PLOTS)} plot shapes
+({', '.join(p.replace('_', ' ') for p in PLOTS)}). The hero, the friend, the place and
+the object drawn at the start of a story are carried through it, so a prompt that names
+them leads to a story about them. Stories are 60-180 words. Each training sequence is
+`<|bos|> story <|endoftext|>`. The corpus is synthetic: no third-party text is used.
+
+## Training
+
+AdamW (betas 0.9/0.95, weight decay {args.weight_decay}), peak learning rate {args.lr}, {args.warmup}
+warm-up steps then cosine decay to {args.min_lr_ratio * args.lr:g}, {args.steps} steps of {args.batch_size}
+stories (length-bucketed, right-padded), gradient clipping 1.0, seed {args.seed}.
+{r['tokens_seen']:,} tokens seen (about {r['tokens_seen'] / r['n_tokens']:.1f} epochs).
+Matmuls in bfloat16 autocast on the CPU: {'yes' if r['bf16'] else 'no'}; weights and optimizer state in float32.
+
+    {cmd}
+
+took {r['total_time'] / 60:.1f} minutes in all ({r['train_time'] / 60:.1f} minutes of training) on
+{args.threads} CPU threads.
+
+| | loss (nats/token, float32) |
+|---|---|
+| final train (1,000 training stories) | {r['final_train']:.3f} |
+| final validation | {r['final_val']:.3f} |
+
+Validation loss during training (step: loss): {vals}.
+
+![loss curve](loss_curve.png)
+
+## Samples
+
+{samples}
+
+## Use
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+path = "minillm/assets/stories-3m"
+tok = AutoTokenizer.from_pretrained(path)
+model = AutoModelForCausalLM.from_pretrained(path)
+ids = tok("Once upon a time", return_tensors="pt").input_ids   # starts with <|bos|>
+print(tok.decode(model.generate(ids, max_new_tokens=256)[0], skip_special_tokens=True))
+```
+
+## Limitations
+
+A toy: a small vocabulary, a few hundred sentence patterns, no knowledge of the world.
+Prompts far from the corpus (other topics, other languages, code) give nonsense.
+
+## Licence
+
+MIT, the same as the minillm project. The training corpus is synthetic, generated by the
+project's own script.
+"""
+    (out / "README.md").write_text(card)
+
+
+if __name__ == "__main__":
+    main()
