@@ -11,20 +11,30 @@ Exercise ids (stable; the notebook lists them):
     pitfall1_kv_not_hit_cache, pitfall2_sampling_not_ui, pitfall3_one_lifecycle,
     code_top_p, code_kv_bytes, code_stop_check
 
-Importing this package is light (no torch, no ipywidgets): the engine is loaded only by the
-checks that need it, and ``DiagramEditor`` only when it is first used.
+The engine's model is loaded only by the check that runs it (``task3_kv_bytes``), and
+ipywidgets only when ``DiagramEditor`` is first used.
 """
 
 from __future__ import annotations
 
-from . import texts as _texts  # noqa: F401  (registers tasks 2-4, quiz, pitfalls)
 from . import diagram as _diagram  # noqa: F401  (registers task 1)
+from . import texts as _texts  # noqa: F401  (registers tasks 2-4, quiz, pitfalls)
 from . import coding as _coding  # noqa: F401  (registers the coding tasks and task 3's byte count)
 from .coding import PRESSURE_SCENARIOS, show_scenarios
 from .registry import EXERCISES, Marks, NotAttempted, check, check_all, summary
 from .result import Feedback, Result, Summary
 
-__all__ = ["check", "check_all", "summary", "EXERCISES", "Result", "Summary", "Feedback", "Marks",
+# the order of the notebook (and of reports)
+ORDER = ["task1_diagram", "task2_kv_explain", "task3_pressure", "task3_kv_bytes", "task4_sampling",
+         "quiz1_live_requests", "quiz2_kv_tradeoff", "quiz3_sampling_interface", "quiz4_states_before_batching",
+         "pitfall1_kv_not_hit_cache", "pitfall2_sampling_not_ui", "pitfall3_one_lifecycle",
+         "code_top_p", "code_kv_bytes", "code_stop_check"]
+assert sorted(ORDER) == sorted(EXERCISES), "every registered exercise must have its place in ORDER"
+_registered = dict(EXERCISES)
+EXERCISES.clear()
+EXERCISES.update((k, _registered[k]) for k in ORDER)
+
+__all__ = ["check", "check_all", "summary", "EXERCISES", "ORDER", "Result", "Summary", "Feedback", "Marks",
            "NotAttempted", "DiagramEditor", "cli_grade", "PRESSURE_SCENARIOS", "show_scenarios"]
 
 

@@ -1,0 +1,593 @@
+"""Task 1: the request lifecycle state diagram, graded on its structure (never its picture).
+
+An answer can be a :class:`~minillm.grading.diagram_editor.DiagramEditor`, plain Python data::
+
+    {"states": {"WAITING": "prompt token ids, sampling params; no KV block yet", ...},
+     "transitions": [("WAITING", "PREFILL", "scheduled"), ...]}
+
+or DOT text (``digraph { WAITING [holds="..."]; WAITING -> PREFILL [label="scheduled"] }``).
+State names are matched generously, in English or Chinese (QUEUED / WAITING / 入队 …), to the
+roles the chapter asks for: enqueue, prefill, decode (the active request), finish, release.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+
+from .registry import Marks, NotAttempted, register
+
+# =============================================================================================
+# The data model
+# =============================================================================================
+
+
+@dataclass
+class Diagram:
+    states: dict[str, str] = field(default_factory=dict)  # name -> what the state holds
+    transitions: list[tuple[str, str, str]] = field(default_factory=list)  # (from, to, label)
+    notes: list[str] = field(default_factory=list)  # remarks made while reading the answer
+    labels: dict[str, str] = field(default_factory=dict)  # DOT display labels, used to match roles
+
+    def add_state(self, name: str, holds: str = "") -> None:
+        if name not in self.states or (holds and not self.states[name]):
+            self.states[name] = holds
+
+    def to_data(self) -> dict:
+        return {"states": dict(self.states), "transitions": [list(t) for t in self.transitions]}
+
+    @property
+    def empty(self) -> bool:
+        return not self.states and not self.transitions
+
+
+def _holds_text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple, set)):
+        return ", ".join(str(v).strip() for v in value if str(v).strip())
+    return str(value).strip()
+
+
+class DiagramFormatError(ValueError):
+    """The answer cannot be read as a diagram; the message says why."""
+
+
+def from_data(data: dict) -> Diagram:
+    """Read ``{"states": ..., "transitions": ...}`` (several spellings accepted)."""
+    d = Diagram()
+    states = data.get("states", data.get("nodes", {}))
+    holds = data.get("holds", data.get("resources", {})) or {}
+    if not isinstance(holds, dict):
+        raise DiagramFormatError("'holds' should map a state name to what it holds")
+    if isinstance(states, dict):
+        for name, h in states.items():
+            if isinstance(h, dict):
+                h = h.get("holds", h.get("resources", h.get("note", "")))
+            d.add_state(str(name).strip(), _holds_text(h))
+    elif isinstance(states, (list, tuple)):
+        for entry in states:
+            if isinstance(entry, str):
+                d.add_state(entry.strip(), "")
+            elif isinstance(entry, dict) and "name" in entry:
+                d.add_state(str(entry["name"]).strip(),
+                            _holds_text(entry.get("holds", entry.get("resources", entry.get("note", "")))))
+            elif isinstance(entry, (list, tuple)) and len(entry) == 2:
+                d.add_state(str(entry[0]).strip(), _holds_text(entry[1]))
+            else:
+                raise DiagramFormatError(f"a state should be a name, (name, holds) or "
+                                         f"{{'name': ..., 'holds': ...}}, got {entry!r}")
+    else:
+        raise DiagramFormatError(f"'states' should be a dict {{name: holds}} or a list, got {type(states).__name__}")
+    for name, h in holds.items():
+        d.add_state(str(name).strip(), "")
+        if not d.states[str(name).strip()]:
+            d.states[str(name).strip()] = _holds_text(h)
+    edges = data.get("transitions", data.get("edges", []))
+    if not isinstance(edges, (list, tuple)):
+        raise DiagramFormatError(f"'transitions' should be a list, got {type(edges).__name__}")
+    for e in edges:
+        if isinstance(e, dict):
+            src = e.get("from", e.get("src", e.get("source")))
+            dst = e.get("to", e.get("dst", e.get("target")))
+            label = e.get("label", e.get("on", e.get("event", "")))
+        elif isinstance(e, (list, tuple)) and len(e) in (2, 3):
+            src, dst, label = (*e, "") if len(e) == 2 else e
+        else:
+            raise DiagramFormatError(f"a transition should be (from, to) or (from, to, label), got {e!r}")
+        if src is None or dst is None:
+            raise DiagramFormatError(f"a transition needs both ends, got {e!r}")
+        _add_edge(d, str(src).strip(), str(dst).strip(), "" if label is None else str(label).strip())
+    return d
+
+
+def _add_edge(d: Diagram, src: str, dst: str, label: str) -> None:
+    for end in (src, dst):
+        if end not in d.states:
+            d.states[end] = ""
+            d.notes.append(f"state {end} appears only in a transition")
+    d.transitions.append((src, dst, label))
+
+
+# =============================================================================================
+# DOT: a small reader and writer
+# =============================================================================================
+_TOKEN = re.compile(r"""
+    (?P<ws>\s+|//[^\n]*|\#[^\n]*|/\*.*?\*/)
+  | (?P<str>"(?:[^"\\]|\\.)*")
+  | (?P<html><(?:[^<>]|<[^<>]*>)*>)
+  | (?P<arrow>->|--)
+  | (?P<punct>[{}\[\];,=:])
+  | (?P<id>[^\s{}\[\];,=:"<>\-]+(?:-(?!>|-)[^\s{}\[\];,=:"<>\-]*)*|-?\d+(?:\.\d+)?)
+""", re.VERBOSE | re.DOTALL)
+
+
+def _tokens(text: str) -> list[tuple[str, str, int]]:
+    out, pos = [], 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m:
+            line = text.count("\n", 0, pos) + 1
+            raise DiagramFormatError(f"could not read the DOT text: unexpected {text[pos]!r} at line {line}")
+        kind = m.lastgroup
+        if kind != "ws":
+            value = m.group(kind)
+            if kind == "str":
+                value = value[1:-1].replace('\\"', '"')
+            elif kind == "html":
+                value = re.sub(r"<br\s*/?>", "\n", value[1:-1], flags=re.I)
+                value = re.sub(r"<[^>]+>", "", value)
+            out.append(("id" if kind in ("str", "html", "id") else kind, value, text.count("\n", 0, pos) + 1))
+        pos = m.end()
+    return out
+
+
+def _dot_lines(label: str) -> list[str]:
+    parts = re.split(r"\\[nlr]|\n|\|", label)
+    return [p.strip(" {}") for p in parts if p.strip(" {}")]
+
+
+_HOLD_ATTRS = ("holds", "resources", "resource", "xlabel", "tooltip", "comment", "note")
+
+
+def parse_dot(text: str) -> Diagram:
+    """Nodes, edges (chains, ``a -> {b c}``), attributes; subgraphs are flattened."""
+    toks = _tokens(text)
+    i = 0
+    d = Diagram()
+    labels: dict[str, str] = {}
+
+    def peek(k=0):
+        return toks[i + k] if i + k < len(toks) else ("eof", "", -1)
+
+    def expect(value):
+        nonlocal i
+        kind, v, line = peek()
+        if v != value:
+            raise DiagramFormatError(f"could not read the DOT text: expected {value!r} at line {line}, got {v!r}")
+        i += 1
+
+    def attrs() -> dict:
+        nonlocal i
+        out = {}
+        while peek()[1] == "[":
+            i += 1
+            while peek()[1] != "]":
+                kind, key, line = peek()
+                if kind == "eof":
+                    raise DiagramFormatError("could not read the DOT text: an attribute list is not closed with ']'")
+                i += 1
+                if peek()[1] == "=":
+                    i += 1
+                    out[key.lower()] = peek()[1]
+                    i += 1
+                if peek()[1] in (",", ";"):
+                    i += 1
+            i += 1
+        return out
+
+    def operand() -> list[str]:
+        nonlocal i
+        kind, v, line = peek()
+        if v == "{" or v.lower() == "subgraph":
+            return statements_block()
+        if kind != "id":
+            raise DiagramFormatError(f"could not read the DOT text: expected a state name at line {line}, got {v!r}")
+        i += 1
+        if peek()[1] == ":":  # port, e.g. a:n
+            i += 2
+        return [v]
+
+    def statements_block() -> list[str]:
+        nonlocal i
+        if peek()[1].lower() == "subgraph":
+            i += 1
+            if peek()[0] == "id" and peek()[1] != "{":
+                i += 1
+        expect("{")
+        names = statements("}")
+        expect("}")
+        return names
+
+    def statements(end: str) -> list[str]:
+        nonlocal i
+        seen: list[str] = []
+        while peek()[1] != end and peek()[0] != "eof":
+            kind, v, line = peek()
+            if v in (";", ","):
+                i += 1
+                continue
+            if kind == "id" and v.lower() in ("graph", "node", "edge") and peek(1)[1] == "[":
+                i += 1
+                attrs()
+                continue
+            if kind == "id" and peek(1)[1] == "=":  # graph attribute a = b
+                i += 3
+                continue
+            left = operand()
+            chain = [left]
+            while peek()[0] == "arrow":
+                i += 1
+                chain.append(operand())
+            a = attrs()
+            if len(chain) == 1:
+                for name in left:
+                    d.add_state(name, "")
+                    if len(left) == 1:
+                        _node_attrs(name, a)
+            else:
+                label = a.get("label", a.get("xlabel", ""))
+                for src_group, dst_group in zip(chain, chain[1:]):
+                    for s in src_group:
+                        for t in dst_group:
+                            d.add_state(s, "")
+                            d.add_state(t, "")
+                            d.transitions.append((s, t, label))
+            for group in chain:
+                seen.extend(group)
+        return seen
+
+    def _node_attrs(name: str, a: dict) -> None:
+        holds = next((a[k] for k in _HOLD_ATTRS if a.get(k)), "")
+        label = a.get("label", "")
+        if label:
+            lines = _dot_lines(label)
+            if lines:
+                labels[name] = lines[0]
+                if not holds and len(lines) > 1:
+                    holds = "; ".join(lines[1:])
+                elif not holds and ":" in lines[0] and len(lines) == 1:
+                    head, _, tail = lines[0].partition(":")
+                    labels[name], holds = head.strip(), tail.strip()
+        if holds:
+            d.states[name] = holds.strip()
+
+    # header: [strict] (graph|digraph) [id] {
+    while peek()[0] == "id" and peek()[1].lower() in ("strict", "graph", "digraph"):
+        i += 1
+    if peek()[0] == "id" and peek()[1] != "{":
+        i += 1
+    if peek()[1] == "{":
+        i += 1
+        statements("}")
+        expect("}")
+    else:
+        statements("\0")
+    if peek()[0] != "eof":
+        raise DiagramFormatError(f"could not read the DOT text: unexpected {peek()[1]!r} at line {peek()[2]}")
+    d.labels = labels
+    return d
+
+
+def _dot_id(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def to_dot(d: Diagram, highlight: str | None = None) -> str:
+    """DOT text for a diagram: each state shows its name and, below it, what it holds."""
+    lines = ["digraph lifecycle {", '  rankdir=LR;', '  node [shape=box, style="rounded,filled", '
+             'fillcolor="#f6f8fa", fontname="Helvetica", fontsize=11];',
+             '  edge [fontname="Helvetica", fontsize=10];']
+    for name, holds in d.states.items():
+        label = name + (("\\n" + _wrap(holds).replace('"', '\\"')) if holds else "")
+        extra = ', fillcolor="#fff8c5"' if name == highlight else ""
+        lines.append(f'  {_dot_id(name)} [label="{label}", holds={_dot_id(holds)}{extra}];')
+    for src, dst, label in d.transitions:
+        attr = f" [label={_dot_id(label)}]" if label else ""
+        lines.append(f"  {_dot_id(src)} -> {_dot_id(dst)}{attr};")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _wrap(text: str, width: int = 28) -> str:
+    out, line = [], ""
+    for word in text.replace("\\", "/").split():
+        if line and len(line) + 1 + len(word) > width:
+            out.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    if line:
+        out.append(line)
+    return "\\n".join(out)
+
+
+def render_svg(dot: str) -> tuple[str | None, str | None]:
+    """(svg, None) when Graphviz can draw it, else (None, a one-line reason)."""
+    try:
+        import graphviz
+    except ImportError:
+        return None, "the Python package 'graphviz' is not installed (pip install graphviz)"
+    try:
+        svg = graphviz.Source(dot).pipe(format="svg", encoding="utf-8")
+    except graphviz.ExecutableNotFound:
+        return None, ("Graphviz's 'dot' program is not installed (apt install graphviz, brew install graphviz "
+                      "or conda install graphviz) — showing the DOT text instead; grading does not need it")
+    except Exception as exc:  # a malformed graph or a crashing dot: show the text, never a traceback
+        return None, f"Graphviz could not draw this graph ({type(exc).__name__}); showing the DOT text instead"
+    return svg, None
+
+
+# =============================================================================================
+# Reading any answer
+# =============================================================================================
+
+
+def read_answer(answer) -> Diagram:
+    """A Diagram from whatever form the answer takes; DiagramFormatError says what is wrong."""
+    if isinstance(answer, Diagram):
+        return answer
+    if hasattr(answer, "to_data") and callable(answer.to_data):  # the DiagramEditor
+        return from_data(answer.to_data())
+    source = getattr(answer, "source", None)  # a graphviz.Digraph
+    if isinstance(source, str):
+        return parse_dot(source)
+    if isinstance(answer, str):
+        if re.search(r"->|--|\bdigraph\b|\bgraph\b", answer):
+            return parse_dot(answer)
+        raise DiagramFormatError("this string is not DOT text (no edges with '->'); give DOT text, a dict "
+                                 "{'states': ..., 'transitions': ...}, or use the DiagramEditor")
+    if isinstance(answer, dict):
+        return from_data(answer)
+    raise DiagramFormatError(f"task1_diagram should be a DiagramEditor, a dict {{'states': ..., 'transitions': ...}} "
+                             f"or DOT text, got {type(answer).__name__}")
+
+
+# =============================================================================================
+# Roles: which state is which, in English or Chinese
+# =============================================================================================
+ROLES: dict[str, tuple[str, str]] = {
+    # role: (regex over the normalised name, how feedback names it)
+    "new": (r"\bnew\b|\barriv\w*|\breceiv\w*|\bsubmit\w*|\bincoming\b|\bcreated\b|\brequest in\b|"
+            r"进入请求|新请求|到达|接收|提交|进入系统", "NEW / ARRIVED"),
+    "tokenize": (r"tokeni[sz]\w*|分词", "TOKENIZE"),
+    "enqueue": (r"\bqueue\w*|\benqueue\w*|\bwait\w*|\bpending\b|\badmi\w*|入队|排队|等待|队列|待调度", "WAITING / QUEUED / 入队"),
+    "prefill": (r"pre-?\s?fill\w*|prompt process\w*|process\w* (the )?prompt|context encod\w*|预填充|预填", "PREFILL"),
+    "decode": (r"\bdecod\w*|\bactive\b|\brunning\b|\bgenerat\w*|活跃|解码|生成|运行中|运行", "DECODE / ACTIVE"),
+    "sample": (r"\bsampl\w*|采样", "SAMPLE"),
+    "update": (r"update\w* (the )?(history|context)|\bappend\w*|更新历史|更新上下文|追加", "UPDATE HISTORY"),
+    "preempted": (r"preempt\w*|\bswapp?\w*|\bevict\w*|抢占|换出", "PREEMPTED"),
+    "cancelled": (r"\bcancel\w*|\babort\w*|取消|中止", "CANCELLED"),
+    "finish": (r"\bfinish\w*|\bdone\b|\bcomplet\w*|\bstop\w*|\bend(ed)?\b|\bterminat\w*|完成|结束|停止|终止", "FINISHED"),
+    "release": (r"\breleas\w*|\bfree[sd]?\b|\bclean\w*|\breclaim\w*|\bdealloc\w*|回收|释放|清理", "RELEASED"),
+}
+_ROLE_RE = {k: re.compile(v[0], re.IGNORECASE) for k, v in ROLES.items()}
+REQUIRED = ("enqueue", "prefill", "decode", "finish", "release")
+LOOP_OK = {"decode", "sample", "update", None}  # roles a decode loop may pass through
+_KV = re.compile(r"\bkv\b|cache|blocks?|\bkeys?\b|\bvalues?\b|k/v|显存|缓存|键值|块|KV", re.IGNORECASE)
+_NOTHING = re.compile(r"\bnothing\b|\bnone\b|\bno\b|\bfree\w*|\breturn\w*|\breleas\w*|\bback\b|\b0\b|"
+                      r"无|没有|不占|释放|归还|回收|空", re.IGNORECASE)
+_CANCEL = re.compile(r"cancel|abort|user stop|取消|中止|用户停止", re.IGNORECASE)
+_PREEMPT = re.compile(r"preempt|evict|swap|out of (kv|blocks|memory)|抢占|换出|显存不足", re.IGNORECASE)
+
+
+def _plain(name: str) -> str:
+    name = re.sub(r"([a-z])([A-Z])", r"\1 \2", name)  # WaitingQueue -> Waiting Queue
+    return re.sub(r"[_\-./]+", " ", name).strip()
+
+
+def roles_of(name: str, label: str = "") -> set[str]:
+    text = _plain(name) + " " + _plain(label)
+    found = {r for r, rx in _ROLE_RE.items() if rx.search(text)}
+    if "cancelled" in found:
+        found.discard("finish")  # "CANCELLED (stopped)" is a cancel state
+    if "enqueue" in found and "preempted" in found:
+        found.discard("enqueue")  # "preempted, waiting" is a preemption state
+    if "decode" in found and "prefill" in found and not re.search(r"\band\b|/|\+|&|和|与", text):
+        found.discard("decode")  # "prefill (generate the first token)"
+    if "finish" in found and "decode" in found and re.search(r"stop condition|停止条件", text, re.I):
+        found.discard("decode")
+    return found
+
+
+# =============================================================================================
+# The grader
+# =============================================================================================
+
+
+class _Graph:
+    def __init__(self, d: Diagram):
+        self.d = d
+        self.roles = {s: roles_of(s, d.labels.get(s, "")) for s in d.states}
+        self.out: dict[str, list[tuple[str, str]]] = {s: [] for s in d.states}
+        for src, dst, label in d.transitions:
+            self.out[src].append((dst, label))
+
+    def with_role(self, role: str) -> list[str]:
+        return [s for s, r in self.roles.items() if role in r]
+
+    def reach(self, starts, goals, avoid_roles=()) -> bool:
+        """Is some goal reachable from some start, never entering a state with an avoided role
+        (the goal itself may have one)?"""
+        goals = set(goals)
+        seen, todo = set(), deque(starts)
+        while todo:
+            s = todo.popleft()
+            for t, _ in self.out.get(s, ()):
+                if t in goals:
+                    return True
+                if t in seen or self.roles[t] & set(avoid_roles):
+                    continue
+                seen.add(t)
+                todo.append(t)
+        return False
+
+    def has_loop(self, node: str) -> bool:
+        """A cycle back to ``node`` through loop-safe states only (decode, sample, update, unnamed)."""
+        seen, todo = set(), deque([node])
+        while todo:
+            s = todo.popleft()
+            for t, _ in self.out.get(s, ()):
+                if t == node:
+                    return True
+                ok = not self.roles[t] or self.roles[t] <= LOOP_OK
+                if ok and t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return False
+
+
+def _names(states) -> str:
+    return ", ".join(sorted(states))
+
+
+@register("task1_diagram", "Task 1 · the request lifecycle state diagram", "§1 + lifecycle diagram", 12,
+          bonus_max=2, kind="diagram")
+def grade_task1(answer, m: Marks) -> None:
+    """States (5), enqueue→prefill→decode (2), the decode loop (1), the way out to FINISH (1),
+    FINISH before RELEASE (1), resource notes (2); bonus: preemption (1), cancel (1)."""
+    try:
+        d = read_answer(answer)
+    except DiagramFormatError as exc:
+        m.wrong(str(exc))
+        return
+    if d.empty:
+        raise NotAttempted("the diagram is still empty: add states and transitions")
+    g = _Graph(d)
+    for note in d.notes[:3]:
+        m.info(note)
+
+    # --- 1. the five states ------------------------------------------------------------------
+    have = {r: g.with_role(r) for r in ROLES}
+    merged = [s for s in d.states if {"finish", "release"} <= g.roles[s]]
+    for role in REQUIRED:
+        if have[role] and not (role == "release" and merged and set(have["release"]) <= set(merged)):
+            m.ok(f"{ROLES[role][1].split(' / ')[0]} state: {_names(have[role])}", 1)
+        elif role == "enqueue" and have["new"]:
+            m.missing(f"no queue state: the request goes from {_names(have['new'])} straight on; in an engine it "
+                      f"waits in a queue (WAITING / QUEUED / 入队) until the scheduler admits it")
+            m.score += 0.5
+        elif role == "release" and merged:
+            m.missing(f"FINISH and RELEASE are one state here ({_names(merged)}); chapter §6 separates 'the logic "
+                      f"is done' from 'the resources are back' — split it into FINISHED → RELEASED")
+        else:
+            m.missing(f"no state for {ROLES[role][1]} (named e.g. {ROLES[role][1]})")
+    for s, r in g.roles.items():
+        if not r:
+            m.info(f"state {s!r} matches none of the chapter's states; it is kept as an intermediate step")
+
+    enq = have["enqueue"] or have["new"]
+    pre, dec, fin, rel = have["prefill"], have["decode"], have["finish"], have["release"]
+    terminal = ("finish", "release", "cancelled")
+
+    # --- 2. enqueue -> prefill -> decode -----------------------------------------------------
+    if enq and pre:
+        if g.reach(enq, pre, avoid_roles=("decode",) + terminal):
+            m.ok(f"path {_names(enq)} → {_names(pre)}", 1)
+        elif g.reach(pre, enq, avoid_roles=terminal):
+            m.wrong(f"the edge between {_names(enq)} and {_names(pre)} points the wrong way: a request waits, then "
+                    f"is prefilled")
+        else:
+            m.missing(f"no transition leads from {_names(enq)} to {_names(pre)} (the scheduler admits the request)")
+    if pre and dec:
+        if g.reach(pre, dec, avoid_roles=terminal + ("enqueue",)):
+            m.ok(f"path {_names(pre)} → {_names(dec)}", 1)
+        elif g.reach(dec, pre, avoid_roles=terminal):
+            m.wrong(f"{_names(dec)} comes before {_names(pre)}: prefill builds the state that decode continues from")
+        else:
+            m.missing(f"no transition leads from {_names(pre)} to {_names(dec)} (after the first token the request "
+                      f"is active)")
+
+    # --- 3. the decode loop ------------------------------------------------------------------
+    if dec:
+        looped = [s for s in dec if g.has_loop(s)]
+        if looped:
+            m.ok(f"{_names(looped)} loops (one token per iteration)", 1)
+        else:
+            m.missing(f"{_names(dec)} has no loop: decode runs once per generated token, so draw "
+                      f"{dec[0]} → {dec[0]} or {dec[0]} → SAMPLE → {dec[0]}")
+
+    # --- 4. out of the loop to FINISHED, then RELEASED -----------------------------------------
+    if dec and fin:
+        if g.reach(dec, fin, avoid_roles=("release", "enqueue", "prefill")):
+            m.ok(f"a stop condition leads from {_names(dec)} to {_names(fin)}", 1)
+        else:
+            m.missing(f"no transition leaves {_names(dec)} for {_names(fin)} when a stop condition is met "
+                      f"(EOS, max_tokens, stop string)")
+    if fin and rel and not set(rel) <= set(merged):
+        sep_fin = [s for s in fin if s not in merged] or fin
+        sep_rel = [s for s in rel if s not in merged] or rel
+        forward = g.reach(sep_fin, sep_rel)
+        backward = g.reach(sep_rel, sep_fin)
+        if forward and not backward:
+            m.ok(f"{_names(sep_fin)} comes before {_names(sep_rel)}", 1)
+        elif backward and not forward:
+            m.wrong(f"{_names(sep_rel)} comes before {_names(sep_fin)}: the request's logic finishes first (the stop "
+                    f"reason is known), then its resources are released")
+        elif backward and forward:
+            m.wrong(f"{_names(sep_rel)} leads back to {_names(sep_fin)}: a released request is over")
+        else:
+            m.missing(f"no transition from {_names(sep_fin)} to {_names(sep_rel)}: after finishing, the engine frees the "
+                      f"request's KV blocks")
+    for s in rel:
+        onward = [t for t, _ in g.out[s] if t != s and not g.roles[t] & {"release"}]
+        if onward and s not in merged:
+            m.warn(f"{s} leads on to {_names(onward)}; a released request holds nothing and goes nowhere")
+
+    # --- 5. resource notes -------------------------------------------------------------------
+    bare = [s for s, h in d.states.items() if not h or h.strip(" .?…-") in ("", "TODO", "todo")]
+    if not bare:
+        m.ok("every state says what it holds", 1)
+    else:
+        m.missing(f"no resource note on: {_names(bare)} — say what each state holds (prompt tokens, KV blocks, "
+                  f"a batch slot, nothing…)")
+    noted = [s for s in dec if d.states.get(s)]
+    if noted and any(_KV.search(d.states[s]) for s in noted):
+        m.ok("the decode state's note names the KV cache it holds", 1)
+    elif dec:
+        m.missing(f"{_names(dec)}'s note should say it holds KV blocks (the cache grows by one token per step)")
+    for s in rel:
+        h = d.states.get(s, "")
+        if h and _KV.search(h) and not _NOTHING.search(h) and s not in merged:
+            m.warn(f"{s} should hold nothing: its KV blocks are back in the pool")
+    for s in have["enqueue"]:
+        h = d.states.get(s, "")
+        if h and _KV.search(h) and not _NOTHING.search(h):
+            m.warn(f"a {s} request holds no KV block yet: blocks are allocated when it is scheduled for prefill")
+
+    # --- bonus: preemption and cancel --------------------------------------------------------
+    live = dec + pre + have["sample"] + have["update"]
+    pre_states = have["preempted"]
+    preempt_in = [s for s in pre_states if any(t == s for x in live for t, _ in g.out[x])]
+    preempt_edge = [(x, t) for x in live for t, lab in g.out[x] if _PREEMPT.search(lab) and t in enq + pre]
+    if preempt_in and g.reach(preempt_in, enq + pre, avoid_roles=terminal):
+        m.add_bonus(f"preemption: {_names(preempt_in)} returns to the queue (blocks freed, recomputed later)", 1)
+    elif preempt_edge:
+        m.add_bonus("preemption: a labelled edge sends the request back to be recomputed", 1)
+    elif preempt_in:
+        m.info(f"(optional) {_names(preempt_in)} has no way back: a preempted request returns to WAITING and is "
+               f"recomputed")
+    else:
+        m.info("(optional, +1) no preemption: when KV blocks run out, a running request is sent back to WAITING")
+    cancel_from = [x for x in dec for t, lab in g.out[x] if _CANCEL.search(lab) or "cancelled" in g.roles[t]]
+    if cancel_from:
+        cancel_targets = [t for x in cancel_from for t, lab in g.out[x] if _CANCEL.search(lab) or "cancelled" in g.roles[t]]
+        if rel and not (set(cancel_targets) & set(rel)) and not g.reach(cancel_targets, rel):
+            m.info(f"(optional) the cancel path from {_names(cancel_from)} never reaches {_names(rel)}: memory would "
+                   f"not drop (chapter scenario: the cancel stopped at the API layer)")
+        else:
+            m.add_bonus(f"cancel: {_names(cancel_from)} can be cancelled, and the blocks are released", 1)
+    else:
+        where = _names(dec) if dec else "DECODE"
+        m.info(f"(optional, +1) no transition leaves {where} when the request is cancelled")

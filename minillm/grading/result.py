@@ -158,12 +158,11 @@ class Summary:
         }
 
     def table(self) -> str:
-        rows = [("exercise", "score", "status", "review", "first feedback")]
+        rows = [("exercise", "score", "status", "review", "first problem")]
         for r in self.results:
-            first = next((f.as_text() for f in r.feedback if f.kind != "ok"), "")
-            if not first and r.feedback:
-                first = r.feedback[0].as_text()
-            rows.append((r.exercise_id, f"{_num(r.score)}/{_num(r.max_score)}", r.status,
+            first = next((f.as_text() for f in r.feedback if f.kind in ("missing", "wrong", "warn")), "")
+            score = f"{_num(r.score)}/{_num(r.max_score)}" + (f" +{_num(r.bonus)}" if r.bonus else "")
+            rows.append((r.exercise_id, score, r.status,
                          "yes" if r.needs_human_review else "", first[:70]))
         rows.append(("total", f"{_num(self.total)}/{_num(self.total_max)}", "", "", ""))
         widths = [max(len(row[i]) for row in rows) for i in range(4)]

@@ -7,10 +7,11 @@ earn nothing but tell the learner what is missing and raise ``needs_human_review
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .registry import Marks, NotAttempted, is_unanswered, register
-from .text import (CLAUSE, W, char_count, idea, keyword_list, misconception, normalize)
+from .text import CLAUSE, W, char_count, compile_all, idea, keyword_list, misconception, normalize
 
 # =============================================================================================
 # Shared ideas and misconceptions
@@ -92,7 +93,8 @@ STORES_WEIGHTS = misconception(
 TOKEN_TO_HISTORY = idea(
     "token_to_history", "the sampled token is appended to the request's history (context)",
     strong=[
-        rf"(sampl\w*|chos\w*|choice|select\w*|pick\w*|drawn|generat\w*|emitt\w*|new|next|that|this|the)\s+"
+        rf"(sampl\w*|chos\w*|choice|select\w*|pick\w*|drawn|generat\w*|emitt\w*|new|next|that|this|the|whatever|"
+        rf"whichever|each|every)\s+"
         rf"{W}{{0,2}}(tokens?|words?)\b{CLAUSE}{{0,80}}\b(append\w*|add\w*|fed|feed\w*|becom\w*|join\w*|"
         rf"enter\w*|go(es)?\s+(back\s+)?(in)?to|put|push\w*|part of|written|writ\w*|insert\w*|extend\w*|"
         rf"concatenat\w*|included?|turn\w* into|used as|serves? as)\b{CLAUSE}{{0,50}}"
@@ -100,6 +102,7 @@ TOKEN_TO_HISTORY = idea(
         rf"(append\w*|add\w*|fed|feed\w*|concatenat\w*|push\w*|insert\w*|writ\w*)\s+{W}{{0,5}}(back\s+)?"
         rf"(in)?to\s+{W}{{0,3}}(history|context|sequence|input|prompt|kv|cache|state)",
         rf"becom\w*\s+{W}{{0,3}}(history|context|input|prompt|prefix|state)",
+        r"\b(fed|feeds?|feeding|passed|goes|go|put|sent)\s+back\s+(in|as|to|into)\b",
         rf"(history|context|sequence|input)\s+{W}{{0,4}}(grow\w*|extend\w*)\s+{W}{{0,3}}(by|with)\s+{W}{{0,3}}"
         rf"(sampled|chosen|selected|picked|that|the)\s+(\w+\s+)?token",
         r"(采样|选出|选中|抽出|抽样|选择|挑选|生成|输出|选)[^。；;]{0,14}(进入|加入|追加|拼接|写入|回到|成为|变成|作为|"
@@ -131,7 +134,7 @@ PARAMS_TRAVEL = idea(
 )
 RANDOM_ONLY = misconception(
     "random_only",
-    [rf"(only|just|merely|simply|purely|mainly|mostly)\s+{W}{{0,3}}(random\w*|creativ\w*|divers\w*|variet\w*|"
+    [rf"(only|just|merely|simply|purely|mainly|mostly)\s+{W}{{0,5}}(random\w*|creativ\w*|divers\w*|variet\w*|"
      r"style|cosmetic|\bui\b|flavou?r|spice|decorat\w*)",
      r"\b(ui|cosmetic|front-?end|presentation|display|product[- ]layer)\s+(knob|setting|parameter|option|feature|"
      r"layer|detail|concern|tweak|choice)",
@@ -155,6 +158,10 @@ NO_EFFECT_LATER = misconception(
 # =============================================================================================
 
 
+class _TypeProblem(Exception):
+    """The answer has the wrong type: graded 0 with a message, never an error."""
+
+
 def _as_text(answer, name: str) -> str:
     if isinstance(answer, (list, tuple)) and all(isinstance(a, str) for a in answer):
         answer = " ".join(answer)
@@ -164,10 +171,6 @@ def _as_text(answer, name: str) -> str:
     if not text:
         raise NotAttempted(f"{name} is still empty")
     return text
-
-
-class _TypeProblem(Exception):
-    pass
 
 
 def _wrong_type(fn):
@@ -247,12 +250,13 @@ def grade_task2(answer, m: Marks) -> None:
     text = _as_text(answer, "task2_kv_explain")
     scratch = Marks()
     found = _grade_ideas(text, scratch, [RECOMPUTE, MEMORY], 1)
-    fits = _length_gate(text, TASK2_LIMIT, m)
-    sentence = _sentence_gate(text, m)
-    bad = _misconceptions(text, m, [HIT_MISS, SAVES_MEMORY, STORES_WEIGHTS])
-    if found == 0 and KV_TOPIC.find(text) is None and not bad:
+    misread = [c for c in (HIT_MISS, SAVES_MEMORY, STORES_WEIGHTS) if c.find(text)]
+    if found == 0 and KV_TOPIC.find(text) is None and not misread and RECOMPUTE.find(text) is None:
         m.wrong("this does not seem to be about the KV cache: say what it stores, what it saves and what it costs")
         return
+    fits = _length_gate(text, TASK2_LIMIT, m)
+    sentence = _sentence_gate(text, m)
+    bad = _misconceptions(text, m, misread)
     if fits and sentence and not bad:
         m.score += scratch.score
     for f in scratch.feedback:
@@ -278,8 +282,6 @@ class ScenarioKind:
 
 
 def _kind(key, label, patterns):
-    from .text import compile_all
-
     return ScenarioKind(key, label, compile_all(patterns))
 
 
@@ -327,8 +329,6 @@ _GROW = (r"grow\w*|increas\w*|scal\w*|proportional\w*|linear\w*|\bmore\b|\badd\w
 
 
 def _reason_level(reason: str) -> str | None:
-    import re
-
     has = [bool(re.search(p, reason, re.IGNORECASE)) for p in (_UNIT, _STATE, _GROW)]
     if all(has):
         return "strong"
@@ -441,12 +441,13 @@ def grade_task4(answer, m: Marks) -> None:
     text = _as_text(answer, "task4_sampling")
     scratch = Marks()
     found = _grade_ideas(text, scratch, [TOKEN_TO_HISTORY, NEXT_STEP_DEPENDS], 1)
-    fits = _length_gate(text, TASK4_LIMIT, m)
-    sentence = _sentence_gate(text, m)
-    bad = _misconceptions(text, m, [RANDOM_ONLY, NO_EFFECT_LATER])
-    if found == 0 and not bad and not any(k in text.lower() for k in ("sampl", "token", "采样", "temperature")):
+    misread = [c for c in (RANDOM_ONLY, NO_EFFECT_LATER) if c.find(text)]
+    if found == 0 and not misread and not any(k in text.lower() for k in ("sampl", "token", "采样", "temperature")):
         m.wrong("this does not seem to be about sampling: say what happens to the token it picks")
         return
+    fits = _length_gate(text, TASK4_LIMIT, m)
+    sentence = _sentence_gate(text, m)
+    bad = _misconceptions(text, m, misread)
     if fits and sentence and not bad:
         m.score += scratch.score
     m.feedback.extend(scratch.feedback)
@@ -648,8 +649,6 @@ def _pitfall_answer(answer, name: str) -> tuple[bool | None, str]:
 
 
 def _pitfall_reason_level(p: Pitfall, reason: str) -> str | None:
-    import re
-
     if p.id == "pitfall1_kv_not_hit_cache":
         return KV_IS_REQUEST_STATE.find(reason)
     if p.id == "pitfall2_sampling_not_ui":

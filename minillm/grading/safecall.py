@@ -1,0 +1,96 @@
+"""Call a student's function without letting it hang or crash the grader.
+
+The function runs in a worker thread. If it has not returned after ``timeout`` seconds the
+grader stops waiting, asks the thread to stop (an asynchronous exception, which interrupts
+pure-Python loops such as ``while True: pass``) and reports the timeout as feedback.
+Exceptions become a one-line message naming the line of the student's code. Warnings the
+function emits are swallowed: stderr noise never changes a score.
+
+A thread (not a subprocess) keeps the student's function callable as it is — it may be
+defined in a notebook cell and close over notebook variables, which cannot be pickled.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import traceback
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_TIMEOUT = 3.0
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class StudentTimeout(BaseException):
+    """Injected into a worker thread that ran past its time limit."""
+
+
+@dataclass
+class Outcome:
+    value: Any = None
+    error: str | None = None  # "ZeroDivisionError: division by zero (line 3, in my_top_p_filter)"
+    exc_type: type | None = None
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.timed_out
+
+    @property
+    def not_implemented(self) -> bool:
+        return self.exc_type is NotImplementedError
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame that belongs to the student (not this package, not a library)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if not f.filename.startswith(_HERE) and "site-packages" not in f.filename]
+    if not mine:
+        return ""
+    f = mine[-1]
+    return f" (line {f.lineno}, in {f.name})"
+
+
+def call(fn, *args, timeout: float | None = None, **kwargs) -> Outcome:
+    """Run ``fn(*args, **kwargs)`` with a time limit (``DEFAULT_TIMEOUT`` seconds unless given);
+    never raises for the student's errors."""
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    if not callable(fn):
+        return Outcome(error=f"expected a function, got {type(fn).__name__}", exc_type=TypeError)
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except StudentTimeout:
+            box["timeout"] = True
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt in student code are feedback too
+            box["exc"] = exc
+
+    worker = threading.Thread(target=target, name="minillm-grading-student-call", daemon=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            _interrupt(worker)
+            worker.join(1.0)
+            return Outcome(error=f"did not return within {timeout:g} s (an endless loop?)", timed_out=True)
+    if "exc" in box:
+        exc = box["exc"]
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return Outcome(error=f"{type(exc).__name__}{': ' + text if text else ''}{_where(exc)}",
+                       exc_type=type(exc))
+    if box.get("timeout"):
+        return Outcome(error=f"did not return within {timeout:g} s", timed_out=True)
+    return Outcome(value=box.get("value"))
+
+
+def _interrupt(thread: threading.Thread) -> None:
+    """Raise StudentTimeout inside ``thread`` at its next Python bytecode."""
+    if thread.ident is None:
+        return
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(StudentTimeout))

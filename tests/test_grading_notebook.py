@@ -1,0 +1,123 @@
+"""The exercises notebook and ``minillm grade`` (``minillm.grading.cli_grade``), end to end.
+
+Each run starts a real Jupyter kernel with nbclient, as a learner's ``minillm grade`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+
+from minillm.grading import EXERCISES, cli_grade
+from minillm.grading.build_notebooks import SOLVED, STUDENT, build
+
+
+
+def grade(tmp_path, notebook: Path, *extra) -> tuple[int, dict]:
+    copy = tmp_path / notebook.name
+    if copy != notebook:
+        shutil.copy(notebook, copy)
+    out = tmp_path / "report.json"
+    rc = cli_grade([str(copy), "--json", str(out), *extra])
+    return rc, (json.loads(out.read_text()) if out.exists() else {})
+
+
+# =============================================================================================
+# The command's contract
+# =============================================================================================
+def test_unreadable_notebooks_exit_non_zero_with_a_message(tmp_path, capsys):
+    assert cli_grade([str(tmp_path / "missing.ipynb")]) == 2
+    assert "cannot read the notebook: no such file" in capsys.readouterr().err
+    garbage = tmp_path / "garbage.ipynb"
+    garbage.write_text("{ this is not json")
+    assert cli_grade([str(garbage)]) == 2
+    assert "is not a readable notebook" in capsys.readouterr().err
+    not_nb = tmp_path / "list.ipynb"
+    not_nb.write_text("[1, 2, 3]")
+    assert cli_grade([str(not_nb)]) == 2
+    assert cli_grade([]) == 2  # argparse: the notebook argument is required
+
+
+def test_broken_cells_endless_loops_and_noise_still_get_graded(tmp_path, capsys):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in [
+        'task2_kv_explain = "KV cache keeps past K/V so decode skips recomputing them, but its memory grows."',
+        "1 / 0",
+        "while True:\n    pass",
+        "import sys, warnings\nwarnings.warn('harmless')\nprint('noise', file=sys.stderr)",
+        "task4_sampling = 42",
+        "quiz1_live_requests = 'A'",
+    ]])
+    path = tmp_path / "broken.ipynb"
+    nbformat.write(nb, path)
+    rc, report = grade(tmp_path, path, "--timeout", "4")
+    assert rc == 0
+    ex = report["exercises"]
+    assert list(ex) == list(EXERCISES)
+    assert ex["task2_kv_explain"]["score"] == ex["task2_kv_explain"]["max"] == 2
+    assert ex["task4_sampling"]["status"] == "graded" and ex["task4_sampling"]["score"] == 0
+    assert any("should be a string" in f for f in ex["task4_sampling"]["feedback"])
+    assert ex["quiz1_live_requests"]["score"] == 0 and ex["task1_diagram"]["status"] == "not attempted"
+    errors = " ".join(report["cell_errors"])
+    assert "cell 2: ZeroDivisionError" in errors and "cell 3: KeyboardInterrupt" in errors
+    assert report["total_score"] == 2
+    printed = capsys.readouterr().out
+    assert "task2_kv_explain" in printed and "Cells that raised an error" in printed
+    for entry in ex.values():
+        assert set(entry) >= {"id", "score", "max", "status", "feedback", "needs_human_review"}
+
+
+# =============================================================================================
+# The committed notebooks
+# =============================================================================================
+def test_committed_notebooks_are_what_the_builder_writes():
+    """Edit minillm/grading/build_notebooks.py and rerun it; do not edit one notebook by hand."""
+    for path, solved in ((STUDENT, False), (SOLVED, True)):
+        committed = nbformat.read(path, as_version=4)
+        built = build(solved)
+        assert [c.source for c in committed.cells] == [c.source for c in built.cells], path
+        assert [c.cell_type for c in committed.cells] == [c.cell_type for c in built.cells]
+
+
+def test_student_and_solved_share_everything_but_the_answers():
+    student = nbformat.read(STUDENT, as_version=4).cells
+    solved = nbformat.read(SOLVED, as_version=4).cells
+    assert len(student) == len(solved)
+    differ = [i for i, (a, b) in enumerate(zip(student, solved)) if a.source != b.source]
+    assert len(differ) == len(EXERCISES) + 1  # one answer cell per exercise, and the title
+    for ex_id in EXERCISES:  # every exercise is checked in the notebook, by its id
+        assert any(c.source.endswith(f'check("{ex_id}")') for c in student), ex_id
+
+
+def test_stored_student_outputs_show_every_exercise_not_attempted():
+    cells = nbformat.read(STUDENT, as_version=4).cells
+    checks = [c for c in cells if c.cell_type == "code" and c.source.strip().endswith('")') and "check(" in c.source]
+    assert len(checks) == len(EXERCISES)
+    for c in checks:
+        text = "".join(o.get("data", {}).get("text/plain", "") for o in c.outputs)
+        assert "not attempted" in text, c.source
+    assert not any(o.output_type == "error" for c in cells if c.cell_type == "code" for o in c.outputs)
+
+
+# =============================================================================================
+# Running them (the notebook loads the shipped model for task 3)
+# =============================================================================================
+def test_unanswered_notebook_runs_clean_and_reports_not_attempted(tmp_path, capsys):
+    rc, report = grade(tmp_path, STUDENT)
+    assert rc == 0
+    assert report["cell_errors"] == []
+    assert {e["status"] for e in report["exercises"].values()} == {"not attempted"}
+    assert report["total_score"] == 0 and report["total_max"] == sum(e.max_score for e in EXERCISES.values())
+    assert "not attempted" in capsys.readouterr().out
+
+
+def test_solved_notebook_grades_to_full_marks(tmp_path):
+    rc, report = grade(tmp_path, SOLVED)
+    assert rc == 0 and report["cell_errors"] == []
+    for ex_id, entry in report["exercises"].items():
+        assert entry["status"] == "graded" and entry["score"] == entry["max"], (ex_id, entry["feedback"])
+        assert not entry["needs_human_review"], (ex_id, entry["feedback"])
+    assert report["exercises"]["task1_diagram"]["bonus"] == 2
+    assert report["total_score"] == report["total_max"]
