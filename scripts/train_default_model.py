@@ -14,7 +14,8 @@ floating-point differences between machines, the same model):
 4. save model (float32 safetensors), tokenizer, generation config, a loss-curve PNG and a
    model card (README.md) into ``--out``.
 
-A default run takes about 10 minutes on 2 CPU cores. Nothing is downloaded.
+A default run takes about 10 minutes on 2 otherwise idle CPU cores (longer on a busy
+machine). Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -414,7 +415,9 @@ Matmuls in bfloat16 autocast on the CPU: {'yes' if r['bf16'] else 'no'}; weights
     {cmd}
 
 took {r['total_time'] / 60:.1f} minutes in all ({r['train_time'] / 60:.1f} minutes of training) on
-{args.threads} CPU threads.
+{args.threads} CPU threads. Wall time depends on what else the machine is running: on two
+otherwise idle cores (with bfloat16 autocast) a step takes about 0.5 s, so the default run
+takes about 10 minutes; on a busy shared machine it can take two or three times longer.
 
 | | loss (nats/token, float32) |
 |---|---|
