@@ -1,0 +1,59 @@
+"""Widgets, diagrams and plots that look inside the engine.
+
+    from minillm.viz import RequestStepper, SamplingExplorer, lifecycle_diagram
+
+Every view reads the engine's own state: request objects, ``llm.trace`` events and
+``llm.cache_stats()``. Nothing is simulated. Each widget is a thin ``ipywidgets`` layer over
+a plain-Python core (``RequestStepperCore``, ``SamplingExplorerCore``) that tests and
+notebooks can drive without a browser.
+
+Names are imported lazily, so ``import minillm.viz`` is cheap and a missing optional
+dependency (ipywidgets, matplotlib, graphviz) only matters for the object that needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    # diagram.py
+    "lifecycle_diagram": "diagram",
+    "render_diagram": "diagram",
+    "diagram_html": "diagram",
+    "diagram_svg": "diagram",
+    "lifecycle_edges": "diagram",
+    "edges_of_events": "diagram",
+    "STATE_HOLDS": "diagram",
+    # stepper.py
+    "RequestStepper": "stepper",
+    "RequestStepperCore": "stepper",
+    "describe_event": "stepper",
+    # sampling_explorer.py
+    "SamplingExplorer": "sampling_explorer",
+    "SamplingExplorerCore": "sampling_explorer",
+    # _common.py
+    "token_text": "_common",
+}
+
+__all__ = sorted(_LAZY)
+
+try:  # plots (CacheMonitor, timelines) live in plots.py, added separately
+    from .plots import *  # noqa: F401,F403
+    from . import plots as _plots
+
+    __all__ += [n for n in getattr(_plots, "__all__", []) if n not in __all__]
+except ImportError:  # plots.py not there (or its optional dependencies missing)
+    pass
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'minillm.viz' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -22,7 +22,9 @@ def default_llm(**kwargs):
 def token_text(tokenizer, token_id: int) -> str:
     """One token as readable text: a leading space shows as '␣', a newline as '↵'."""
     text = tokenizer.decode([int(token_id)], skip_special_tokens=False)
-    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
+    text = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
+    text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
+    return text or "∅"
 
 
 def esc(value) -> str:

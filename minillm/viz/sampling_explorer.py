@@ -1,0 +1,414 @@
+"""SamplingExplorer: temperature, top-k, top-p, min-p and a seed on the model's real logits.
+
+``SamplingExplorerCore`` (plain Python) takes the next-token logits the model gives after a
+context (``llm.next_token_logits``) and runs them through the sampler's own functions, in
+the engine's own order: ``apply_temperature`` -> ``top_k_filter`` -> ``top_p_filter`` ->
+``min_p_filter`` (``minillm.sampler``). It keeps every intermediate distribution, so you
+can see what each knob removes. ``sample()`` draws the token exactly as the engine would
+for a request with this seed (same generator, same draw), ``draws(n)`` repeats the draw n
+times for a histogram, and ``append()`` puts the chosen token into the context: it becomes
+history and the next distribution is computed from it.
+
+``SamplingExplorer`` is the ``ipywidgets`` view: sliders, bar charts of the top tokens
+before and after each step, a histogram of repeated draws and an
+**Append sampled token** button.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import torch
+
+from ..params import SamplingParams
+from ..sampler import apply_temperature, make_generator, min_p_filter, processed_logits, top_k_filter, top_p_filter
+from ._common import default_llm, esc, token_text
+
+DEFAULT_EXPLORER_PROMPT = "Once upon a time, there was a little"
+
+
+@dataclass
+class Stage:
+    """One step of the pipeline: the logits after it and the distribution they give."""
+
+    name: str          # "raw", "temperature", "top-k", "top-p", "min-p" or "greedy"
+    label: str         # a short human title, e.g. "top-k (k=20)"
+    logits: torch.Tensor
+    probs: torch.Tensor
+    active: bool       # False when the knob is off and the step changes nothing
+
+    @property
+    def kept(self) -> int:
+        """How many tokens can still be drawn."""
+        return int(torch.isfinite(self.logits).sum())
+
+    @property
+    def entropy_bits(self) -> float:
+        """Uncertainty of the distribution in bits (0 = one certain token)."""
+        p = self.probs[self.probs > 0]
+        return float(-(p * p.log2()).sum())
+
+
+class SamplingExplorerCore:
+    """The sampler, opened up on one real distribution. No widgets needed.
+
+    Args:
+        llm: an ``LLM``; None loads the shipped model.
+        prompt: the starting context (tokenized by the model's tokenizer).
+        temperature, top_k, top_p, min_p, seed: as in ``SamplingParams``.
+        num_draws: how many draws ``draws()`` makes for the histogram.
+    """
+
+    def __init__(self, llm=None, prompt: str = DEFAULT_EXPLORER_PROMPT, *, temperature: float = 1.0,
+                 top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, seed: int = 0, num_draws: int = 200):
+        self.llm = llm if llm is not None else default_llm()
+        self.prompt = prompt
+        self.prompt_ids: list[int] = list(self.llm.tokenizer.encode(prompt))
+        if not self.prompt_ids:
+            raise ValueError("prompt must give at least one token")
+        self.appended: list[int] = []
+        self.num_draws = num_draws
+        self._check(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+        self.temperature, self.top_k, self.top_p, self.min_p, self.seed = temperature, top_k, top_p, min_p, seed
+        self._gen_states: list[torch.Tensor] = [make_generator(seed).get_state()]
+        self._logits_cache: dict[tuple[int, ...], torch.Tensor] = {}
+
+    # --- settings ------------------------------------------------------------------------
+    @staticmethod
+    def _check(**kw) -> SamplingParams:
+        return SamplingParams(max_tokens=1, **kw)  # raises ValueError naming a bad field
+
+    @property
+    def params(self) -> SamplingParams:
+        """The settings as the ``SamplingParams`` a request would carry."""
+        return SamplingParams(max_tokens=1, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                              min_p=self.min_p, seed=self.seed)
+
+    def set(self, **kwargs) -> None:
+        """Change temperature / top_k / top_p / min_p / seed / num_draws. A new seed is a new
+        generator, as for a new request: it applies from the current position on."""
+        known = {"temperature", "top_k", "top_p", "min_p", "seed", "num_draws"}
+        bad = set(kwargs) - known
+        if bad:
+            raise ValueError(f"unknown setting(s) {sorted(bad)}; use {sorted(known)}")
+        if "num_draws" in kwargs:
+            n = kwargs.pop("num_draws")
+            if not isinstance(n, int) or n < 1:
+                raise ValueError(f"num_draws must be an int >= 1, got {n!r}")
+            self.num_draws = n
+        merged = dict(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
+                      seed=self.seed)
+        merged.update(kwargs)
+        self._check(**merged)
+        if merged["seed"] != self.seed:
+            self._gen_states[-1] = make_generator(merged["seed"]).get_state()
+        for k, v in merged.items():
+            setattr(self, k, v)
+
+    # --- the context -----------------------------------------------------------------------
+    @property
+    def context_ids(self) -> list[int]:
+        return self.prompt_ids + self.appended
+
+    @property
+    def context_text(self) -> str:
+        return self.llm.tokenizer.decode(self.context_ids, skip_special_tokens=True)
+
+    @property
+    def logits(self) -> torch.Tensor:
+        """The model's raw next-token logits after the current context (float32, 1-D)."""
+        key = tuple(self.context_ids)
+        if key not in self._logits_cache:
+            self._logits_cache[key] = self.llm.next_token_logits(list(key)).detach().float().cpu()
+        return self._logits_cache[key]
+
+    # --- the pipeline ----------------------------------------------------------------------
+    def stages(self) -> list[Stage]:
+        """The distribution after each step, in the sampler's order. With temperature 0 the
+        engine is greedy: it takes the argmax and skips every filter."""
+        x = self.logits
+        out = [Stage("raw", "model (raw logits)", x, x.softmax(-1), True)]
+        if self.temperature == 0.0:
+            g = processed_logits(x, self.params)
+            out.append(Stage("greedy", "temperature 0: greedy (argmax)", g, g.softmax(-1), True))
+            return out
+        x = apply_temperature(x, self.temperature)
+        out.append(Stage("temperature", f"temperature={self.temperature:g}", x, x.softmax(-1),
+                         self.temperature != 1.0))
+        if self.top_k > 0:
+            x = top_k_filter(x, self.top_k)
+        out.append(Stage("top-k", f"top-k (k={self.top_k})" if self.top_k > 0 else "top-k (off)", x,
+                         x.softmax(-1), self.top_k > 0))
+        if self.top_p < 1.0:
+            x = top_p_filter(x, self.top_p)
+        out.append(Stage("top-p", f"top-p (p={self.top_p:g})" if self.top_p < 1.0 else "top-p (off)", x,
+                         x.softmax(-1), self.top_p < 1.0))
+        if self.min_p > 0.0:
+            x = min_p_filter(x, self.min_p)
+        out.append(Stage("min-p", f"min-p ({self.min_p:g})" if self.min_p > 0 else "min-p (off)", x,
+                         x.softmax(-1), self.min_p > 0.0))
+        return out
+
+    def final_logits(self) -> torch.Tensor:
+        return self.stages()[-1].logits
+
+    def probs(self) -> torch.Tensor:
+        """The distribution the token is drawn from."""
+        return self.stages()[-1].probs
+
+    def sample(self) -> int:
+        """The token the engine would pick here, for a request with these settings and seed
+        that had sampled the appended tokens so far: greedy takes the argmax; otherwise one
+        ``torch.multinomial`` draw with the request's seeded generator."""
+        token, _ = self._draw_one()
+        return token
+
+    def _draw_one(self) -> tuple[int, torch.Tensor]:
+        state = self._gen_states[-1]
+        if self.temperature == 0.0:
+            return int(self.logits.argmax()), state
+        gen = torch.Generator()
+        gen.set_state(state)
+        token = int(torch.multinomial(self.probs(), 1, generator=gen)[0])
+        return token, gen.get_state()
+
+    def draws(self, n: int | None = None) -> list[int]:
+        """``n`` draws (default ``num_draws``) from this distribution with one generator
+        seeded by ``seed``: the same seed always gives the same list."""
+        n = self.num_draws if n is None else n
+        if self.temperature == 0.0:
+            return [int(self.logits.argmax())] * n
+        gen = make_generator(self.seed)
+        return torch.multinomial(self.probs(), n, replacement=True, generator=gen).tolist()
+
+    def append(self, token_id: int | None = None) -> int:
+        """Append ``token_id`` (default: the sampled token) to the context; the next
+        distribution is computed from the longer history. Returns the appended id."""
+        token, state = self._draw_one()
+        if token_id is not None:
+            vocab = self.logits.shape[-1]
+            if not isinstance(token_id, int) or not 0 <= token_id < vocab:
+                raise ValueError(f"token_id must be an int in [0, {vocab}), got {token_id!r}")
+            token = token_id
+        self.appended.append(token)
+        self._gen_states.append(state)
+        return token
+
+    def undo(self) -> int | None:
+        """Take the last appended token back (and the generator state with it)."""
+        if not self.appended:
+            return None
+        self._gen_states.pop()
+        return self.appended.pop()
+
+    def reset(self) -> None:
+        """Back to the prompt, with a fresh generator for the current seed."""
+        self.appended.clear()
+        self._gen_states = [make_generator(self.seed).get_state()]
+
+    # --- tables ------------------------------------------------------------------------------
+    def text(self, token_id: int) -> str:
+        return token_text(self.llm.tokenizer, token_id)
+
+    def top_tokens(self, n: int = 10, stage: str | None = None, digits: int | None = None) -> list[tuple[int, str, float]]:
+        """The ``n`` most likely tokens after ``stage`` (default: the last one), as
+        (id, text, probability); tokens a filter removed are left out."""
+        stages = {s.name: s for s in self.stages()}
+        st = stages[stage] if stage is not None else self.stages()[-1]
+        probs = st.probs
+        k = min(n, int((probs > 0).sum()))
+        vals, ids = probs.topk(k)
+        rows = [(int(i), self.text(int(i)), float(v)) for v, i in zip(vals, ids)]
+        if digits is not None:
+            rows = [(i, t, round(p, digits)) for i, t, p in rows]
+        return rows
+
+    def summary(self) -> str:
+        """One line per stage: tokens left and the top token's probability."""
+        lines = []
+        for s in self.stages():
+            top = int(s.probs.argmax())
+            lines.append(f"{s.label:<32} kept {s.kept:>5} tokens; top {self.text(top)!r} p={float(s.probs[top]):.3f}")
+        return "\n".join(lines)
+
+    def print_table(self, n: int = 8, digits: int = 3) -> None:
+        """Print the top ``n`` tokens after every stage side by side (for notebooks)."""
+        stages = self.stages()
+        raw = stages[0].probs
+        order = raw.topk(min(n, raw.shape[-1])).indices.tolist()
+        width = 14
+        print(f"{'token':<14}" + "".join(f"{s.name:>{width}}" for s in stages))
+        for t in order:
+            cells = []
+            for s in stages:
+                p = float(s.probs[t])
+                cells.append(f"{p:>{width}.{digits}f}" if p > 0 else f"{'removed':>{width}}")
+            print(f"{self.text(t)!r:<14}" + "".join(cells))
+        print(f"{'tokens left':<14}" + "".join(f"{s.kept:>{width}}" for s in stages))
+
+    # --- plot --------------------------------------------------------------------------------
+    def figure(self, n: int = 15):
+        """A matplotlib Figure: the top-``n`` tokens at every stage (same tokens, same order,
+        so you can see what each step removes), then a histogram of ``num_draws`` draws."""
+        from matplotlib.figure import Figure
+
+        stages = self.stages()
+        raw = stages[0].probs
+        order = raw.topk(min(n, raw.shape[-1])).indices.tolist()[::-1]
+        labels = [f"{self.text(t)}" for t in order]
+        sampled = self.sample()
+        fig = Figure(figsize=(1.85 * (len(stages) + 1), 0.22 * len(order) + 1.2), dpi=90)
+        axes = fig.subplots(1, len(stages) + 1, sharey=False)
+        xmax = max(float(s.probs[t]) for s in stages for t in order) * 1.15 or 1.0
+        for ax, s in zip(axes, stages):
+            vals = [float(s.probs[t]) for t in order]
+            colors = []
+            for t, v in zip(order, vals):
+                if v == 0:
+                    colors.append("#e5e7eb")
+                elif t == sampled and s is stages[-1]:
+                    colors.append("#f59e0b")
+                else:
+                    colors.append("#6366f1" if s.active else "#a5b4fc")
+            ax.barh(range(len(order)), vals, color=colors)
+            for y, v in enumerate(vals):
+                if v == 0:
+                    ax.text(0.0, y, " removed", va="center", fontsize=7, color="#9ca3af")
+            ax.set_title(f"{s.label}\n{s.kept} tokens left", fontsize=8)
+            ax.set_yticks(range(len(order)))
+            ax.set_yticklabels(labels if ax is axes[0] else [], fontsize=8)
+            ax.set_xlim(0, xmax)  # one scale for every stage: sharper means longer bars
+            ax.tick_params(axis="x", labelsize=7)
+        draws = self.draws()
+        counts: dict[int, int] = {}
+        for t in draws:
+            counts[t] = counts.get(t, 0) + 1
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n][::-1]
+        ax = axes[-1]
+        probs = self.probs()
+        ax.barh(range(len(top)), [c / len(draws) for _, c in top],
+                color=["#f59e0b" if t == sampled else "#10b981" for t, _ in top])
+        ax.scatter([float(probs[t]) for t, _ in top], range(len(top)), marker="|", color="black", s=60,
+                   label="probability", zorder=3)
+        ax.set_yticks(range(len(top)))
+        ax.set_yticklabels([self.text(t) for t, _ in top], fontsize=8)
+        ax.set_title(f"{len(draws)} draws, seed {self.seed}\nbar: share, |: probability", fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        # fixed margins (tight_layout would cost a second full draw on every slider move)
+        fig.subplots_adjust(left=0.09, right=0.98, top=1 - 0.5 / fig.get_figheight(),
+                            bottom=0.35 / fig.get_figheight(), wspace=0.6)
+        return fig
+
+    def png(self, n: int = 15) -> bytes:
+        buf = io.BytesIO()
+        self.figure(n).savefig(buf, format="png")
+        return buf.getvalue()
+
+
+# ----------------------------------------------------------------------------------------
+# The widget
+# ----------------------------------------------------------------------------------------
+
+def _import_widgets():
+    import ipywidgets as w
+
+    return w
+
+
+_CSS = """
+<style>
+.minillm-sampling .widget-html-content{line-height:1.45}
+.minillm-sampling .mm-chip{display:inline-block;margin:1px;padding:1px 4px;border-radius:5px;font-family:monospace;
+  font-size:12px}
+.minillm-sampling .mm-prompt{background:#dbeafe}
+.minillm-sampling .mm-added{background:#fde68a;border:1px solid #f59e0b}
+</style>
+"""
+
+
+class SamplingExplorer(_import_widgets().VBox):
+    """The widget: ``SamplingExplorer(llm=None, prompt=...)``. ``explorer.core`` is the
+    ``SamplingExplorerCore``; ``explorer.buttons`` maps labels to buttons; the sliders are
+    ``explorer.temperature``, ``.top_k``, ``.top_p``, ``.min_p``, ``.seed``, ``.num_draws``."""
+
+    def __init__(self, llm=None, prompt: str = DEFAULT_EXPLORER_PROMPT, **kwargs):
+        w = _import_widgets()
+        core_kw = {k: kwargs.pop(k) for k in ("temperature", "top_k", "top_p", "min_p", "seed", "num_draws")
+                   if k in kwargs}
+        super().__init__(**kwargs)
+        self.core = SamplingExplorerCore(llm, prompt, **core_kw)
+        c = self.core
+        style = {"description_width": "100px"}
+        lay = w.Layout(width="340px")
+        self.temperature = w.FloatSlider(value=c.temperature, min=0.0, max=2.0, step=0.05, description="temperature",
+                                         style=style, layout=lay, continuous_update=False)
+        self.top_k = w.IntSlider(value=c.top_k, min=0, max=100, description="top-k (0=off)", style=style, layout=lay,
+                                 continuous_update=False)
+        self.top_p = w.FloatSlider(value=c.top_p, min=0.05, max=1.0, step=0.01, description="top-p", style=style,
+                                   layout=lay, continuous_update=False)
+        self.min_p = w.FloatSlider(value=c.min_p, min=0.0, max=0.5, step=0.01, description="min-p", style=style,
+                                   layout=lay, continuous_update=False)
+        self.seed = w.IntText(value=c.seed, description="seed", style=style, layout=lay)
+        self.num_draws = w.IntSlider(value=c.num_draws, min=10, max=2000, step=10, description="draws", style=style,
+                                     layout=lay, continuous_update=False)
+        self.sliders = [self.temperature, self.top_k, self.top_p, self.min_p, self.seed, self.num_draws]
+        for s in self.sliders:
+            s.observe(self._on_change, names="value")
+        self.buttons = {}
+        for label, fn in (("Append sampled token", self._append), ("Undo", self._undo), ("Reset", self._reset)):
+            b = w.Button(description=label, layout=w.Layout(width="180px" if label.startswith("Append") else "90px"),
+                         button_style="success" if label.startswith("Append") else "")
+            b.on_click(lambda _b, f=fn: f())
+            b.add_class("minillm-btn-" + label.split()[0].lower())
+            self.buttons[label] = b
+        self.context = w.HTML()
+        self.info = w.HTML(layout=w.Layout(width="520px"))
+        self.plot = w.Image(format="png", layout=w.Layout(max_width="100%"))
+        controls = w.VBox(self.sliders + [w.HBox(list(self.buttons.values()))])
+        self.children = [w.HTML(_CSS), self.context, w.HBox([controls, self.info]), self.plot]
+        self.add_class("minillm-sampling")
+        self.refresh()
+
+    def _on_change(self, _change=None) -> None:
+        try:
+            self.core.set(temperature=float(self.temperature.value), top_k=int(self.top_k.value),
+                          top_p=float(self.top_p.value), min_p=float(self.min_p.value), seed=int(self.seed.value),
+                          num_draws=int(self.num_draws.value))
+        except ValueError as exc:
+            self.info.value = f"<div style='color:#b91c1c'>⚠ {esc(exc)}</div>"
+            return
+        self.refresh()
+
+    def _append(self) -> None:
+        self.core.append()
+        self.refresh()
+
+    def _undo(self) -> None:
+        self.core.undo()
+        self.refresh()
+
+    def _reset(self) -> None:
+        self.core.reset()
+        self.refresh()
+
+    def refresh(self) -> None:
+        c = self.core
+        chips = [f"<span class='mm-chip mm-prompt' title='id {t}'>{esc(c.text(t))}</span>" for t in c.prompt_ids]
+        chips += [f"<span class='mm-chip mm-added' title='id {t}'>{esc(c.text(t))}</span>" for t in c.appended]
+        self.context.value = (f"<div><b>Context</b> ({len(c.prompt_ids)} prompt tokens in blue, "
+                              f"{len(c.appended)} sampled tokens in amber):</div><div>{''.join(chips)}</div>")
+        stages = c.stages()
+        sampled = c.sample()
+        probs = c.probs()
+        rows = "".join(f"<tr><td>{esc(s.label)}</td><td style='text-align:right'>{s.kept}</td></tr>" for s in stages)
+        self.info.value = (
+            f"<table style='font-size:12px'><tr><th>step (engine order)</th><th>tokens left</th></tr>{rows}</table>"
+            f"<div style='font-size:13px;margin-top:6px'>The engine would sample <b><code>{esc(c.text(sampled))}</code></b>"
+            f" (id {sampled}, p={float(probs[sampled]):.3f}) with seed {c.seed} at this position. "
+            f"<b>Append sampled token</b> puts it into the context: it becomes history, and the next "
+            f"distribution is computed from it.</div>")
+        self.buttons["Undo"].disabled = not c.appended
+        self.buttons["Reset"].disabled = not c.appended
+        self.plot.value = c.png()
+
