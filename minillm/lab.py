@@ -1,0 +1,246 @@
+"""``minillm lab``: open the course in JupyterLab, offline, on its start page.
+
+JupyterLab runs as a child process bound to 127.0.0.1 with a fresh random token. This
+process waits until the server answers ``/api/status``, prints the URL to open (token
+included), opens a browser unless ``--no-browser``, and then stays in the foreground until
+JupyterLab stops. Ctrl-C, SIGINT or SIGTERM stop JupyterLab (and its kernels) cleanly.
+
+Everything that would reach the internet is switched off: the news feed, the update check
+and the extension manager's PyPI listing. The browser tests (tests/browser) reuse
+:func:`jupyter_command` and :func:`jupyter_env` so they run the same server a learner does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+#: Start pages, first one that exists wins (paths relative to the notebook dir).
+START_PAGES = ("notebooks/README.ipynb", "notebooks/ch04/00_overview.ipynb")
+
+#: Server options that keep JupyterLab from reaching the network.
+OFFLINE_ARGS = (
+    "--LabApp.news_url=None",
+    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    "--LabApp.extension_manager=readonly",
+    "--ServerApp.open_browser=False",
+)
+
+
+def repo_root() -> Path:
+    """The folder that holds ``notebooks/`` (the repository when installed with ``pip -e``)."""
+    here = Path(__file__).resolve().parent.parent
+    if (here / "notebooks").is_dir():
+        return here
+    cwd = Path.cwd()
+    if (cwd / "notebooks").is_dir():
+        return cwd
+    return here
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def start_page(notebook_dir: Path) -> str | None:
+    for rel in START_PAGES:
+        if (notebook_dir / rel).is_file():
+            return rel
+    return None
+
+
+def lab_path(rel: str | None) -> str:
+    """The JupyterLab URL path that opens ``rel`` (``/lab`` when there is none)."""
+    if not rel:
+        return "/lab"
+    return "/lab/tree/" + urllib.parse.quote(rel)
+
+
+def jupyter_command(*, port: int, notebook_dir: Path, ip: str = "127.0.0.1", default_url: str = "/lab",
+                    extra: list[str] | tuple[str, ...] = (), log_level: str | None = None) -> list[str]:
+    """The ``jupyter lab`` command line (the token travels in the environment, see :func:`jupyter_env`)."""
+    cmd = [sys.executable, "-m", "jupyterlab",
+           f"--ip={ip}", f"--port={port}", "--ServerApp.port_retries=0",
+           f"--ServerApp.root_dir={notebook_dir}",
+           f"--LabApp.default_url={default_url}",
+           *OFFLINE_ARGS]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    if log_level:
+        cmd += [f"--ServerApp.log_level={log_level}", f"--LabApp.log_level={log_level}"]
+    cmd.extend(extra)
+    return cmd
+
+
+def jupyter_env(token: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for the server: the token (kept off the command line, which ``ps`` shows)."""
+    env = dict(os.environ if base is None else base)
+    env["JUPYTER_TOKEN"] = token
+    env.setdefault("JUPYTER_PLATFORM_DIRS", "1")
+    env.pop("JUPYTER_TOKEN_FILE", None)
+    return env
+
+
+def wait_for_status(base_url: str, token: str, proc: subprocess.Popen | None = None,
+                    timeout: float = 120.0) -> dict:
+    """Poll ``/api/status`` until it answers 200; raise ``RuntimeError`` if it never does."""
+    deadline = time.monotonic() + timeout
+    req = urllib.request.Request(base_url.rstrip("/") + "/api/status",
+                                 headers={"Authorization": f"token {token}"})
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited with code {proc.returncode} before it answered")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                if resp.status == 200:
+                    return json.loads(resp.read().decode() or "{}")
+        except (urllib.error.URLError, ConnectionError, OSError, ValueError) as exc:
+            last = exc
+        time.sleep(0.25)
+    raise RuntimeError(f"JupyterLab did not answer {base_url}/api/status within {timeout:.0f} s ({last})")
+
+
+def stop_server(proc: subprocess.Popen, grace: float = 20.0) -> int:
+    """SIGTERM (JupyterLab then shuts its kernels down), SIGKILL after ``grace`` seconds."""
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="minillm lab",
+                                description="Open the minillm course in JupyterLab (offline, on 127.0.0.1).")
+    p.add_argument("--port", type=int, default=None, help="port to listen on (default: a free one)")
+    p.add_argument("--ip", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; anything else exposes the server to the network)")
+    p.add_argument("--no-browser", action="store_true", help="print the URL but do not open a browser")
+    p.add_argument("--notebook-dir", type=Path, default=None,
+                   help="folder JupyterLab serves (default: the repository root)")
+    p.add_argument("--token", default=None, help="access token (default: a fresh random one)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for JupyterLab to start")
+    p.add_argument("--verbose", action="store_true", help="show JupyterLab's INFO log")
+    p.add_argument("jupyter_args", nargs=argparse.REMAINDER,
+                   help="after --: more options passed to jupyter lab as they are")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(list(sys.argv[1:] if argv is None else argv))
+    extra = list(args.jupyter_args)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+
+    try:
+        import jupyterlab  # noqa: F401
+    except ImportError:
+        print("minillm lab: JupyterLab is not installed. Run `bash scripts/setup.sh` "
+              "(or `pip install -e \".[course]\"`).", file=sys.stderr)
+        return 2
+
+    notebook_dir = (args.notebook_dir or repo_root()).resolve()
+    if not notebook_dir.is_dir():
+        print(f"minillm lab: no such folder: {notebook_dir}", file=sys.stderr)
+        return 2
+    page = start_page(notebook_dir)
+    if page is None:
+        print(f"minillm lab: warning: no course start page under {notebook_dir} "
+              f"(looked for {', '.join(START_PAGES)}); opening the file browser.", file=sys.stderr)
+    default_url = lab_path(page)
+    token = args.token or secrets.token_hex(24)
+    env = jupyter_env(token)
+    host = "127.0.0.1" if args.ip in ("127.0.0.1", "localhost", "0.0.0.0", "") else args.ip
+
+    # A free port can be taken between our check and JupyterLab's bind; retry on a new one.
+    attempts = 1 if args.port else 3
+    proc: subprocess.Popen | None = None
+    url = ""
+    interrupted = {"sig": None}
+
+    def _forward(signum, _frame):
+        interrupted["sig"] = signum
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)  # JupyterLab's clean stop, no y/n prompt
+            except ProcessLookupError:
+                pass
+
+    # JupyterLab runs in its own session: Ctrl-C reaches only this process, which stops the
+    # server with SIGTERM (no y/n prompt); a closed terminal (SIGHUP) stops it too.
+    handled = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    previous = {s: signal.signal(s, _forward) for s in handled}
+    try:
+        for attempt in range(attempts):
+            port = args.port or free_port()
+            cmd = jupyter_command(port=port, notebook_dir=notebook_dir, ip=args.ip, default_url=default_url,
+                                  extra=extra, log_level=None if args.verbose else "WARN")
+            proc = subprocess.Popen(cmd, env=env, cwd=str(notebook_dir), start_new_session=True)
+            if interrupted["sig"] is not None:  # a signal came before the server existed
+                _forward(interrupted["sig"], None)
+            base = f"http://{host}:{port}"
+            try:
+                wait_for_status(base, token, proc, timeout=args.timeout)
+            except RuntimeError as exc:
+                if interrupted["sig"] is not None:
+                    stop_server(proc)
+                    return 128 + int(interrupted["sig"])
+                if proc.poll() is not None and attempt + 1 < attempts:
+                    continue  # most likely the port was taken: try another one
+                print(f"minillm lab: {exc}", file=sys.stderr)
+                stop_server(proc)
+                return 1
+            url = f"{base}{default_url}?token={token}"
+            break
+
+        print("", flush=True)
+        print("minillm lab: the course is running. Open this URL in your browser:", flush=True)
+        print(f"    {url}", flush=True)
+        print(f"minillm lab: serving {notebook_dir} on {host}:{port} only; press Ctrl-C to stop.", flush=True)
+        if not args.no_browser:
+            try:
+                import webbrowser
+                if not webbrowser.open(url):
+                    print("minillm lab: could not open a browser; copy the URL above into one.", flush=True)
+            except Exception:  # noqa: BLE001 - a missing browser must not stop the server
+                print("minillm lab: could not open a browser; copy the URL above into one.", flush=True)
+
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:  # pragma: no cover - handler above normally catches it
+                _forward(signal.SIGINT, None)
+        if interrupted["sig"] is not None:
+            print("minillm lab: stopped.", flush=True)
+            return 0
+        return rc
+    finally:
+        if proc is not None and proc.poll() is None:
+            stop_server(proc)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

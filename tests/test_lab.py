@@ -1,0 +1,192 @@
+"""``minillm lab``: starts JupyterLab on 127.0.0.1 with a token, prints the URL, stops cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from minillm import lab
+
+pytest.importorskip("jupyterlab")
+pytestmark = pytest.mark.timeout(300)
+
+URL_RE = re.compile(r"(http://127\.0\.0\.1:(\d+)(/lab\S*)\?token=([0-9A-Za-z_-]+))")
+
+
+def _minillm_cmd() -> list[str]:
+    exe = Path(sys.executable).with_name("minillm")
+    if exe.is_file():
+        return [str(exe)]
+    return [sys.executable, "-c", "import sys; from minillm.cli import main; sys.exit(main())"]
+
+
+def _get(url: str, token: str | None = None, timeout: float = 10):
+    headers = {"Authorization": f"token {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:
+        return resp.status, resp.read().decode()
+
+
+@pytest.fixture
+def isolated_env(tmp_path):
+    env = dict(os.environ)
+    for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_DATA_DIR", "JUPYTERLAB_SETTINGS_DIR",
+                 "JUPYTERLAB_WORKSPACES_DIR", "IPYTHONDIR"):
+        d = tmp_path / name.lower()
+        d.mkdir()
+        env[name] = str(d)
+    env.pop("JUPYTER_TOKEN", None)
+    env["BROWSER"] = "true"  # in case a browser were opened anyway: a no-op command
+    return env
+
+
+def _start(args, env):
+    proc = subprocess.Popen(_minillm_cmd() + ["lab", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, bufsize=1)
+    lines: queue.Queue = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc, lines
+
+
+def _wait_for_url(proc, lines, timeout: float = 150):
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            continue
+        if line is None:
+            break
+        seen.append(line)
+        m = URL_RE.search(line)
+        if m:
+            return m, seen
+    proc.kill()
+    pytest.fail("minillm lab printed no URL with a token:\n" + "".join(seen))
+
+
+def _listen_addresses(port: int) -> set[str] | None:
+    """Local addresses with a listening TCP socket on ``port`` (Linux /proc), None elsewhere."""
+    found: set[str] = set()
+    tables = [Path("/proc/net/tcp"), Path("/proc/net/tcp6")]
+    if not tables[0].exists():
+        return None
+    for table in tables:
+        if not table.exists():
+            continue
+        for row in table.read_text().splitlines()[1:]:
+            cols = row.split()
+            addr, p = cols[1].split(":")
+            if int(p, 16) != port or cols[3] != "0A":  # 0A = LISTEN
+                continue
+            if len(addr) == 8:
+                found.add(socket.inet_ntop(socket.AF_INET, bytes.fromhex(addr)[::-1]))
+            else:
+                found.add("ipv6:" + addr)
+    return found
+
+
+def _drain(lines, timeout: float) -> str:
+    out, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if line is None:
+            break
+        out.append(line)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_minillm_lab_starts_answers_and_stops(sig, isolated_env):
+    port = lab.free_port()
+    t0 = time.monotonic()
+    proc, lines = _start(["--no-browser", "--port", str(port)], isolated_env)
+    try:
+        m, seen = _wait_for_url(proc, lines)
+        url, printed_port, path, token = m.group(1), int(m.group(2)), m.group(3), m.group(4)
+        assert printed_port == port
+        assert len(token) >= 32, "the token must be long and random"
+        if (lab.repo_root() / "notebooks" / "README.ipynb").is_file():
+            assert path == "/lab/tree/notebooks/README.ipynb", path
+        base = f"http://127.0.0.1:{port}"
+
+        status, body = _get(f"{base}/api/status", token)
+        assert status == 200 and '"started"' in body
+        with pytest.raises(urllib.error.HTTPError) as denied:  # no token, no entry
+            _get(f"{base}/api/contents")
+        assert denied.value.code in (401, 403)
+        status, _ = _get(url)  # the printed URL itself opens JupyterLab
+        assert status == 200
+        # offline: no news feed, and the extension manager does not list PyPI
+        status, page = _get(f"{base}/lab?token={token}")
+        cfg = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                                   page, re.S).group(1))
+        assert cfg["news"] == {"disabled": True}
+        assert cfg["extensionManager"]["name"] == "read-only"
+        # bound to the loopback address only
+        listening = _listen_addresses(port)
+        if listening is not None:
+            assert listening and listening <= {"127.0.0.1"}, listening
+        started = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(sig)
+    try:
+        rc = proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"minillm lab did not stop within 60 s of {sig.name}")
+    tail = _drain(lines, 5)
+    assert rc == 0, f"exit code {rc} after {sig.name}:\n{tail}"
+    assert "stopped" in tail
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        _get(f"{base}/api/status", token, timeout=3)
+    assert started < 150
+
+
+def test_lab_command_line_is_offline_and_local(tmp_path):
+    cmd = lab.jupyter_command(port=12345, notebook_dir=tmp_path, default_url="/lab/tree/x.ipynb")
+    joined = " ".join(cmd)
+    assert "--ip=127.0.0.1" in joined and "--port=12345" in joined
+    assert f"--ServerApp.root_dir={tmp_path}" in joined
+    assert "--LabApp.news_url=None" in joined
+    assert "--LabApp.extension_manager=readonly" in joined
+    assert "NeverCheckForUpdate" in joined
+    assert "--ServerApp.open_browser=False" in joined
+    assert ("--allow-root" in cmd) == (os.geteuid() == 0)
+    assert not any("token" in c.lower() for c in cmd), "the token must not be on the command line (ps shows it)"
+    env = lab.jupyter_env("abc", base={})
+    assert env["JUPYTER_TOKEN"] == "abc"
+
+
+def test_start_page_and_missing_notebooks(tmp_path, capsys):
+    assert lab.start_page(tmp_path) is None
+    assert lab.lab_path(None) == "/lab"
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "README.ipynb").write_text("{}")
+    assert lab.start_page(tmp_path) == "notebooks/README.ipynb"
+    assert lab.lab_path("notebooks/README.ipynb") == "/lab/tree/notebooks/README.ipynb"
+    assert lab.main(["--notebook-dir", str(tmp_path / "nope"), "--no-browser"]) == 2
+    assert "no such folder" in capsys.readouterr().err
