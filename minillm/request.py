@@ -55,7 +55,7 @@ class IllegalTransition(RuntimeError):
     """Raised when code tries to move a request along an edge the state diagram does not have."""
 
 
-@dataclass
+@dataclass(eq=False)  # a request is an identity, not a value: two requests are never "equal"
 class Request:
     """One generation request and everything it holds.
 
