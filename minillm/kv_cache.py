@@ -73,6 +73,7 @@ class BlockAllocator:
         self.hash_to_block: dict[bytes, int] = {}
         self.free_ids: deque[int] = deque(range(num_blocks))
         self._num_used = 0
+        self._num_cached_free = 0  # free blocks that still carry a prefix hash
 
     # --- counts --------------------------------------------------------------------------
     @property
@@ -94,6 +95,7 @@ class BlockAllocator:
             if self.hash_to_block.get(old) == block_id:
                 del self.hash_to_block[old]
             self.block_hashes[block_id] = None
+            self._num_cached_free -= 1
         self.ref_count[block_id] = 1
         self._num_used += 1
         return block_id
@@ -102,6 +104,7 @@ class BlockAllocator:
         if self.ref_count[block_id] == 0:
             self.free_ids.remove(block_id)  # revive a cached free block
             self._num_used += 1
+            self._num_cached_free -= 1
         self.ref_count[block_id] += 1
 
     def match_prefix(self, token_ids: list[int]) -> list[int]:
@@ -176,12 +179,14 @@ class BlockAllocator:
                 self._num_used -= 1
                 if self.block_hashes[block_id] is not None:
                     self.free_ids.append(block_id)  # keep cached prefixes for last
+                    self._num_cached_free += 1
                 else:
                     self.free_ids.appendleft(block_id)
         block_table.clear()
 
     def num_cached_free(self) -> int:
-        return sum(1 for b in self.free_ids if self.block_hashes[b] is not None)
+        """Free blocks that still hold a reusable prefix (kept as a count, O(1))."""
+        return self._num_cached_free
 
 
 class KVCache:

@@ -240,8 +240,10 @@ class LLM:
         return self.trace[first_event:]
 
     def _append_token(self, req: Request, token: int, logprobs: torch.Tensor | None) -> None:
-        req.num_computed_tokens = req.num_tokens
-        self.kv_cache.allocator.commit_full_blocks(req.block_table, req.all_token_ids, req.num_computed_tokens)
+        before, req.num_computed_tokens = req.num_computed_tokens, req.num_tokens
+        bs = self.kv_cache.block_size
+        if req.num_computed_tokens // bs > before // bs:  # a block just filled up: index it
+            self.kv_cache.allocator.commit_full_blocks(req.block_table, req.all_token_ids, req.num_computed_tokens)
         req.output_token_ids.append(token)
         now = time.monotonic()
         data = {"token_id": token, "index": len(req.output_token_ids) - 1}
@@ -270,8 +272,10 @@ class LLM:
         appeared; the text is then cut where the stop string starts."""
         ids = req.output_token_ids
         skip = req.params.skip_special_tokens
-        prefix = self.tokenizer.decode(ids[req._prefix_offset:req._read_offset], skip_special_tokens=skip)
-        full = self.tokenizer.decode(ids[req._prefix_offset:], skip_special_tokens=skip)
+        cached = self.__dict__.get("_decode_ids")
+        decode = cached[1] if cached is not None and cached[0] is self.tokenizer else self._make_decode_ids()
+        prefix = decode(ids[req._prefix_offset:req._read_offset], skip)
+        full = decode(ids[req._prefix_offset:], skip)
         if len(full) <= len(prefix) or full.endswith("\ufffd"):
             return False
         old_len = len(req.text)
@@ -285,6 +289,24 @@ class LLM:
                 req.text = req.text[:at]
                 return True
         return False
+
+    def _make_decode_ids(self):
+        """``tokenizer.decode`` for the per-token detokenisation, straight to the Rust
+        ``tokenizers`` backend when that gives the same text (a plain fast tokenizer with no
+        space clean-up): the transformers wrapper costs several times the decode itself."""
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+        tok = self.tokenizer
+        cls = type(tok)
+        plain = (isinstance(tok, TokenizersBackend) and cls.decode is TokenizersBackend.decode
+                 and cls._decode is TokenizersBackend._decode and not tok.clean_up_tokenization_spaces)
+        if plain:
+            backend = tok.backend_tokenizer
+            fn = lambda ids, skip: backend.decode(ids, skip_special_tokens=skip)  # noqa: E731
+        else:
+            fn = lambda ids, skip: tok.decode(ids, skip_special_tokens=skip)  # noqa: E731
+        self._decode_ids = (tok, fn)
+        return fn
 
     def _finish(self, req: Request, reason: StopReason) -> None:
         req.stop_reason = reason

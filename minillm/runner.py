@@ -2,8 +2,13 @@
 
 All the bookkeeping of paging lives here, as tensor arithmetic done once per step:
 token ``j`` of a request lives in cache slot ``block_table[j // block_size] * block_size +
-j % block_size``. Decode requests come first in the flat batch (one row each), then the new
-tokens of each request being prefilled.
+j % block_size``. Decode requests come first in the flat batch (one row each, longest context
+first), then the new tokens of each request being prefilled.
+
+Decode attention gathers each request's context from the cache, padded to the longest one
+attended in the same call. With contexts of very different lengths most of that would be
+padding, so the decode rows are split into a few groups of similar length
+(``split_by_length``); each group is one gather and one attention call per layer.
 """
 
 from __future__ import annotations
@@ -11,8 +16,40 @@ from __future__ import annotations
 import torch
 
 from .kv_cache import KVCache
-from .models.llama import AttentionBatch, LlamaForCausalLM, PrefillSeq
+from .models.llama import AttentionBatch, DecodeGroup, LlamaForCausalLM, PrefillSeq
 from .request import Request
+
+MAX_DECODE_GROUPS = 4
+# An extra decode group costs about as much per layer (two gathers, one attention call) as
+# gathering and attending over this many padded cache slots: split only when it saves more.
+GROUP_COST_SLOTS = 1024
+
+
+def split_by_length(lengths: list[int], max_groups: int | None = None,
+                    group_cost: int | None = None) -> list[tuple[int, int]]:
+    """Split ``lengths`` (sorted longest first) into at most ``max_groups`` runs [start, end)
+    so that the padded total (each run padded to its first length) plus ``group_cost`` per run
+    is small. Greedy: split the run where a split saves the most, while it saves more than
+    ``group_cost``."""
+    max_groups = MAX_DECODE_GROUPS if max_groups is None else max_groups
+    group_cost = GROUP_COST_SLOTS if group_cost is None else group_cost
+    groups = [(0, len(lengths))]
+    while len(groups) < max_groups:
+        best_saving, best = group_cost, None
+        for gi, (a, b) in enumerate(groups):
+            top = lengths[a]
+            for k in range(a + 1, b):
+                if lengths[k] == lengths[k - 1]:
+                    continue
+                saving = (b - k) * (top - lengths[k])  # the rows after k stop padding to `top`
+                if saving > best_saving:
+                    best_saving, best = saving, (gi, k)
+        if best is None:
+            break
+        gi, k = best
+        a, b = groups[gi]
+        groups[gi:gi + 1] = [(a, k), (k, b)]
+    return groups
 
 
 class ModelRunner:
@@ -22,6 +59,18 @@ class ModelRunner:
         self.device = device
         self.block_size = kv_cache.block_size
         self._offsets = torch.arange(self.block_size, device=device)
+        self._workspace: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _gather_workspace(self, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V buffers of at least ``slots`` cache slots for the decode gathers, kept from
+        step to step (grown by half again when too small)."""
+        ws = self._workspace
+        if ws is None or ws[0].shape[0] < slots:
+            size = max(slots, 0 if ws is None else ws[0].shape[0] * 3 // 2)
+            shape = (size, self.kv.num_kv_heads, self.kv.head_dim)
+            self._workspace = ws = (torch.empty(shape, dtype=self.kv.dtype, device=self.device),
+                                    torch.empty(shape, dtype=self.kv.dtype, device=self.device))
+        return ws
 
     def _slots(self, tables: list[list[int]], length: int) -> torch.Tensor:
         """[len(tables), length] flat slot ids for positions 0..length-1 of each block table
@@ -31,6 +80,24 @@ class ModelRunner:
         blocks = torch.tensor(padded, dtype=torch.long, device=self.device)
         return (blocks.unsqueeze(-1) * self.block_size + self._offsets).view(len(tables), -1)[:, :length]
 
+    def _decode_group(self, start: int, end: int, tables: list[list[int]], ctx: list[int]) -> DecodeGroup:
+        """Slots (and padding mask) of decode rows [start, end), whose contexts are ctx[start:end]."""
+        bs = self.block_size
+        m, longest = end - start, ctx[start]
+        width = -(-longest // bs)
+        rows = [t[:width] if len(t) >= width else t + [0] * (width - len(t)) for t in tables[start:end]]
+        blocks = torch.tensor(rows, dtype=torch.long, device=self.device)
+        slots = (blocks.unsqueeze(-1) * bs + self._offsets).view(m, width * bs)
+        if width * bs != longest:
+            slots = slots[:, :longest].contiguous()
+        mask = None
+        if ctx[end - 1] != longest:  # contexts differ: hide each one's padding
+            lens = torch.tensor(ctx[start:end], device=self.device)
+            pad = torch.arange(longest, device=self.device) >= lens[:, None]
+            mask = torch.zeros((m, 1, 1, longest), dtype=self.kv.dtype, device=self.device
+                               ).masked_fill_(pad.view(m, 1, 1, longest), float("-inf"))
+        return DecodeGroup(start, end, slots, mask)
+
     @torch.inference_mode()
     def run(self, decodes: list[Request], prefills: list[Request]) -> torch.Tensor:
         """One forward pass over every scheduled request; logits [len(decodes)+len(prefills), vocab]."""
@@ -38,20 +105,28 @@ class ModelRunner:
         positions: list[int] = []
         slot_mapping: list[int] = []
         bs = self.block_size
-        for r in decodes:
-            pos = r.num_tokens - 1
-            ids.append(r.last_token_id)
-            positions.append(pos)
-            slot_mapping.append(r.block_table[pos // bs] * bs + pos % bs)
-        batch = AttentionBatch(positions=None, slot_mapping=None, num_decode=len(decodes))
+        n = len(decodes)
+        batch = AttentionBatch(positions=None, slot_mapping=None, num_decode=n)
+        logits_rows = list(range(n))
         if decodes:
-            ctx = [r.num_tokens for r in decodes]
-            longest = max(ctx)
-            batch.decode_slots = self._slots([r.block_table for r in decodes], longest)
-            lens = torch.tensor(ctx, device=self.device)
-            batch.decode_mask = (torch.arange(longest, device=self.device) < lens[:, None]).view(
-                len(decodes), 1, 1, longest)
-        logits_rows = list(range(len(decodes)))
+            # longest context first, so that groups of similar length are runs of rows; the
+            # logits come back in the scheduler's order (logits_rows undoes the sort)
+            order = sorted(range(n), key=lambda i: -decodes[i].num_tokens)
+            ctx, tables = [], []
+            for row, i in enumerate(order):
+                r = decodes[i]
+                length = r.num_tokens
+                pos = length - 1
+                table = r.block_table
+                ids.append(r.output_token_ids[-1] if r.output_token_ids else r.prompt_token_ids[-1])
+                positions.append(pos)
+                slot_mapping.append(table[pos // bs] * bs + pos % bs)
+                ctx.append(length)
+                tables.append(table)
+                logits_rows[i] = row
+            batch.decode_groups = [self._decode_group(a, b, tables, ctx) for a, b in split_by_length(ctx)]
+            batch.k_workspace, batch.v_workspace = self._gather_workspace(
+                max(g.slots.numel() for g in batch.decode_groups))
         for r in prefills:
             tokens = r.all_token_ids
             start, ctx = r.num_computed_tokens, len(tokens)
@@ -66,5 +141,6 @@ class ModelRunner:
         batch.positions = torch.tensor(positions, dtype=torch.long, device=self.device)
         batch.slot_mapping = torch.tensor(slot_mapping, dtype=torch.long, device=self.device)
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
-        rows = torch.tensor(logits_rows, dtype=torch.long, device=self.device)
+        in_order = not prefills and all(row == i for i, row in enumerate(logits_rows))
+        rows = None if in_order else torch.tensor(logits_rows, dtype=torch.long, device=self.device)
         return self.model(input_ids, batch, self.kv, logits_rows=rows)

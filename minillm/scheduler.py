@@ -70,18 +70,20 @@ class Scheduler:
         return batch
 
     def _schedule_decodes(self, batch: ScheduledBatch) -> None:
+        preempted: set[int] = set()  # id() of requests preempted earlier in this loop
         for req in list(self.running):
-            if req not in self.running:  # preempted earlier in this loop
+            if id(req) in preempted:
                 continue
             while not self.allocator.append_slot(req.block_table, req.num_tokens - 1):
                 if len(self.running) == 1:
                     # alone and still no room: the whole KV budget is this request's context
-                    self.running.remove(req)
+                    _remove_by_identity(self.running, req)
                     batch.context_full.append(req)
                     break
                 victim = self.running[-1]
                 self.preempt(victim)
                 batch.preempted.append(victim)
+                preempted.add(id(victim))
                 if victim is req:
                     break
             else:
@@ -111,7 +113,7 @@ class Scheduler:
     # --- taking requests out --------------------------------------------------------------
     def preempt(self, req: Request) -> None:
         """Free the request's blocks and queue it for recomputation (prompt + output so far)."""
-        self.running.remove(req)
+        _remove_by_identity(self.running, req)
         freed = len(req.block_table)
         self.allocator.free(req.block_table)
         req.num_computed_tokens = 0
@@ -121,10 +123,8 @@ class Scheduler:
 
     def dequeue(self, req: Request) -> None:
         """Take a request out of whichever queue holds it (its blocks stay with it)."""
-        if req in self.running:
-            self.running.remove(req)
-        elif req in self.waiting:
-            self.waiting.remove(req)
+        if not _remove_by_identity(self.running, req):
+            _remove_by_identity(self.waiting, req)
 
     def remove(self, req: Request) -> int:
         """Dequeue a request and free its blocks; returns the number of blocks freed."""
@@ -132,3 +132,13 @@ class Scheduler:
         freed = len(req.block_table)
         self.allocator.free(req.block_table)
         return freed
+
+
+def _remove_by_identity(queue, req: Request) -> bool:
+    """Remove ``req`` itself from a list or deque; False if it is not there. ``in`` and
+    ``remove`` would compare requests field by field (dataclass ``__eq__``), which is slow."""
+    for i, r in enumerate(queue):
+        if r is req:
+            del queue[i]
+            return True
+    return False

@@ -29,15 +29,30 @@ class PrefillSeq:
 
 
 @dataclass
+class DecodeGroup:
+    """Decode rows [start, end) of the flat batch, attended in one call: their contexts are
+    gathered from the cache padded to the longest of the group (L)."""
+
+    start: int
+    end: int
+    slots: torch.Tensor                 # [end - start, L] flat cache slots of each context (padded)
+    mask: torch.Tensor | None = None    # [end - start, 1, 1, L] additive: 0 where a key is real,
+                                        # -inf on padding; None when no row is padded
+
+
+@dataclass
 class AttentionBatch:
     """Per-step layout, built once by the runner and shared by every layer."""
 
     positions: torch.Tensor                 # [T] position of each token
     slot_mapping: torch.Tensor | None       # [T] flat cache slot each token's K/V is written to
     num_decode: int = 0                     # rows [0, num_decode) are single decode tokens
-    decode_slots: torch.Tensor | None = None  # [num_decode, L] padded slots of each context
-    decode_mask: torch.Tensor | None = None   # [num_decode, 1, 1, L] True where a key is real
+    decode_groups: list[DecodeGroup] = field(default_factory=list)  # they cover rows [0, num_decode)
     prefills: list[PrefillSeq] = field(default_factory=list)
+    # optional [>= max group m x L, kv_heads, head_dim] buffers the decode gathers write into,
+    # reused by every layer and step (a fresh multi-MB tensor per gather costs page faults)
+    k_workspace: torch.Tensor | None = None
+    v_workspace: torch.Tensor | None = None
 
 
 class RMSNorm(nn.Module):
@@ -93,14 +108,17 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, batch: AttentionBatch, k_cache=None, v_cache=None):
         T = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(T, self.num_heads, self.head_dim)
-        k = k.view(T, self.num_kv_heads, self.head_dim)
-        v = v.view(T, self.num_kv_heads, self.head_dim)
+        qkv = self.qkv_proj(x)
+        v = qkv[:, self.q_size + self.kv_size:].view(T, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+            q, k = qkv[:, :self.q_size + self.kv_size].split([self.q_size, self.kv_size], dim=-1)
+            qk = torch.cat((self.q_norm(q.view(T, self.num_heads, self.head_dim)),
+                            self.k_norm(k.view(T, self.num_kv_heads, self.head_dim))), dim=1)
+        else:
+            qk = qkv[:, :self.q_size + self.kv_size].view(T, self.num_heads + self.num_kv_heads, self.head_dim)
+        # rotary on the query and key heads at once (the same elementwise formula for both)
+        qk = qk * cos + rotate_half(qk) * sin
+        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
 
         if k_cache is not None:  # write this step's keys and values into their slots
             k_flat = k_cache.view(-1, self.num_kv_heads, self.head_dim)
@@ -108,24 +126,39 @@ class Attention(nn.Module):
             k_flat.index_copy_(0, batch.slot_mapping, k)
             v_flat.index_copy_(0, batch.slot_mapping, v)
 
-        out = torch.empty_like(q)
         n = batch.num_decode
         if n:
-            # Decode: one query per request against its whole cached context, all requests in
-            # one call. The query heads that share a KV head sit in the "query length" axis.
-            keys = k_flat[batch.decode_slots].transpose(1, 2)    # [n, kv_heads, L, D]
-            values = v_flat[batch.decode_slots].transpose(1, 2)
-            group = self.num_heads // self.num_kv_heads
-            qd = q[:n].view(n, self.num_kv_heads, group, self.head_dim)
-            o = F.scaled_dot_product_attention(qd, keys, values, attn_mask=batch.decode_mask, scale=self.scale)
-            out[:n] = o.reshape(n, self.num_heads, self.head_dim)
+            # Decode: one query per request against its whole cached context, a group of
+            # requests of similar context length per call. The query heads that share a KV head
+            # sit in the "query length" axis. The gather is one index_select over flat slots.
+            per_kv = self.num_heads // self.num_kv_heads
+            outs = []
+            for g in batch.decode_groups:
+                m, L = g.slots.shape
+                flat = g.slots.view(-1)
+                if batch.k_workspace is not None:
+                    keys = torch.index_select(k_flat, 0, flat, out=batch.k_workspace[:m * L])
+                    values = torch.index_select(v_flat, 0, flat, out=batch.v_workspace[:m * L])
+                else:
+                    keys, values = k_flat.index_select(0, flat), v_flat.index_select(0, flat)
+                keys = keys.view(m, L, self.num_kv_heads, self.head_dim).transpose(1, 2)
+                values = values.view(m, L, self.num_kv_heads, self.head_dim).transpose(1, 2)
+                qd = q[g.start:g.end].reshape(m, self.num_kv_heads, per_kv, self.head_dim)
+                o = F.scaled_dot_product_attention(qd, keys, values, attn_mask=g.mask, scale=self.scale)
+                outs.append(o.reshape(m, self.q_size))
+            o = outs[0] if len(outs) == 1 else torch.cat(outs)
+            if n == T:  # a decode-only step: no copy into a shared output buffer
+                return self.o_proj(o)
+        out = q.new_empty(T, self.num_heads, self.head_dim)
+        if n:
+            out[:n] = o.view(n, self.num_heads, self.head_dim)
         for seq in batch.prefills:
             rows = slice(seq.q_start, seq.q_start + seq.q_len)
             qp = q[rows].transpose(0, 1).unsqueeze(0)              # [1, heads, q_len, D]
             if seq.ctx_len == seq.q_len:                           # nothing cached before
                 keys, values, mask, causal = k[rows], v[rows], None, True
             else:                                                  # a cached prefix precedes
-                keys, values = k_flat[seq.slots], v_flat[seq.slots]
+                keys, values = k_flat.index_select(0, seq.slots), v_flat.index_select(0, seq.slots)
                 past = seq.ctx_len - seq.q_len
                 mask = (torch.arange(seq.ctx_len, device=x.device)[None, :]
                         <= past + torch.arange(seq.q_len, device=x.device)[:, None])

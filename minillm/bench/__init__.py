@@ -1,0 +1,175 @@
+"""``minillm bench``: minillm against transformers ``generate()`` on the same checkpoint.
+
+    minillm bench                       # both models, 5 timed rounds, results in ./benchmarks
+    minillm bench --model default --quick
+    python -m minillm.bench --model 135m --only throughput --runs 7
+
+Four benchmarks (see ``workloads``): batch-1 latency (TTFT, TPOT), a mixed 64-request
+workload (continuous batching vs ``generate()`` at static batch sizes, and minillm's own
+static scheduling), and the KV cache on vs off. Both engines run in this one process, on the
+same checkpoint, dtype and device; greedy outputs are checked token-identical before
+anything is timed, then the engines are timed alternately and medians reported. Writes
+``results_<model>.json``, PNG plots and the tables in ``<out>/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODELS = ("default", "135m", "tiny")
+WORKLOADS = ("latency", "throughput", "kv_cache")
+# timed rounds per measurement: the 135m model takes minutes per round of the mixed workload
+# on a 2-core CPU, so it gets fewer by default (``--runs`` sets both)
+DEFAULT_RUNS = {"default": 5, "135m": 3}
+DESCRIPTIONS = {
+    "default": "the model shipped with minillm (stories-3m, a trained ~4M-parameter Llama)",
+    "135m": "random weights in the shape of SmolLM-135M (576 hidden, 30 layers, 9/3 heads, 49152 vocabulary)",
+    "tiny": "a tiny random Llama (for tests)",
+}
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="minillm bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="all",
+                    help="default, 135m, all (default + 135m), tiny, or a local Hugging Face folder")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16")
+    ap.add_argument("--runs", type=int, default=None, help="timed rounds per measurement (default: 5 for the default model, 3 for 135m; "
+                         "2 with --quick)")
+    ap.add_argument("--quick", action="store_true", help="small sizes, a couple of rounds: a smoke run")
+    ap.add_argument("--only", action="append", choices=WORKLOADS, help="run only this benchmark (repeatable)")
+    ap.add_argument("--out", default=None, help="output folder (default ./benchmarks; a temp folder with --quick)")
+    ap.add_argument("--no-readme", action="store_true", help="do not update <out>/README.md")
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-sizes", default=None,
+                    help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,64)")
+    ap.add_argument("--allow-mismatch", action="store_true",
+                    help="report differing greedy tokens instead of stopping (e.g. bfloat16 on CUDA, where "
+                         "the two implementations' kernels round differently)")
+    args = ap.parse_args(argv)
+    if args.runs is not None and args.runs < 1:
+        ap.error("--runs must be >= 1")
+    return args
+
+
+def _model_list(arg: str) -> list[str]:
+    if arg == "all":
+        return ["default", "135m"]
+    return [arg]
+
+
+def prepare_model(name: str, workdir: Path) -> Path:
+    """The folder of a named benchmark model (building the random ones into ``workdir``)."""
+    from minillm.models import DEFAULT_MODEL_DIR
+
+    from .models import TINY_SHAPE, build_random_llama
+
+    if name == "default":
+        if not (DEFAULT_MODEL_DIR / "config.json").is_file():
+            raise FileNotFoundError(f"the shipped model is missing from {DEFAULT_MODEL_DIR}")
+        return DEFAULT_MODEL_DIR
+    if name == "135m":
+        return build_random_llama(workdir / "smollm-135m-shape-random")
+    if name == "tiny":
+        return build_random_llama(workdir / "tiny-random", TINY_SHAPE, init_std=0.08)
+    path = Path(name).expanduser()
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"--model {name!r}: not one of {', '.join(MODELS + ('all',))} nor a model folder")
+    return path
+
+
+def bench_model(name: str, path: Path, args, settings) -> dict:
+    from . import workloads as W
+    from .harness import load_engines, machine_info
+    from .models import model_shape, param_count
+
+    t0 = time.perf_counter()
+    kv_tokens = settings.num_requests * (settings.prompt_range[1] + settings.output_range[1] + 16)
+    eng = load_engines(path, args.device, args.dtype, kv_cache_tokens=kv_tokens, max_num_seqs=64)
+    label = name if name in MODELS else path.name
+    result = {
+        "model": {"name": label, "path": str(path), "description": DESCRIPTIONS.get(name, f"the checkpoint in {path}"),
+                  "parameters": param_count(path), "shape": model_shape(path),
+                  "dtype": str(eng.dtype).replace("torch.", "")},
+        "machine": machine_info(eng.device),
+        "settings": settings.as_dict(),
+        "notes": {
+            "baseline": "transformers generate(), greedy, default DynamicCache, SDPA attention, "
+                        "eos_token_id=None so it never stops early (the same as minillm's ignore_eos)",
+            "minillm": "LLM(enable_prefix_caching=False, max_num_seqs=64, kv_cache_tokens big enough for the "
+                       "whole workload), requests given as token ids",
+        },
+    }
+    only = args.only or list(WORKLOADS)
+    print(f"[{label}] {result['model']['parameters'] / 1e6:.1f}M parameters, {result['model']['dtype']} on "
+          f"{eng.device}, {result['machine']['torch_threads']} threads", flush=True)
+    if "latency" in only:
+        result["latency"] = W.latency(eng, settings)
+    if "throughput" in only:
+        static = W.make_static_llm(eng, kv_tokens)
+        result["throughput"] = W.throughput(eng, settings, static_llm=static)
+        del static
+    if "kv_cache" in only:
+        result["kv_cache"] = W.kv_cache(eng, settings)
+    result["machine"]["load_average_end"] = machine_info(eng.device)["load_average_start"]
+    result["wall_s"] = time.perf_counter() - t0
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+
+    from . import report
+    from .workloads import Settings
+
+    threads_before = torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    settings = Settings.quick_settings(args.runs) if args.quick else Settings()
+    settings.seed = args.seed
+    if args.batch_sizes:
+        settings.batch_sizes = tuple(int(x) for x in args.batch_sizes.split(","))
+    settings.strict = not args.allow_mismatch
+    if args.out is None:
+        out_dir = Path(tempfile.mkdtemp(prefix="minillm-bench-")) if args.quick else Path("benchmarks")
+    else:
+        out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="minillm-bench-models-"))
+    results = []
+    try:
+        for name in _model_list(args.model):
+            path = prepare_model(name, workdir)
+            if not args.quick:
+                settings.runs = args.runs or DEFAULT_RUNS.get(name, 5)
+            result = bench_model(name, path, args, settings)
+            if not args.no_plots:
+                try:
+                    result["plots"] = report.plots(result, out_dir)
+                except ImportError:
+                    print("matplotlib is not installed: no plots (pip install matplotlib)", flush=True)
+            print(f"[{result['model']['name']}] wrote {report.write_json(result, out_dir)} "
+                  f"({result['wall_s']:.0f} s)", flush=True)
+            results.append(result)
+    except FileNotFoundError as exc:
+        print(f"minillm bench: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        torch.set_num_threads(threads_before)
+    if not args.no_readme:
+        report.update_readme(out_dir / "README.md", results)
+    print()
+    for r in results:
+        print(report.markdown(r))
+    return 0

@@ -1,0 +1,187 @@
+"""Results out: one JSON per model, PNG plots, and the markdown tables of benchmarks/README.md."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+BEGIN = "<!-- bench:results:begin -->"
+END = "<!-- bench:results:end -->"
+
+
+def write_json(result: dict, out_dir: Path) -> Path:
+    path = out_dir / f"results_{result['model']['name']}.json"
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    return path
+
+
+def _ms(x) -> str:
+    return "n/a" if x is None else f"{x * 1e3:.1f}" if x >= 0.1 else f"{x * 1e3:.2f}"
+
+
+def _r(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}×"
+
+
+def markdown(result: dict) -> str:
+    """The tables for one model."""
+    m, mach = result["model"], result["machine"]
+    lines = [f"### `{m['name']}`: {m['description']}", ""]
+    lines.append(f"{m['parameters'] / 1e6:.1f}M parameters, {m['dtype']} on {mach['device']}, "
+                 f"{mach['torch_threads']} torch threads; {result['settings']['runs']} timed rounds per "
+                 f"number (medians), engines alternating; every comparison token-identical (greedy) first.")
+    lines.append("")
+    if "latency" in result:
+        lat = result["latency"]
+        lines += [f"**1. Batch-1 latency** ({lat['new_tokens']} new tokens; ratio = minillm / transformers, "
+                  f"lower is better)", "",
+                  "| prompt tokens | TTFT minillm (ms) | TTFT generate() (ms) | TTFT ratio | TPOT minillm (ms) "
+                  "| TPOT generate() (ms) | TPOT ratio |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        for row in lat["prompts"]:
+            a, b = row["minillm"], row["transformers"]
+            lines.append(f"| {row['prompt_tokens']} | {_ms(a['ttft_s']['median'])} | {_ms(b['ttft_s']['median'])} "
+                         f"| {_r(row['ttft_ratio'])} | {_ms(a['tpot_s']['median'])} | {_ms(b['tpot_s']['median'])} "
+                         f"| {_r(row['tpot_ratio'])} |")
+        lines.append("")
+    if "throughput" in result:
+        t = result["throughput"]
+        lines += [f"**2. Mixed workload** ({t['num_requests']} requests, prompts {min(t['prompt_lens'])}–"
+                  f"{max(t['prompt_lens'])} tokens, outputs {min(t['output_lens'])}–{max(t['output_lens'])}, "
+                  f"{t['useful_output_tokens']} wanted output tokens; output tokens/s, higher is better)", "",
+                  "| engine | requests timed | output tokens/s | vs generate() best |", "|---|---:|---:|---:|"]
+        best = t["generate_best_tokens_per_s"]["median"]
+        for row in t["generate_batch_sizes"]:
+            tps = row["tokens_per_s"]
+            if row["batch_size"] == t["generate_best_batch_size"]:
+                tps = best
+            tag = " (best)" if row["batch_size"] == t["generate_best_batch_size"] else ""
+            lines.append(f"| generate(), static batch {row['batch_size']}{tag} | {row['requests']} | {tps:.0f} "
+                         f"| {tps / best:.2f}× |")
+        if "minillm_static_tokens_per_s" in t:
+            st = t["minillm_static_tokens_per_s"]["median"]
+            lines.append(f"| minillm, `scheduling=\"static\"` | {t['num_requests']} | {st:.0f} | {st / best:.2f}× |")
+        mc = t["minillm_continuous_tokens_per_s"]["median"]
+        lines.append(f"| **minillm, continuous batching** | {t['num_requests']} | **{mc:.0f}** | "
+                     f"**{mc / best:.2f}×** |")
+        lines.append("")
+        extra = (f"; continuous vs static inside minillm: **{_r(t['ratio_continuous_vs_static'])}**"
+                 if "ratio_continuous_vs_static" in t else "")
+        lines.append(f"minillm / generate() at its best batch size: **{_r(t['ratio_minillm_vs_generate_best'])}** "
+                     f"(per-round ratios {t['ratio_per_round']['min']:.2f}–{t['ratio_per_round']['max']:.2f})"
+                     f"{extra}. Batch sizes other than the best were timed once (their check run).")
+        lines.append("")
+    if "kv_cache" in result:
+        kv = result["kv_cache"]
+        lines += ["**3. KV cache on / off** (batch 1; one decode step with the cache vs recomputing the whole "
+                  "context for the same token)", "",
+                  "| context tokens | with cache (ms) | recompute, last logits (ms) | ratio | recompute, "
+                  "`full_logits` (ms) | ratio |", "|---:|---:|---:|---:|---:|---:|"]
+        for row in kv["points"]:
+            lines.append(f"| {row['context']} | {_ms(row['cached_s']['median'])} | {_ms(row['recompute_s']['median'])} "
+                         f"| {row['ratio']:.1f}× | {_ms(row['recompute_full_logits_s']['median'])} "
+                         f"| {row['ratio_full_logits']:.1f}× |")
+        lines.append("")
+    plots = result.get("plots", [])
+    if plots:
+        lines.append(" ".join(f"![{Path(p).stem}]({Path(p).name})" for p in plots))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, results: list[dict]) -> None:
+    """Replace the generated block of the README (between the markers) with fresh tables."""
+    block = BEGIN + "\n\n" + "\n".join(markdown(r) for r in results) + "\n" + END
+    if readme.is_file():
+        text = readme.read_text()
+        if BEGIN in text and END in text:
+            head, rest = text.split(BEGIN, 1)
+            tail = rest.split(END, 1)[1]
+            readme.write_text(head + block + tail)
+            return
+        readme.write_text(text.rstrip() + "\n\n## Results\n\n" + block + "\n")
+    else:
+        readme.write_text("# Benchmarks\n\n" + block + "\n")
+
+
+# --- plots ----------------------------------------------------------------------------------------
+def plots(result: dict, out_dir: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    name = result["model"]["name"]
+    made = []
+    blue, orange, grey = "#2563eb", "#f59e0b", "#9ca3af"
+    if "latency" in result:
+        rows = result["latency"]["prompts"]
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+        xs = range(len(rows))
+        for ax, key, title in ((axes[0], "ttft_s", "TTFT"), (axes[1], "tpot_s", "TPOT")):
+            a = [r["minillm"][key]["median"] * 1e3 for r in rows]
+            b = [r["transformers"][key]["median"] * 1e3 for r in rows]
+            ax.bar([x - 0.2 for x in xs], a, 0.4, label="minillm", color=blue)
+            ax.bar([x + 0.2 for x in xs], b, 0.4, label="transformers generate()", color=orange)
+            ax.set_xticks(list(xs), [str(r["prompt_tokens"]) for r in rows])
+            ax.set_xlabel("prompt tokens")
+            ax.set_ylabel("ms")
+            ax.set_title(f"{title}, batch 1 ({result['latency']['new_tokens']} new tokens)")
+        axes[0].legend(fontsize=8)
+        fig.suptitle(f"{name}: batch-1 latency (median)", fontsize=10)
+        fig.tight_layout()
+        made.append(_save(fig, out_dir / f"latency_{name}.png"))
+    if "throughput" in result:
+        t = result["throughput"]
+        labels, vals, colors = [], [], []
+        for row in t["generate_batch_sizes"]:
+            best = row["batch_size"] == t["generate_best_batch_size"]
+            labels.append(f"generate()\nbatch {row['batch_size']}" + ("\n(best)" if best else ""))
+            vals.append(t["generate_best_tokens_per_s"]["median"] if best else row["tokens_per_s"])
+            colors.append(orange)
+        if "minillm_static_tokens_per_s" in t:
+            labels.append("minillm\nstatic")
+            vals.append(t["minillm_static_tokens_per_s"]["median"])
+            colors.append(grey)
+        labels.append("minillm\ncontinuous")
+        vals.append(t["minillm_continuous_tokens_per_s"]["median"])
+        colors.append(blue)
+        fig, ax = plt.subplots(figsize=(8, 3.6))
+        ax.bar(range(len(vals)), vals, color=colors)
+        for i, v in enumerate(vals):
+            ax.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(vals)), labels, fontsize=8)
+        ax.set_ylabel("useful output tokens / s")
+        ax.set_title(f"{name}: {t['num_requests']} mixed requests "
+                     f"(minillm / best generate() = {t['ratio_minillm_vs_generate_best']:.2f}×)", fontsize=10)
+        fig.tight_layout()
+        made.append(_save(fig, out_dir / f"throughput_{name}.png"))
+    if "kv_cache" in result:
+        pts = result["kv_cache"]["points"]
+        L = [p["context"] for p in pts]
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+        ax1.plot(L, [p["cached_s"]["median"] * 1e3 for p in pts], "o-", color=blue, label="KV cache (decode step)")
+        ax1.plot(L, [p["recompute_s"]["median"] * 1e3 for p in pts], "o-", color=orange,
+                 label="no cache (recompute context)")
+        ax1.set_xscale("log", base=2)
+        ax1.set_yscale("log")
+        ax1.set_xlabel("context tokens")
+        ax1.set_ylabel("ms per generated token")
+        ax1.legend(fontsize=8)
+        ax1.set_title("cost of one token")
+        ax2.plot(L, [p["ratio"] for p in pts], "o-", color="#111827")
+        ax2.set_xscale("log", base=2)
+        ax2.set_xlabel("context tokens")
+        ax2.set_ylabel("no cache / cache")
+        ax2.set_title("how much the cache saves")
+        fig.suptitle(f"{name}: KV cache on vs off (batch 1, median)", fontsize=10)
+        fig.tight_layout()
+        made.append(_save(fig, out_dir / f"kv_cache_{name}.png"))
+    return made
+
+
+def _save(fig, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)

@@ -1,0 +1,96 @@
+"""The benchmark harness on a tiny random model: the token-identity check, the JSON, the CLI.
+
+Fast (tiny sizes, one round) and without any assertion on speed: timings on a shared
+machine say nothing in a test.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from minillm.bench.harness import TokenMismatch, check_identical, load_engines
+from minillm.bench.models import TINY_SHAPE, build_random_llama
+from minillm.bench.workloads import Settings, kv_cache, latency, throughput
+
+TINY = dict(runs=1, prompt_lens=(8, 24), new_tokens=6, num_requests=6, prompt_range=(4, 20),
+            output_range=(3, 10), batch_sizes=(1, 4), small_batch_requests=4, kv_points=(12, 40),
+            kv_decode_steps=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return build_random_llama(tmp_path_factory.mktemp("bench") / "tiny", TINY_SHAPE, init_std=0.08)
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_model):
+    return load_engines(tiny_model, "cpu", kv_cache_tokens=2048)
+
+
+def test_check_identical_names_the_first_difference():
+    assert check_identical("x", [[1, 2, 3], [4]], [[1, 2, 3], [4]])["identical"]
+    with pytest.raises(TokenMismatch, match="1 of 2 requests .*request 1 at output position 2"):
+        check_identical("x", [[1], [1, 2, 3]], [[1], [1, 2, 4]])
+    loose = check_identical("x", [[1, 2]], [[1, 2, 3]], strict=False)  # a shorter output differs too
+    assert not loose["identical"] and loose["mismatches"][0]["position"] == 2
+
+
+def test_each_benchmark_checks_tokens_before_timing(engines, monkeypatch):
+    """A baseline that returns one wrong token makes every comparison fail loudly."""
+    real = engines.hf.generate
+    vocab = engines.vocab_size
+
+    def off_by_one(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out[:, -1] = (out[:, -1] + 1) % vocab
+        return out
+
+    monkeypatch.setattr(engines.hf, "generate", off_by_one)
+    s = Settings(**TINY)
+    with pytest.raises(TokenMismatch, match="latency prompt=8"):
+        latency(engines, s)
+    with pytest.raises(TokenMismatch, match="generate\\(\\) batch 1"):
+        throughput(engines, s)
+
+
+def test_kv_cache_recompute_gives_the_engine_tokens(engines):
+    res = kv_cache(engines, Settings(**TINY))
+    assert [p["context"] for p in res["points"]] == [12, 40]
+    for p in res["points"]:
+        assert p["check"]["identical"]
+        assert p["cached_s"]["median"] > 0 and p["recompute_s"]["median"] > 0 and p["ratio"] > 0
+
+
+def test_cli_writes_json_plots_and_readme(tiny_model, tmp_path, monkeypatch):
+    from minillm.cli import main as cli_main
+
+    monkeypatch.setattr(Settings, "quick_settings", classmethod(lambda cls, runs=None: cls(**TINY, quick=True)))
+    out = tmp_path / "out"
+    assert cli_main(["bench", "--model", str(tiny_model), "--quick", "--out", str(out)]) == 0
+    result = json.loads((out / "results_tiny.json").read_text())
+    assert {"model", "machine", "settings", "latency", "throughput", "kv_cache", "plots"} <= set(result)
+    assert result["model"]["parameters"] > 0 and result["model"]["dtype"] == "float32"
+    assert result["machine"]["device"] == "cpu" and result["machine"]["logical_cpus"] >= 1
+
+    lat = result["latency"]["prompts"]
+    assert [r["prompt_tokens"] for r in lat] == [8, 24]
+    for r in lat:
+        assert r["check"]["identical"] and r["ttft_ratio"] > 0 and r["tpot_ratio"] > 0
+        assert len(r["minillm"]["tpot_s"]["runs"]) == len(r["transformers"]["tpot_s"]["runs"]) == 1
+
+    thr = result["throughput"]
+    assert thr["num_requests"] == 6 and thr["useful_output_tokens"] == sum(thr["output_lens"])
+    assert all(c["identical"] for c in thr["checks"])
+    assert {c["what"] for c in thr["checks"]} >= {"generate() batch 1", "generate() batch 4", "minillm static"}
+    assert [b["batch_size"] for b in thr["generate_batch_sizes"]] == [1, 4]
+    assert thr["generate_best_batch_size"] in (1, 4)
+    for key in ("ratio_minillm_vs_generate_best", "ratio_continuous_vs_static"):
+        assert thr[key] > 0
+    assert all(p["check"]["identical"] for p in result["kv_cache"]["points"])
+
+    for png in result["plots"]:
+        assert (out / png.split("/")[-1]).read_bytes()[:4] == b"\x89PNG"
+    readme = (out / "README.md").read_text()
+    assert "bench:results:begin" in readme and "Batch-1 latency" in readme and "Mixed workload" in readme
