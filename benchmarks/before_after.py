@@ -39,6 +39,37 @@ def load_before(ref: str) -> object:
     return importlib.import_module("minillm_before")
 
 
+def profile_decode(llm, prompts, olens, warm_steps: int = 40, steps: int = 20, top: int = 8) -> list[dict]:
+    """Self CPU time of the top operators over ``steps`` engine steps in the middle of the
+    mixed workload (all requests admitted and decoding)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from minillm.bench.harness import _sampling_params, forget_finished
+
+    SP = _sampling_params(llm)
+    reqs = [llm.add_request(prompt_token_ids=p, params=SP(max_tokens=n, temperature=0.0, ignore_eos=True))
+            for p, n in zip(prompts, olens)]
+    for _ in range(warm_steps):
+        llm.step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            llm.step()
+    while any(r.is_live for r in reqs):
+        llm.step()
+    forget_finished(llm)
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in rows)
+    name = type(llm).__module__.split(".")[0]
+    print(f"\n{name}: {total / steps / 1e3:.2f} ms of operator time per step (20 steps, ~64 decoding)")
+    out = []
+    for e in rows[:top]:
+        out.append({"op": e.key, "ms_per_step": e.self_cpu_time_total / steps / 1e3, "calls_per_step": e.count / steps,
+                    "share": e.self_cpu_time_total / total})
+        print(f"  {e.key:<52} {out[-1]['ms_per_step']:7.2f} ms/step {out[-1]['share'] * 100:5.1f}%  "
+              f"{out[-1]['calls_per_step']:6.1f} calls/step")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ref", default="3615572", help="git ref of the engine before (default: the commit "
@@ -48,6 +79,9 @@ def main(argv=None) -> int:
     ap.add_argument("--hf-batch", type=int, default=16, help="generate() static batch size for the workload")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip", action="append", default=[], choices=["decode", "workload"])
+    ap.add_argument("--profile", action="store_true",
+                    help="also print torch.profiler's top operators for 20 decode steps of the workload "
+                         "(64 requests running) in each engine")
     args = ap.parse_args(argv)
 
     import torch
@@ -116,6 +150,8 @@ def main(argv=None) -> int:
         w = {k: v["median"] for k, v in out["workload_tokens_per_s"].items()}
         print(f"| workload, output tok/s (higher is better) | {w['before']:.0f} | {w['after']:.0f} | "
               f"{w['after'] / w['before']:.2f}× | {w['generate']:.0f} (batch {args.hf_batch}) |")
+    if args.profile:
+        out["profile"] = {k: profile_decode(llm, *make_workload(eng, s)) for k, llm in engines.items()}
     name = args.model if args.model in ("default", "135m") else Path(args.model).name
     (HERE / f"before_after_{name}.json").write_text(json.dumps(out, indent=1) + "\n")
     return 0

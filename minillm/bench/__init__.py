@@ -50,7 +50,7 @@ def parse_args(argv):
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-sizes", default=None,
-                    help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,64)")
+                    help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,32,64)")
     ap.add_argument("--allow-mismatch", action="store_true",
                     help="report differing greedy tokens instead of stopping (e.g. bfloat16 on CUDA, where "
                          "the two implementations' kernels round differently)")

@@ -29,8 +29,8 @@ class Settings:
     num_requests: int = 64
     prompt_range: tuple = (16, 256)
     output_range: tuple = (16, 256)
-    batch_sizes: tuple = (1, 4, 16, 64)
-    small_batch_requests: int = 16                  # generate() at batch sizes < 16 runs this many
+    batch_sizes: tuple = (1, 4, 16, 32, 64)
+    small_batch_requests: int = 8                   # generate() at batch sizes < 16 runs only this many
     # 3. KV cache on / off
     kv_points: tuple = (16, 32, 64, 128, 256, 512, 1024)
     kv_decode_steps: int = 8                        # decode steps timed around each point
