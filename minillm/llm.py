@@ -331,7 +331,7 @@ class LLM:
 
     def cancel(self, request_id: str) -> Request:
         """Stop a request wherever it is: when this returns it is RELEASED and holds no block.
-        Cancelling a finished or released request changes nothing (its stop reason stays)."""
+        A FINISHED request keeps its stop reason and is released; a RELEASED one is left as is."""
         req = self.get_request(request_id)
         if req.is_live:
             self.scheduler.dequeue(req)
