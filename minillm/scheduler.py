@@ -70,20 +70,18 @@ class Scheduler:
         return batch
 
     def _schedule_decodes(self, batch: ScheduledBatch) -> None:
-        preempted: set[int] = set()  # id() of requests preempted earlier in this loop
         for req in list(self.running):
-            if id(req) in preempted:
+            if req not in self.running:  # preempted earlier in this loop (requests compare by identity)
                 continue
             while not self.allocator.append_slot(req.block_table, req.num_tokens - 1):
                 if len(self.running) == 1:
                     # alone and still no room: the whole KV budget is this request's context
-                    _remove_by_identity(self.running, req)
+                    self.running.remove(req)
                     batch.context_full.append(req)
                     break
                 victim = self.running[-1]
                 self.preempt(victim)
                 batch.preempted.append(victim)
-                preempted.add(id(victim))
                 if victim is req:
                     break
             else:
@@ -113,7 +111,7 @@ class Scheduler:
     # --- taking requests out --------------------------------------------------------------
     def preempt(self, req: Request) -> None:
         """Free the request's blocks and queue it for recomputation (prompt + output so far)."""
-        _remove_by_identity(self.running, req)
+        self.running.remove(req)
         freed = len(req.block_table)
         self.allocator.free(req.block_table)
         req.num_computed_tokens = 0
@@ -123,8 +121,10 @@ class Scheduler:
 
     def dequeue(self, req: Request) -> None:
         """Take a request out of whichever queue holds it (its blocks stay with it)."""
-        if not _remove_by_identity(self.running, req):
-            _remove_by_identity(self.waiting, req)
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
 
     def remove(self, req: Request) -> int:
         """Dequeue a request and free its blocks; returns the number of blocks freed."""
@@ -133,12 +133,3 @@ class Scheduler:
         self.allocator.free(req.block_table)
         return freed
 
-
-def _remove_by_identity(queue, req: Request) -> bool:
-    """Remove ``req`` itself from a list or deque; False if it is not there. ``in`` and
-    ``remove`` would compare requests field by field (dataclass ``__eq__``), which is slow."""
-    for i, r in enumerate(queue):
-        if r is req:
-            del queue[i]
-            return True
-    return False
