@@ -87,8 +87,10 @@ def prepare_model(name: str, workdir: Path) -> Path:
 
 
 def bench_model(name: str, path: Path, args, settings) -> dict:
+    import torch
+
     from . import workloads as W
-    from .harness import load_engines, machine_info
+    from .harness import _loadavg, load_engines, machine_info
     from .models import model_shape, param_count
 
     t0 = time.perf_counter()
@@ -111,14 +113,22 @@ def bench_model(name: str, path: Path, args, settings) -> dict:
     only = args.only or list(WORKLOADS)
     print(f"[{label}] {result['model']['parameters'] / 1e6:.1f}M parameters, {result['model']['dtype']} on "
           f"{eng.device}, {result['machine']['torch_threads']} threads", flush=True)
+    def timed(section, fn):
+        meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": settings.runs,
+                "torch_threads": torch.get_num_threads(), "load_average_start": _loadavg()}
+        t1 = time.perf_counter()
+        result[section] = fn()
+        meta.update(seconds=round(time.perf_counter() - t1, 1), load_average_end=_loadavg())
+        result[section]["meta"] = meta
+
     if "latency" in only:
-        result["latency"] = W.latency(eng, settings)
+        timed("latency", lambda: W.latency(eng, settings))
     if "throughput" in only:
         static = W.make_static_llm(eng, kv_tokens)
-        result["throughput"] = W.throughput(eng, settings, static_llm=static)
+        timed("throughput", lambda: W.throughput(eng, settings, static_llm=static))
         del static
     if "kv_cache" in only:
-        result["kv_cache"] = W.kv_cache(eng, settings)
+        timed("kv_cache", lambda: W.kv_cache(eng, settings))
     result["machine"]["load_average_end"] = machine_info(eng.device)["load_average_start"]
     result["wall_s"] = time.perf_counter() - t0
     return result
@@ -153,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.quick:
                 settings.runs = args.runs or DEFAULT_RUNS.get(name, 5)
             result = bench_model(name, path, args, settings)
+            if args.only:  # keep the benchmarks not re-run from the last results of this model
+                report.merge_previous(result, out_dir, sections=WORKLOADS)
             if not args.no_plots:
                 try:
                     result["plots"] = report.plots(result, out_dir)
@@ -168,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
         torch.set_num_threads(threads_before)
     if not args.no_readme:
-        report.update_readme(out_dir / "README.md", results)
+        report.update_readme(out_dir / "README.md", report.load_all(out_dir, first=[r["model"]["name"] for r in results]))
     print()
     for r in results:
         print(report.markdown(r))

@@ -248,6 +248,18 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_features() -> list[str]:
+    """The vector extensions that matter for float32 / bfloat16 matmuls on x86."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    except OSError:
+        pass
+    return []
+
+
 def _mem_gib() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -262,7 +274,8 @@ def machine_info(device: torch.device) -> dict:
     import transformers
 
     info = {
-        "cpu": _cpu_name(), "logical_cpus": os.cpu_count(), "memory_gib": _mem_gib(),
+        "cpu": _cpu_name(), "cpu_features": _cpu_features(), "logical_cpus": os.cpu_count(),
+        "memory_gib": _mem_gib(),
         "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
         "python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__,
         "device": str(device), "load_average_start": _loadavg(),

@@ -15,6 +15,33 @@ def write_json(result: dict, out_dir: Path) -> Path:
     return path
 
 
+def merge_previous(result: dict, out_dir: Path, sections) -> None:
+    """Fill in the sections this run skipped (``--only``) from the model's previous JSON."""
+    path = out_dir / f"results_{result['model']['name']}.json"
+    if not path.is_file():
+        return
+    old = json.loads(path.read_text())
+    for sec in sections:
+        if sec not in result and sec in old:
+            result[sec] = old[sec]
+
+
+def load_all(out_dir: Path, first=()) -> list[dict]:
+    """Every results_*.json in ``out_dir``: the default model, then 135m, then the others."""
+    found = {json.loads(p.read_text())["model"]["name"]: p for p in sorted(out_dir.glob("results_*.json"))}
+    order = [n for n in ("default", "135m") if n in found] + sorted(n for n in found if n not in ("default", "135m"))
+    return [json.loads(found[n].read_text()) for n in order]
+
+
+def _meta(section: dict) -> str:
+    m = section.get("meta")
+    if not m:
+        return ""
+    load = m.get("load_average_start"), m.get("load_average_end")
+    load = "" if None in load else f", load average {load[0][0]:.1f} → {load[1][0]:.1f}"
+    return f" — median of {m['runs']} rounds, {m['torch_threads']} threads, {m['started']}{load}"
+
+
 def _ms(x) -> str:
     return "n/a" if x is None else f"{x * 1e3:.1f}" if x >= 0.1 else f"{x * 1e3:.2f}"
 
@@ -27,14 +54,13 @@ def markdown(result: dict) -> str:
     """The tables for one model."""
     m, mach = result["model"], result["machine"]
     lines = [f"### `{m['name']}`: {m['description']}", ""]
-    lines.append(f"{m['parameters'] / 1e6:.1f}M parameters, {m['dtype']} on {mach['device']}, "
-                 f"{mach['torch_threads']} torch threads; {result['settings']['runs']} timed rounds per "
-                 f"number (medians), engines alternating; every comparison token-identical (greedy) first.")
+    lines.append(f"{m['parameters'] / 1e6:.1f}M parameters, {m['dtype']} on {mach['device']}; engines "
+                 f"alternating, medians of the timed rounds; every comparison token-identical (greedy) first.")
     lines.append("")
     if "latency" in result:
         lat = result["latency"]
         lines += [f"**1. Batch-1 latency** ({lat['new_tokens']} new tokens; ratio = minillm / transformers, "
-                  f"lower is better)", "",
+                  f"lower is better{_meta(lat)})", "",
                   "| prompt tokens | TTFT minillm (ms) | TTFT generate() (ms) | TTFT ratio | TPOT minillm (ms) "
                   "| TPOT generate() (ms) | TPOT ratio |", "|---:|---:|---:|---:|---:|---:|---:|"]
         for row in lat["prompts"]:
@@ -47,7 +73,8 @@ def markdown(result: dict) -> str:
         t = result["throughput"]
         lines += [f"**2. Mixed workload** ({t['num_requests']} requests, prompts {min(t['prompt_lens'])}–"
                   f"{max(t['prompt_lens'])} tokens, outputs {min(t['output_lens'])}–{max(t['output_lens'])}, "
-                  f"{t['useful_output_tokens']} wanted output tokens; output tokens/s, higher is better)", "",
+                  f"{t['useful_output_tokens']} wanted output tokens; output tokens/s, higher is better"
+                  f"{_meta(t)})", "",
                   "| engine | requests timed | output tokens/s | vs generate() best |", "|---|---:|---:|---:|"]
         best = t["generate_best_tokens_per_s"]["median"]
         for row in t["generate_batch_sizes"]:
@@ -68,12 +95,13 @@ def markdown(result: dict) -> str:
                  if "ratio_continuous_vs_static" in t else "")
         lines.append(f"minillm / generate() at its best batch size: **{_r(t['ratio_minillm_vs_generate_best'])}** "
                      f"(per-round ratios {t['ratio_per_round']['min']:.2f}–{t['ratio_per_round']['max']:.2f})"
-                     f"{extra}. Batch sizes other than the best were timed once (their check run).")
+                     f"{extra}. Batch sizes other than the best were timed once (their check run); "
+                     f"the check runs count as round 1.")
         lines.append("")
     if "kv_cache" in result:
         kv = result["kv_cache"]
         lines += ["**3. KV cache on / off** (batch 1; one decode step with the cache vs recomputing the whole "
-                  "context for the same token)", "",
+                  f"context for the same token{_meta(kv)})", "",
                   "| context tokens | with cache (ms) | recompute, last logits (ms) | ratio | recompute, "
                   "`full_logits` (ms) | ratio |", "|---:|---:|---:|---:|---:|---:|"]
         for row in kv["points"]:
@@ -88,9 +116,25 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def machine_markdown(results: list[dict]) -> str:
+    """The machine the results were measured on (from the JSON), as a small table."""
+    if not results:
+        return ""
+    m = results[0]["machine"]
+    rows = [("CPU", f"{m['cpu']} ({', '.join(m.get('cpu_features', [])) or 'features unknown'})"),
+            ("cores / threads", f"{m['logical_cpus']} logical CPUs; torch threads {m['torch_threads']}"),
+            ("memory", f"{m['memory_gib']} GiB"),
+            ("device", m["device"] + (f" ({m['gpu']})" if m.get("gpu") else "")),
+            ("software", f"Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}"),
+            ("OS", m["platform"])]
+    out = ["| machine | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(out) + "\n"
+
+
 def update_readme(readme: Path, results: list[dict]) -> None:
     """Replace the generated block of the README (between the markers) with fresh tables."""
-    block = BEGIN + "\n\n" + "\n".join(markdown(r) for r in results) + "\n" + END
+    block = (BEGIN + "\n\n" + machine_markdown(results) + "\n" + "\n".join(markdown(r) for r in results)
+             + "\n" + END)
     if readme.is_file():
         text = readme.read_text()
         if BEGIN in text and END in text:
