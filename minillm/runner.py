@@ -85,6 +85,11 @@ class ModelRunner:
         bs = self.block_size
         m, longest = end - start, ctx[start]
         width = -(-longest // bs)
+        if m == 1:  # one request whose blocks are consecutive in the pool: no gather needed
+            table = tables[start]
+            first = table[0]
+            if all(b == first + i for i, b in enumerate(table[:width])):
+                return DecodeGroup(start, end, None, first_slot=first * bs, length=longest)
         rows = [t[:width] if len(t) >= width else t + [0] * (width - len(t)) for t in tables[start:end]]
         blocks = torch.tensor(rows, dtype=torch.long, device=self.device)
         slots = (blocks.unsqueeze(-1) * bs + self._offsets).view(m, width * bs)
@@ -96,7 +101,7 @@ class ModelRunner:
             pad = torch.arange(longest, device=self.device) >= lens[:, None]
             mask = torch.zeros((m, 1, 1, longest), dtype=self.kv.dtype, device=self.device
                                ).masked_fill_(pad.view(m, 1, 1, longest), float("-inf"))
-        return DecodeGroup(start, end, slots, mask)
+        return DecodeGroup(start, end, slots, mask, length=longest)
 
     @torch.inference_mode()
     def run(self, decodes: list[Request], prefills: list[Request]) -> torch.Tensor:
@@ -125,8 +130,9 @@ class ModelRunner:
                 tables.append(table)
                 logits_rows[i] = row
             batch.decode_groups = [self._decode_group(a, b, tables, ctx) for a, b in split_by_length(ctx)]
-            batch.k_workspace, batch.v_workspace = self._gather_workspace(
-                max(g.slots.numel() for g in batch.decode_groups))
+            gathered = [g.slots.numel() for g in batch.decode_groups if g.slots is not None]
+            if gathered:
+                batch.k_workspace, batch.v_workspace = self._gather_workspace(max(gathered))
         for r in prefills:
             tokens = r.all_token_ids
             start, ctx = r.num_computed_tokens, len(tokens)

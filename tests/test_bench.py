@@ -94,3 +94,40 @@ def test_cli_writes_json_plots_and_readme(tiny_model, tmp_path, monkeypatch):
         assert (out / png.split("/")[-1]).read_bytes()[:4] == b"\x89PNG"
     readme = (out / "README.md").read_text()
     assert "bench:results:begin" in readme and "Batch-1 latency" in readme and "Mixed workload" in readme
+
+
+def test_decode_groups_and_contiguous_contexts_give_the_same_tokens(tiny_model):
+    """The engine paths the benchmarks tuned: length groups, the gather workspace, and a lone
+    request attended in place when its blocks are consecutive. Same greedy tokens either way."""
+    from minillm import LLM, SamplingParams
+    from minillm.runner import split_by_length
+
+    assert split_by_length([7, 7, 7]) == [(0, 3)]
+    assert split_by_length([500, 490, 480, 20, 10, 5], group_cost=100) == [(0, 3), (3, 6)]
+    assert split_by_length([500, 20], group_cost=1000) == [(0, 2)]  # not worth a second call
+
+    llm = LLM(str(tiny_model), block_size=4, num_kv_blocks=128, enable_prefix_caching=False)
+    used = []
+    real = llm.runner._decode_group
+
+    def spy(*args):
+        g = real(*args)
+        used.append(g.first_slot is not None)
+        return g
+
+    llm.runner._decode_group = spy
+    params = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
+    prompt = list(range(5, 19))
+    alone = llm.add_request(prompt_token_ids=prompt, params=params)
+    while llm.has_unfinished():
+        llm.step()
+    assert all(used)  # a fresh pool hands out consecutive blocks: attended in place
+    used.clear()
+    # three requests growing side by side interleave their blocks: gathered, in groups
+    others = [llm.add_request(prompt_token_ids=list(range(30, 30 + n)), params=params) for n in (3, 40)]
+    crowded = llm.add_request(prompt_token_ids=prompt, params=params)
+    while llm.has_unfinished():
+        llm.step()
+    assert not any(used)
+    assert crowded.output_token_ids == alone.output_token_ids
+    assert all(len(r.output_token_ids) == 20 for r in others)

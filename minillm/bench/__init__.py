@@ -1,8 +1,9 @@
 """``minillm bench``: minillm against transformers ``generate()`` on the same checkpoint.
 
-    minillm bench                       # both models, 5 timed rounds, results in ./benchmarks
-    minillm bench --model default --quick
-    python -m minillm.bench --model 135m --only throughput --runs 7
+    minillm bench                       # the shipped model, 5 timed rounds, results in ./benchmarks
+    minillm bench --model all           # the shipped model and the 135M-shaped one (~30 min on 2 cores)
+    minillm bench --quick               # small sizes, 2 rounds: a smoke run
+    python -m minillm.bench --model 135m --only throughput --runs 5
 
 Four benchmarks (see ``workloads``): batch-1 latency (TTFT, TPOT), a mixed 64-request
 workload (continuous batching vs ``generate()`` at static batch sizes, and minillm's own
@@ -36,8 +37,9 @@ DESCRIPTIONS = {
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="minillm bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="all",
-                    help="default, 135m, all (default + 135m), tiny, or a local Hugging Face folder")
+    ap.add_argument("--model", default="default",
+                    help="default (the shipped model), 135m, all (default + 135m), tiny, or a local "
+                         "Hugging Face folder")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16")
     ap.add_argument("--runs", type=int, default=None, help="timed rounds per measurement (default: 5 for the default model, 3 for 135m; "
@@ -94,6 +96,7 @@ def bench_model(name: str, path: Path, args, settings) -> dict:
     from .models import model_shape, param_count
 
     t0 = time.perf_counter()
+    # room for every request of the mixed workload at its longest at once: minillm never preempts
     kv_tokens = settings.num_requests * (settings.prompt_range[1] + settings.output_range[1] + 16)
     eng = load_engines(path, args.device, args.dtype, kv_cache_tokens=kv_tokens, max_num_seqs=64)
     label = name if name in MODELS else path.name

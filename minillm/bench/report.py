@@ -131,10 +131,50 @@ def machine_markdown(results: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def summary_markdown(results: list[dict]) -> str:
+    """One table of the headline ratios, a column per model."""
+    if not results:
+        return ""
+    names = [r["model"]["name"] for r in results]
+    rows = []
+
+    def lat(key):
+        def cell(r):
+            ps = r.get("latency", {}).get("prompts", [])
+            return " / ".join(f"{p[key]:.2f}" for p in ps) or "n/a"
+        return cell
+
+    def thr(r):
+        t = r.get("throughput")
+        if not t:
+            return "n/a"
+        return (f"{t['minillm_continuous_tokens_per_s']['median']:.0f} vs {t['generate_best_tokens_per_s']['median']:.0f}"
+                f" (batch {t['generate_best_batch_size']}): **{t['ratio_minillm_vs_generate_best']:.2f}×**")
+
+    def static(r):
+        t = r.get("throughput", {})
+        return f"{t['ratio_continuous_vs_static']:.2f}×" if "ratio_continuous_vs_static" in t else "n/a"
+
+    def kv(r):
+        pts = r.get("kv_cache", {}).get("points", [])
+        return f"{pts[-1]['ratio']:.1f}× at {pts[-1]['context']} tokens" if pts else "n/a"
+
+    plens = next((" / ".join(str(p["prompt_tokens"]) for p in r["latency"]["prompts"]) for r in results
+                  if "latency" in r), "")
+    rows.append((f"batch-1 TPOT, minillm / `generate()` (prompt {plens})", lat("tpot_ratio")))
+    rows.append((f"batch-1 TTFT, minillm / `generate()` (prompt {plens})", lat("ttft_ratio")))
+    rows.append(("mixed workload, output tok/s: minillm continuous vs `generate()` at its best static batch", thr))
+    rows.append(("the same workload, continuous / static scheduling inside minillm", static))
+    rows.append(("decode step with the KV cache vs recomputing the context (no cache / cache)", kv))
+    out = ["| | " + " | ".join(f"`{n}`" for n in names) + " |", "|---|" + "---|" * len(names)]
+    out += [f"| {label} | " + " | ".join(fn(r) for r in results) + " |" for label, fn in rows]
+    return "\n".join(out) + "\n"
+
+
 def update_readme(readme: Path, results: list[dict]) -> None:
     """Replace the generated block of the README (between the markers) with fresh tables."""
-    block = (BEGIN + "\n\n" + machine_markdown(results) + "\n" + "\n".join(markdown(r) for r in results)
-             + "\n" + END)
+    block = (BEGIN + "\n\n" + machine_markdown(results) + "\n" + summary_markdown(results) + "\n"
+             + "\n".join(markdown(r) for r in results) + "\n" + END)
     if readme.is_file():
         text = readme.read_text()
         if BEGIN in text and END in text:

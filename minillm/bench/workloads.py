@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .harness import (Engines, check_identical, hf_latency, hf_static_run, make_llm, median,
-                      minillm_latency, minillm_run, random_prompts, summarize, sync)
+from .harness import (Engines, check_identical, forget_finished, hf_latency, hf_static_run, make_llm,
+                      median, minillm_latency, minillm_run, random_prompts, summarize, sync)
 
 
 @dataclass
@@ -96,11 +96,6 @@ def make_workload(eng: Engines, s: Settings) -> tuple[list[list[int]], list[int]
     olens = [rng.randint(*s.output_range) for _ in range(s.num_requests)]
     prompts = random_prompts(eng.llm.tokenizer, eng.vocab_size, plens, seed=s.seed + 3)
     return prompts, olens
-
-
-def workload_kv_tokens(prompts, olens, block_size: int = 16) -> int:
-    """A KV budget that holds the whole workload at once (no preemption in either engine)."""
-    return sum(-(-(len(p) + n) // block_size) * block_size for p, n in zip(prompts, olens))
 
 
 def throughput(eng: Engines, s: Settings, static_llm=None) -> dict:
@@ -220,7 +215,6 @@ def kv_cache(eng: Engines, s: Settings) -> dict:
             llm.step()
             times.append(time.perf_counter() - t0)
         out = list(req.output_token_ids)
-        from .harness import forget_finished
         forget_finished(llm)
         return median(times), out
 

@@ -35,9 +35,12 @@ class DecodeGroup:
 
     start: int
     end: int
-    slots: torch.Tensor                 # [end - start, L] flat cache slots of each context (padded)
+    slots: torch.Tensor | None          # [end - start, L] flat cache slots of each context (padded)
     mask: torch.Tensor | None = None    # [end - start, 1, 1, L] additive: 0 where a key is real,
                                         # -inf on padding; None when no row is padded
+    first_slot: int | None = None       # one request whose context fills consecutive slots
+                                        # [first_slot, first_slot + L): attended in place, no gather
+    length: int = 0                     # L
 
 
 @dataclass
@@ -134,12 +137,15 @@ class Attention(nn.Module):
             per_kv = self.num_heads // self.num_kv_heads
             outs = []
             for g in batch.decode_groups:
-                m, L = g.slots.shape
-                flat = g.slots.view(-1)
-                if batch.k_workspace is not None:
+                m, L = g.end - g.start, g.length
+                if g.first_slot is not None:  # contiguous context: a view of the pool
+                    keys, values = k_flat[g.first_slot:g.first_slot + L], v_flat[g.first_slot:g.first_slot + L]
+                elif batch.k_workspace is not None:
+                    flat = g.slots.view(-1)
                     keys = torch.index_select(k_flat, 0, flat, out=batch.k_workspace[:m * L])
                     values = torch.index_select(v_flat, 0, flat, out=batch.v_workspace[:m * L])
                 else:
+                    flat = g.slots.view(-1)
                     keys, values = k_flat.index_select(0, flat), v_flat.index_select(0, flat)
                 keys = keys.view(m, L, self.num_kv_heads, self.head_dim).transpose(1, 2)
                 values = values.view(m, L, self.num_kv_heads, self.head_dim).transpose(1, 2)
