@@ -96,14 +96,22 @@ def test_render_diagram_svg_and_fallback_without_dot(monkeypatch):
     import graphviz
     from minillm.viz import render_diagram
 
-    html = render_diagram(S.WAITING).value
+    view = render_diagram(S.WAITING)
+    html = view.value
     assert "<svg" in html and "WAITING" in html
+    # static rich output (no widget): the notebook file holds the picture itself, scaled to fit
+    svg = view._repr_svg_()
+    assert svg.startswith("<svg") and 'style="max-width:100%;height:auto' in svg
+    assert 'viewBox="' in svg and ">RELEASED</text>" in svg  # every state, the last one included
+    assert "WAITING lit" in repr(view)
 
     def no_dot(*args, **kwargs):
         raise graphviz.ExecutableNotFound(("dot",))
 
     monkeypatch.setattr(graphviz.Digraph, "pipe", no_dot)
-    html = render_diagram("FINISHED", ("DECODE", "FINISHED")).value
+    view = render_diagram("FINISHED", ("DECODE", "FINISHED"))
+    html = view.value
+    assert view._repr_svg_() is None and view._repr_html_() == html  # the DOT text shows instead
     assert "<svg" not in html
     assert "dot" in html and "Install Graphviz" in html
     assert "FINISHED -&gt; RELEASED" in html  # the DOT text itself, escaped

@@ -21,6 +21,7 @@ _LAZY = {
     "render_diagram": "diagram",
     "diagram_html": "diagram",
     "diagram_svg": "diagram",
+    "DiagramView": "diagram",
     "lifecycle_edges": "diagram",
     "edges_of_events": "diagram",
     "STATE_HOLDS": "diagram",

@@ -7,7 +7,7 @@ repeats inside the DECODE state without changing it.
 
     from minillm.viz import lifecycle_diagram, render_diagram
     lifecycle_diagram("DECODE")                         # a graphviz.Digraph (shows as SVG)
-    render_diagram("FINISHED", ("DECODE", "FINISHED"))  # an ipywidgets.HTML, SVG or DOT text
+    render_diagram("FINISHED", ("DECODE", "FINISHED"))  # SVG (or DOT text) as static output
 """
 
 from __future__ import annotations
@@ -147,16 +147,28 @@ def lifecycle_diagram(current_state=None, highlight_edge=None, *, show_loop: boo
     return g
 
 
+def _fit_to_width(svg: str) -> str:
+    """Let graphviz's fixed-size SVG shrink to its container (``max-width: 100%``, height from the
+    aspect ratio). Its natural size stays in the width/height attributes, so where the SVG is shown
+    as an image (JupyterLab, GitHub, nbviewer) it has a size to scale from; without this the
+    ~1500 px diagram is wider than a notebook output and its right end is hidden."""
+    start = svg.find("<svg")
+    if start == -1:
+        return svg
+    cut = start + len("<svg")
+    return svg[:cut] + ' style="max-width:100%;height:auto;display:block"' + svg[cut:]
+
+
 def diagram_svg(current_state=None, highlight_edge=None, **kwargs) -> str:
-    """The diagram as an SVG string; raises graphviz.ExecutableNotFound without ``dot``."""
+    """The diagram as an SVG string that scales to its container's width; raises
+    graphviz.ExecutableNotFound without ``dot``."""
     svg = lifecycle_diagram(current_state, highlight_edge, **kwargs).pipe(format="svg", encoding="utf-8")
     start = svg.find("<svg")  # drop the XML prolog and doctype so it can sit inside HTML
-    return svg[start:] if start != -1 else svg
+    return _fit_to_width(svg[start:] if start != -1 else svg)
 
 
-def diagram_html(current_state=None, highlight_edge=None, **kwargs) -> str:
-    """HTML for the diagram: inline SVG, or the DOT text and a one-line hint when Graphviz
-    (the ``dot`` program or the ``graphviz`` Python package) is missing."""
+def _fallback_html(current_state, highlight_edge, **kwargs) -> str | None:
+    """The text shown instead of the picture when Graphviz is missing (None when it is there)."""
     try:
         import graphviz
     except ImportError:
@@ -164,20 +176,51 @@ def diagram_html(current_state=None, highlight_edge=None, **kwargs) -> str:
                 f"<code>graphviz</code> is not installed (<code>pip install graphviz</code>); the "
                 f"current state is <b>{html.escape(str(_state_name(current_state)))}</b>.</em></p></div>")
     try:
-        svg = diagram_svg(current_state, highlight_edge, **kwargs)
+        diagram_svg(current_state, highlight_edge, **kwargs)
     except (graphviz.ExecutableNotFound, OSError):
         source = lifecycle_diagram(current_state, highlight_edge, **kwargs).source
         return (f"<div class='minillm-diagram minillm-diagram-fallback'><p><em>{html.escape(_HINT)}</em></p>"
-                f"<pre style='font-size:11px'>{html.escape(source)}</pre></div>")
-    return f"<div class='minillm-diagram'>{svg}</div>"
+                f"<pre style='font-size:12px'>{html.escape(source)}</pre></div>")
+    return None
 
 
-def render_diagram(current_state=None, highlight_edge=None, **kwargs):
-    """An ``ipywidgets.HTML`` showing the diagram (SVG), or its DOT text with a hint when
-    Graphviz is not installed: never a traceback."""
-    import ipywidgets as w
+def diagram_html(current_state=None, highlight_edge=None, **kwargs) -> str:
+    """HTML for the diagram: inline SVG, or the DOT text and a one-line hint when Graphviz
+    (the ``dot`` program or the ``graphviz`` Python package) is missing."""
+    return DiagramView(current_state, highlight_edge, **kwargs).value
 
-    return w.HTML(diagram_html(current_state, highlight_edge, **kwargs))
+
+class DiagramView:
+    """The lifecycle diagram as plain rich output (``_repr_svg_``, ``_repr_html_``).
+
+    Not a widget: the SVG is stored in the notebook file itself, so the picture shows on
+    GitHub, in nbviewer and in a notebook that has not been run yet. ``.value`` is the HTML
+    (inline SVG, or the DOT-text fallback) for embedding in a widget."""
+
+    def __init__(self, current_state=None, highlight_edge=None, **kwargs):
+        self.state = _state_name(current_state)
+        self.fallback = _fallback_html(current_state, highlight_edge, **kwargs)
+        self.svg = None if self.fallback is not None else diagram_svg(current_state, highlight_edge, **kwargs)
+
+    @property
+    def value(self) -> str:
+        return self.fallback if self.svg is None else f"<div class='minillm-diagram'>{self.svg}</div>"
+
+    def _repr_svg_(self):
+        return self.svg
+
+    def _repr_html_(self):
+        return self.value
+
+    def __repr__(self) -> str:
+        lit = f", {self.state} lit" if self.state else ""
+        return f"<request lifecycle diagram{lit}: {'SVG' if self.svg else 'Graphviz missing, DOT text'}>"
+
+
+def render_diagram(current_state=None, highlight_edge=None, **kwargs) -> DiagramView:
+    """The diagram as static rich output: SVG scaled to the notebook's width, or its DOT text
+    with a hint when Graphviz is not installed; never a traceback."""
+    return DiagramView(current_state, highlight_edge, **kwargs)
 
 
 def edges_of_events(events: Iterable) -> list[tuple[str, str]]:
