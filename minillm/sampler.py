@@ -7,14 +7,18 @@ Processors run in this fixed order, on a batch of rows (one row per request):
    divided by it, negative ones multiplied, as in vLLM and transformers), then
    presence_penalty and frequency_penalty (output tokens only: ``logit -= presence * seen
    + frequency * count``);
-2. ``apply_temperature``: logits / temperature; rows with temperature 0 skip 2-6 and take
-   the argmax of the penalised logits (greedy);
+2. ``apply_temperature``: logits / temperature; greedy rows (temperature 0 or below
+   ``GREEDY_EPS`` = 1e-5) skip 2-6 and take the argmax of the penalised logits;
 3. ``top_k_filter``: keep the k highest logits;
 4. ``top_p_filter``: keep the smallest set of most likely tokens whose probability adds up
    to at least top_p;
 5. ``min_p_filter``: drop tokens whose probability is below min_p x the top probability;
 6. one draw from softmax of what is left, with the request's own ``torch.Generator``, so
    a seeded request gives the same tokens whatever else shares its batch.
+
+After penalties and after temperature, ``finite_or_best`` guards each row: any legal
+``SamplingParams`` value, however extreme, yields a token chosen from finite logits (or, when
+a penalty removed everything, the model's own argmax), never one picked from NaN.
 
 Each filter is a plain function on a logits tensor, so notebooks and exercises can apply
 them one by one and look at the distribution in between.
@@ -31,19 +35,43 @@ NEG_INF = float("-inf")
 
 def apply_penalties(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int],
                     output_ids: list[int]) -> torch.Tensor:
-    """Penalties for one row (1-D logits). Returns a new tensor."""
+    """Penalties for one row (1-D logits). Returns a new tensor. Huge (legal) penalties may
+    push logits to +-inf; ``finite_or_best`` then decides what survives."""
     logits = logits.clone()
     device = logits.device
+    vocab = logits.shape[-1]
     if params.repetition_penalty != 1.0 and (prompt_ids or output_ids):
-        seen = torch.tensor(sorted(set(prompt_ids) | set(output_ids)), device=device)
+        seen = torch.tensor(sorted(t for t in set(prompt_ids) | set(output_ids) if 0 <= t < vocab),
+                            device=device, dtype=torch.long)
         vals = logits[seen]
         logits[seen] = torch.where(vals > 0, vals / params.repetition_penalty,
                                    vals * params.repetition_penalty)
     if (params.presence_penalty or params.frequency_penalty) and output_ids:
         ids = torch.tensor(output_ids, device=device)
-        counts = torch.bincount(ids, minlength=logits.shape[-1]).to(logits.dtype)
-        logits -= params.frequency_penalty * counts
-        logits -= params.presence_penalty * (counts > 0).to(logits.dtype)
+        counts = torch.bincount(ids, minlength=vocab)[:vocab].to(logits.dtype)
+        seen = counts > 0
+        # only seen tokens change: a huge penalty times a count of 0 must not give inf * 0 = NaN
+        penalty = params.frequency_penalty * counts + params.presence_penalty
+        logits = torch.where(seen, logits - penalty, logits)
+    return logits
+
+
+def finite_or_best(logits: torch.Tensor, raw: torch.Tensor | None = None) -> torch.Tensor:
+    """Make every row safe to argmax and softmax, whatever penalties or temperature did:
+    NaN becomes -inf; in a row with +inf entries those (and only those) stay, tied at 0;
+    a row left with no finite logit falls back to the argmax of ``raw`` (the model's own
+    logits), so a token is still chosen for a reason and never from NaN order."""
+    logits = torch.nan_to_num(logits, nan=NEG_INF, posinf=float("inf"), neginf=NEG_INF)
+    pos = logits == float("inf")
+    has_pos = pos.any(dim=-1, keepdim=True)
+    if bool(has_pos.any()):
+        logits = torch.where(has_pos, torch.where(pos, 0.0, NEG_INF), logits)
+    dead = (logits == NEG_INF).all(dim=-1, keepdim=True)
+    if bool(dead.any()):
+        source = logits if raw is None else torch.nan_to_num(raw.float(), nan=NEG_INF)
+        best = source.argmax(dim=-1, keepdim=True)
+        one_hot = torch.full_like(logits, NEG_INF).scatter(-1, best, 0.0)
+        logits = torch.where(dead, one_hot, logits)
     return logits
 
 
@@ -55,8 +83,13 @@ def apply_temperature(logits: torch.Tensor, temperature) -> torch.Tensor:
 
 
 def top_k_filter(logits: torch.Tensor, top_k) -> torch.Tensor:
-    """Keep the ``top_k`` highest logits of each row (0 = keep all); others become -inf."""
+    """Keep the ``top_k`` highest logits of each row (0 = keep all; a k beyond the vocabulary
+    keeps all too); others become -inf."""
     vocab = logits.shape[-1]
+    if isinstance(top_k, int):  # any Python int, even 2**63, before it becomes an int64 tensor
+        top_k = min(top_k, vocab)
+    elif not isinstance(top_k, torch.Tensor):
+        top_k = [min(int(k), vocab) for k in top_k]
     k = torch.as_tensor(top_k, device=logits.device).long()
     k = torch.where(k <= 0, torch.full_like(k, vocab), k.clamp(max=vocab))
     sorted_logits = logits.sort(dim=-1, descending=True).values
@@ -89,11 +122,12 @@ def processed_logits(logits: torch.Tensor, params: SamplingParams, prompt_ids: l
                      output_ids: list[int] = ()) -> torch.Tensor:
     """The whole pipeline (steps 1-5) for one row, as the sampler applies it. For a greedy
     request the result keeps only the argmax."""
-    logits = apply_penalties(logits.float(), params, list(prompt_ids), list(output_ids))
+    raw = logits.float()
+    logits = finite_or_best(apply_penalties(raw, params, list(prompt_ids), list(output_ids)), raw)
     if params.greedy:
         keep = logits.argmax(dim=-1, keepdim=True)
         return torch.full_like(logits, NEG_INF).scatter(-1, keep, logits.gather(-1, keep))
-    logits = apply_temperature(logits, params.temperature)
+    logits = finite_or_best(apply_temperature(logits, params.temperature), raw)
     if params.top_k > 0:
         logits = top_k_filter(logits, params.top_k)
     if params.top_p < 1.0:
@@ -104,8 +138,10 @@ def processed_logits(logits: torch.Tensor, params: SamplingParams, prompt_ids: l
 
 
 def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator for one request. Any integer seed works: it is reduced modulo 2**64 (the
+    generator's range), so -1 and 2**64 - 1 give the same stream, deterministically."""
     gen = torch.Generator(device=device)
-    gen.manual_seed(seed % (2**64))
+    gen.manual_seed(int(seed) % (2**64))
     return gen
 
 
@@ -123,10 +159,10 @@ class Sampler:
         if all_plain:
             processed = logits
         else:
-            processed = torch.stack([
+            processed = finite_or_best(torch.stack([
                 apply_penalties(logits[i], r.params, r.prompt_token_ids, r.output_token_ids)
                 for i, r in enumerate(requests)
-            ])
+            ]), logits)
         greedy_ids = processed.argmax(dim=-1)
         sampled_rows = [i for i, r in enumerate(requests) if not r.params.greedy]
         chosen = greedy_ids.clone()
@@ -136,8 +172,11 @@ class Sampler:
             ps = [requests[i].params for i in sampled_rows]
             temps = torch.tensor([p.temperature for p in ps], device=logits.device)
             sub = apply_temperature(sub, temps)
+            if not all_plain:  # huge penalties / small temperature may have made inf
+                sub = finite_or_best(sub, logits.index_select(0, rows))
+            vocab = logits.shape[-1]
             if any(p.top_k > 0 for p in ps):
-                sub = top_k_filter(sub, torch.tensor([p.top_k for p in ps], device=logits.device))
+                sub = top_k_filter(sub, torch.tensor([min(p.top_k, vocab) for p in ps], device=logits.device))
             if any(p.top_p < 1.0 for p in ps):
                 sub = top_p_filter(sub, torch.tensor([p.top_p for p in ps], device=logits.device))
             if any(p.min_p > 0.0 for p in ps):

@@ -128,3 +128,40 @@ def test_greedy_rows_ignore_their_generator():
     assert ids == [1, 0]
     assert torch.equal(raw, logits)
     assert math.isclose(raw.log_softmax(-1).exp().sum(-1)[0].item(), 1.0, rel_tol=1e-6)
+
+
+def test_finite_or_best_never_leaves_nan_or_an_empty_row():
+    from minillm.sampler import finite_or_best
+    nan, inf = float("nan"), float("inf")
+    raw = torch.tensor([[0.0, 3.0, 1.0]] * 4)
+    rows = torch.tensor([[nan, 1.0, 2.0],      # NaN -> -inf, the rest stays
+                         [inf, 1.0, inf],      # +inf entries win, tied
+                         [-inf, -inf, -inf],   # nothing left: the model's own argmax
+                         [nan, nan, nan]])
+    out = finite_or_best(rows, raw)
+    assert not out.isnan().any()
+    assert kept(out[0]) == [1, 2] and out[0, 2] == 2.0
+    assert kept(out[1]) == [0, 2]
+    assert kept(out[2]) == [1] and kept(out[3]) == [1]
+    assert not out.softmax(-1).isnan().any()
+
+
+def test_huge_penalties_inside_the_sampler():
+    logits = torch.tensor([[1.0, 2.0, 3.0, 0.5]])
+    # every seen token pushed to +inf by a huge negative penalty: sampling stays among them
+    p = SamplingParams(temperature=0.9, frequency_penalty=-3.4e38)
+    r = _req("a", p, 0)
+    r.output_token_ids = [0, 0, 1, 1]
+    assert {Sampler()(logits, [r])[0][0] for _ in range(30)} <= {0, 1}
+    # greedy with everything forbidden except one token
+    g = _req("b", SamplingParams(temperature=0, presence_penalty=3e38), 0)
+    g.output_token_ids = [2, 1]
+    assert Sampler()(logits, [g])[0] == [0]
+
+
+def test_top_k_beyond_the_vocabulary_is_off():
+    logits = torch.tensor([1.0, 5.0, 3.0])
+    assert kept(top_k_filter(logits, 2**63)) == [0, 1, 2]
+    assert kept(top_k_filter(torch.stack([logits, logits]), [10**30, 1])[1]) == [1]
+    r = _req("a", SamplingParams(temperature=1.0, top_k=2**63), 0)
+    assert Sampler()(logits[None], [r])[0][0] in (0, 1, 2)
