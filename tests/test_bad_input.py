@@ -20,12 +20,19 @@ BAD_PARAMS = [
     ("seed", 1.5, "seed"), ("seed", "7", "seed"),
     ("stop", [""], "stop"), ("stop", "", "stop"), ("stop", [3], "stop"),
     ("stop_token_ids", [-1], "stop_token_ids"), ("stop_token_ids", "2", "stop_token_ids"),
-    ("repetition_penalty", 0.0, "repetition_penalty.*> 0"), ("repetition_penalty", -1.0, "repetition_penalty"),
+    ("repetition_penalty", 0.0, r"repetition_penalty.*\[1e-4, 1e4\]"), ("repetition_penalty", -1.0, "repetition_penalty"),
     ("repetition_penalty", float("inf"), "repetition_penalty"),
+    ("repetition_penalty", 1e-45, r"repetition_penalty.*\[1e-4, 1e4\]"), ("repetition_penalty", 1e5, "repetition_penalty"),
     ("presence_penalty", float("inf"), "presence_penalty"), ("frequency_penalty", float("-inf"), "frequency_penalty"),
     ("frequency_penalty", float("nan"), "frequency_penalty"),
-    ("logprobs", -1, "logprobs"), ("logprobs", 2.0, "logprobs"),
-    ("ignore_eos", "yes", "ignore_eos"),
+    ("frequency_penalty", 1e39, "frequency_penalty.*float32"), ("presence_penalty", -1e39, "presence_penalty.*float32"),
+    ("temperature", 1e39, "temperature"), ("temperature", True, "temperature"), ("top_p", False, "top_p"),
+    ("top_k", True, "top_k"), ("seed", True, "seed"), ("logprobs", True, "logprobs"),
+    ("logprobs", -1, "logprobs"), ("logprobs", 2.0, "logprobs"), ("logprobs", 21, r"logprobs.*\[0, 20\]"),
+    ("ignore_eos", "yes", "ignore_eos"), ("ignore_eos", 1, "ignore_eos"),
+    ("skip_special_tokens", "no", "skip_special_tokens"), ("skip_special_tokens", None, "skip_special_tokens"),
+    ("include_stop_str_in_output", "yes", "include_stop_str_in_output"),
+    ("stop_token_ids", [True], "stop_token_ids"), ("stop_token_ids", [1.0], "stop_token_ids"),
 ]
 
 
@@ -39,6 +46,9 @@ def test_good_edge_values_are_accepted():
     SamplingParams(temperature=0, top_p=1.0, top_k=0, min_p=0.0, max_tokens=1, seed=0, logprobs=0)
     SamplingParams(top_k=-1, min_p=1.0, top_p=1e-9, presence_penalty=-2.0, stop="END", seed=-5)
     assert SamplingParams(stop="END").stop_strings == ["END"]
+    # odd but legal: each runs (see tests/test_params.py for these on a real engine)
+    SamplingParams(temperature=1e-40, top_k=2**63, seed=2**70, logprobs=20, repetition_penalty=1e-4,
+                   presence_penalty=3e38, frequency_penalty=-3e38)
 
 
 @pytest.mark.parametrize("prompt", ["", None, 42, ["a", "b"], b"bytes"])
@@ -161,5 +171,5 @@ def test_wrong_shape_is_named(tiny_llama, tmp_path):
     cfg = json.loads((d / "config.json").read_text())
     cfg["intermediate_size"] = 100
     (d / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match="gate_up_proj"):
+    with pytest.raises(ValueError, match=r"config\.json.*gate_proj\.weight.*\(112, 64\).*\(100, 64\)"):
         LLM(str(d))
