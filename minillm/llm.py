@@ -1,20 +1,25 @@
 """LLM: the engine's front door. Add requests, step the engine, cancel, read the trace.
 
-``step()`` is one scheduler iteration: schedule (admit, preempt), one forward pass over every
-scheduled request, sample one token each, check stop conditions, finish and release. Each
-state change is an ``Event`` in ``llm.trace``; ``step()`` returns the events it produced.
+``step()`` is one scheduler iteration: schedule (admit, preempt, chunk), one forward pass
+over every scheduled request, sample one token for each request whose context is complete,
+then the scheduler applies the results (stop checks, finish, release). Each state change is
+an ``Event`` in ``llm.trace``; ``step()`` returns the events it produced. Every public method
+holds one lock, so an ``LLM`` can be shared by threads (a server, a widget callback, a cell).
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+import threading
 import time
+from collections import deque
 from typing import Iterator, Sequence
 
 import torch
 
 from . import trace as tracemod
+from .interrupts import StepInterrupts
 from .kv_cache import KVCache
 from .models import load_config, load_model, load_tokenizer, resolve_model_dir
 from .params import SamplingParams
@@ -22,8 +27,12 @@ from .request import Request, RequestOutput, RequestState, StopReason
 from .runner import ModelRunner
 from .sampler import Sampler, make_generator
 from .scheduler import Scheduler
-from .stopping import check_stop, find_stop_string
 from .trace import Event
+
+try:  # one incremental detokeniser per request
+    from .detokenizer import IncrementalDetokenizer as _Detokenizer
+except ImportError:  # pragma: no cover - until minillm.detokenizer lands
+    from .textwindow import WindowDetokenizer as _Detokenizer
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
            "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -59,6 +68,21 @@ def _positive_int(name: str, value, minimum: int = 1) -> int:
     return value
 
 
+def _optional_count(name: str, value) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise ValueError(f"{name} must be None (keep everything) or an int >= 0, got {value!r}")
+    return value
+
+
+def _locked(method):
+    """Run ``method`` holding the engine's lock (re-entrant: methods call each other)."""
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ = method.__name__, method.__doc__, method
+    return wrapper
+
+
 class LLM:
     """A small, complete inference engine over a Llama / Qwen2 / Qwen3 checkpoint.
 
@@ -74,21 +98,35 @@ class LLM:
         max_num_batched_tokens: token budget of one step (prefill tokens + one per decode).
         max_model_len: longest context (prompt + output); default the model's maximum.
         enable_prefix_caching: share full KV blocks between prompts that start alike.
+        enable_chunked_prefill: prefill a prompt longer than the step's budget in chunks over
+            several steps, next to the running decodes (vLLM's default); False makes a long
+            prompt wait for room, then run alone.
         scheduling: "continuous" (default) or "static" (a new batch only when all finished).
         seed: seeds the generators of requests that give no seed of their own.
+        max_history: None keeps every request in ``llm.requests`` (the course's default); an
+            int keeps at most that many released ones (oldest dropped first), and
+            ``generate()`` / ``chat()`` drop their own released requests once their outputs
+            are returned. A server sets it so memory does not grow with requests served.
+        trace_limit: None keeps every event in ``llm.trace``; an int keeps the latest that
+            many (``llm.trace`` is then a bounded deque).
     """
 
     def __init__(self, model: str | None = None, device: str = "auto", dtype: str = "auto", *,
                  block_size: int = 16, num_kv_blocks: int | None = None,
                  kv_cache_tokens: int | None = None, max_num_seqs: int = 64,
                  max_num_batched_tokens: int = 4096, max_model_len: int | None = None,
-                 enable_prefix_caching: bool = True, scheduling: str = "continuous",
-                 seed: int = 0):
+                 enable_prefix_caching: bool = True, enable_chunked_prefill: bool = True,
+                 scheduling: str = "continuous", seed: int = 0, max_history: int | None = None,
+                 trace_limit: int | None = None):
         self.device = pick_device(device)
         self.dtype = pick_dtype(dtype, self.device)
         _positive_int("block_size", block_size)
         _positive_int("max_num_seqs", max_num_seqs)
         _positive_int("max_num_batched_tokens", max_num_batched_tokens)
+        if not isinstance(enable_chunked_prefill, bool):
+            raise ValueError(f"enable_chunked_prefill must be True or False, got {enable_chunked_prefill!r}")
+        self.max_history = _optional_count("max_history", max_history)
+        _optional_count("trace_limit", trace_limit)
         if num_kv_blocks is not None and kv_cache_tokens is not None:
             raise ValueError("give the KV budget as num_kv_blocks or kv_cache_tokens, not both")
         self.model_path = resolve_model_dir(model)
@@ -123,45 +161,75 @@ class LLM:
                                 cfg.head_dim, self.dtype, self.device, enable_prefix_caching)
         self.runner = ModelRunner(self.model, self.kv_cache, self.device)
         self.sampler = Sampler()
-        self.scheduler = Scheduler(self.kv_cache, max_num_seqs, max_num_batched_tokens, scheduling,
-                                   self._transition)
-        eos = set(cfg.eos_token_ids)
+        self._generation_config = _read_generation_config(self.model_path)
+        eos = set(cfg.eos_token_ids) | set(_ids_of(self._generation_config.get("eos_token_id")))
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
-        self.eos_token_ids = eos
+        self.scheduler = Scheduler(self.kv_cache, max_num_seqs, max_num_batched_tokens, scheduling,
+                                   self._transition, emit=self._emit, chunked_prefill=enable_chunked_prefill,
+                                   eos_token_ids=eos, max_model_len=max_model_len,
+                                   on_release=self._forget_old)
         self.requests: dict[str, Request] = {}
-        self.trace: list[Event] = []
+        self.trace: list[Event] | deque[Event] = [] if trace_limit is None else deque(maxlen=trace_limit)
         self.step_count = 0
+        self._step_events: list[Event] | None = None  # collects the events of the step under way
+        self._released_ids: deque[str] = deque()
         self._ids = itertools.count()
         self._seed_rng = random.Random(seed)
+        self._lock = threading.RLock()
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        """Token ids that end a request as EOS: config.json, generation_config.json and the
+        tokenizer's EOS (settable, e.g. to teach what an EOS does)."""
+        return self.scheduler.eos_token_ids
+
+    @eos_token_ids.setter
+    def eos_token_ids(self, ids) -> None:
+        self.scheduler.eos_token_ids = set(ids)
 
     # --- events ------------------------------------------------------------------------
     def _emit(self, request_id, kind, **data) -> None:
-        self.trace.append(Event(self.step_count, time.monotonic(), request_id, kind, data))
+        event = Event(self.step_count, time.monotonic(), request_id, kind, data)
+        self.trace.append(event)
+        if self._step_events is not None:
+            self._step_events.append(event)
 
     def _transition(self, req: Request, new_state: RequestState, **data) -> None:
         old = req.move_to(new_state)
         self._emit(req.request_id, "transition", **{"from": old.value, "to": new_state.value}, **data)
 
+    @_locked
     def clear_trace(self) -> None:
         """Forget past events (the requests and the cache are untouched)."""
         self.trace.clear()
 
+    def _forget_old(self, req: Request) -> None:
+        """Called on every release: keep at most ``max_history`` released requests."""
+        if self.max_history is None:
+            return
+        self._released_ids.append(req.request_id)
+        while len(self._released_ids) > self.max_history:
+            old = self.requests.get(self._released_ids.popleft())
+            if old is not None and old.state == RequestState.RELEASED:
+                del self.requests[old.request_id]
+
     # --- adding requests ----------------------------------------------------------------
-    def new_request(self, prompt: str | None = None, params: SamplingParams | None = None, *,
-                    prompt_token_ids: Sequence[int] | None = None, request_id: str | None = None,
-                    auto_release: bool = True) -> Request:
-        """Validate and register a request in state NEW (not tokenized, not queued yet)."""
+    def _checked(self, prompt, params, prompt_token_ids, request_id) -> tuple[SamplingParams, list[int] | None, str]:
+        """Everything about a new request that can be wrong, checked before anything is registered."""
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        ids = None
         if prompt_token_ids is None:
             if not isinstance(prompt, str) or not prompt:
                 raise ValueError(f"prompt must be a non-empty string, got {prompt!r}")
         else:
+            if prompt is not None:
+                raise ValueError("give prompt or prompt_token_ids, not both")
             vocab = self.model_config.vocab_size
-            ids = list(prompt_token_ids)
-            if not ids or not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+            ids = [int(t) for t in prompt_token_ids] if _all_ints(prompt_token_ids) else None
+            if not ids or not all(0 <= t < vocab for t in ids):
                 raise ValueError(f"prompt_token_ids must be a non-empty list of ints in [0, {vocab})")
         if request_id is None:
             request_id = str(next(self._ids))
@@ -169,37 +237,65 @@ class LLM:
                 request_id = str(next(self._ids))
         elif not isinstance(request_id, str) or request_id in self.requests:
             raise ValueError(f"request_id must be a new string, got {request_id!r}")
+        return params, ids, request_id
+
+    @_locked
+    def new_request(self, prompt: str | None = None, params: SamplingParams | None = None, *,
+                    prompt_token_ids: Sequence[int] | None = None, request_id: str | None = None,
+                    auto_release: bool = True) -> Request:
+        """Validate and register a request in state NEW (not tokenized, not queued yet)."""
+        params, ids, request_id = self._checked(prompt, params, prompt_token_ids, request_id)
         seed = params.seed if params.seed is not None else self._seed_rng.getrandbits(63)
         req = Request(request_id=request_id, prompt=prompt, params=params, auto_release=auto_release)
-        if prompt_token_ids is not None:
-            req.prompt_token_ids = list(prompt_token_ids)
+        if ids is not None:
+            req.prompt_token_ids = ids
         req._generator = make_generator(seed, self.device)
         self.requests[request_id] = req
         self._emit(request_id, "transition", **{"from": None, "to": RequestState.NEW.value})
         return req
 
-    def enqueue(self, req: Request) -> Request:
-        """Tokenize (NEW -> WAITING) and queue for the scheduler. Rejects a prompt that can
-        never run: longer than max_model_len allows, or larger than the whole KV budget."""
-        if not req.prompt_token_ids:
-            req.prompt_token_ids = self.tokenizer.encode(req.prompt)
-        n = len(req.prompt_token_ids)
-        problem = None
+    def _tokenize_and_check(self, req: Request) -> list[int]:
+        ids = req.prompt_token_ids or self.tokenizer.encode(req.prompt)
+        n, vocab = len(ids), self.model_config.vocab_size
+        if n == 0 or not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+            raise ValueError(f"the tokenizer turned prompt {req.prompt!r} into {n} ids, not a non-empty "
+                             f"list of ids in [0, {vocab})")
         if n >= self.max_model_len:
-            problem = (f"prompt has {n} tokens but max_model_len is {self.max_model_len}: shorten the "
-                       f"prompt to at most {self.max_model_len - 1} tokens")
-        elif self.kv_cache.allocator.blocks_needed(n + 1) > self.kv_cache.num_blocks:
+            raise ValueError(f"prompt has {n} tokens but max_model_len is {self.max_model_len}: shorten the "
+                             f"prompt to at most {self.max_model_len - 1} tokens")
+        if self.kv_cache.allocator.blocks_needed(n + 1) > self.kv_cache.num_blocks:
             cap = self.kv_cache.num_blocks * self.kv_cache.block_size
-            problem = (f"prompt has {n} tokens but the whole KV budget holds {cap} tokens: shorten the "
-                       f"prompt or raise num_kv_blocks / kv_cache_tokens")
-        if problem:
-            del self.requests[req.request_id]
-            raise ValueError(problem)
+            raise ValueError(f"prompt has {n} tokens but the whole KV budget holds {cap} tokens: shorten the "
+                             f"prompt or raise num_kv_blocks / kv_cache_tokens")
+        return list(ids)
+
+    @_locked
+    def enqueue(self, req: Request) -> Request:
+        """Tokenize (NEW -> WAITING) and queue for the scheduler. A prompt that cannot be
+        tokenized or can never run (longer than max_model_len allows, larger than the whole KV
+        budget) raises, and the request is gone again: not in ``llm.requests``, not in the trace."""
+        try:
+            ids = self._tokenize_and_check(req)
+            req._detokenizer = _Detokenizer(self.tokenizer, ids, req.params)
+        except BaseException:
+            self.requests.pop(req.request_id, None)
+            self._unemit(req.request_id)
+            raise
+        req.prompt_token_ids = ids
         req.arrival_time = time.monotonic()
-        self._transition(req, RequestState.WAITING, prompt_tokens=n)
+        self._transition(req, RequestState.WAITING, prompt_tokens=len(ids))
         self.scheduler.add(req)
         return req
 
+    def _unemit(self, request_id: str) -> None:
+        """Drop a request's NEW event again (it never became a real request)."""
+        for i in range(len(self.trace) - 1, -1, -1):
+            e = self.trace[i]
+            if e.request_id == request_id and e.kind == "transition" and e.data.get("to") == "NEW":
+                del self.trace[i]
+                return
+
+    @_locked
     def add_request(self, prompt: str | None = None, params: SamplingParams | None = None, *,
                     prompt_token_ids: Sequence[int] | None = None, request_id: str | None = None,
                     auto_release: bool = True) -> Request:
@@ -210,112 +306,79 @@ class LLM:
         return self.enqueue(req)
 
     # --- one engine iteration ------------------------------------------------------------
+    @_locked
     def step(self) -> list[Event]:
-        """Schedule, run one forward pass, sample, stop, release. Returns this step's events."""
+        """Schedule, run one forward pass, sample, stop, release. Returns this step's events.
+
+        A step is a transaction. Nothing advances a request's ``num_computed_tokens``, appends
+        a token or indexes a block in the prefix cache until the forward pass and the sampling
+        have succeeded. If anything is raised before that (an error in the model, Ctrl-C /
+        "interrupt kernel", which is only let in there), the step is undone and the exception
+        re-raised: requests admitted in it go back to the front of the queue as they were
+        (PREFILL -> WAITING or PREEMPTED, blocks freed), running ones simply were not
+        advanced, seeded generators are rewound. Catch it and keep stepping: every output is
+        token for token what an uninterrupted run gives. A request whose own results raise
+        (say, in detokenisation) ends alone as CANCELLED with ``req.error`` set."""
         self.step_count += 1
-        first_event = len(self.trace)
+        self._step_events = events = []
         t0 = time.monotonic()
-        batch = self.scheduler.schedule()
-        for req in batch.context_full:
-            self._finish(req, StopReason.CONTEXT_FULL)
-        num_new = sum(r.num_tokens - r.num_computed_tokens for r in batch.prefills) + len(batch.decodes)
-        if batch:
-            now = time.monotonic()
-            for req in batch.prefills:
-                if req.first_scheduled_time is None:
-                    req.first_scheduled_time = now
-            logits = self.runner.run(batch.decodes, batch.prefills)
-            reqs = batch.requests
-            token_ids, raw_logits = self.sampler(logits, reqs)
-            logprobs = raw_logits.log_softmax(-1) if any(r.params.logprobs is not None for r in reqs) else None
-            for i, (req, token) in enumerate(zip(reqs, token_ids)):
-                self._append_token(req, token, None if logprobs is None else logprobs[i])
-        if batch or batch.preempted or batch.context_full:
-            stats = self.kv_cache.stats()
-            self._emit(None, "step", num_prefill=len(batch.prefills), num_decode=len(batch.decodes),
-                       num_tokens=num_new, num_preempted=len(batch.preempted),
-                       duration=time.monotonic() - t0, used_blocks=stats.used_blocks,
-                       total_blocks=stats.total_blocks, block_size=stats.block_size,
-                       bytes_per_token=stats.bytes_per_token, kv_blocks=self.blocks_held())
-        return self.trace[first_event:]
+        try:
+            with StepInterrupts() as interrupts:
+                batch = self.scheduler.schedule()
+                for req in batch.context_full:
+                    self.scheduler.finish(req, StopReason.CONTEXT_FULL)
+                if batch:
+                    sampled = batch.sampled
+                    rngs = [(r, r._generator.get_state()) for r in sampled if not r.params.greedy]
+                    try:
+                        with interrupts.deliverable():
+                            logits = self.runner.run(batch.decodes, batch.prefills, batch.prefill_chunks)
+                            token_ids, logprobs, errors = self._sample(logits, sampled, rngs)
+                    except BaseException:
+                        for r, state in rngs:
+                            r._generator.set_state(state)
+                        self.scheduler.rollback(batch)
+                        raise
+                    self.scheduler.update_from_output(batch, token_ids, logprobs, errors)
+                if batch or batch.preempted or batch.context_full:
+                    stats = self.kv_cache.stats()
+                    self._emit(None, "step", num_prefill=len(batch.prefills), num_decode=len(batch.decodes),
+                               num_tokens=batch.num_tokens, num_preempted=len(batch.preempted),
+                               duration=time.monotonic() - t0, used_blocks=stats.used_blocks,
+                               total_blocks=stats.total_blocks, block_size=stats.block_size,
+                               bytes_per_token=stats.bytes_per_token, kv_blocks=self.scheduler.blocks_held())
+        finally:
+            self._step_events = None
+        return events
 
-    def _append_token(self, req: Request, token: int, logprobs: torch.Tensor | None) -> None:
-        before, req.num_computed_tokens = req.num_computed_tokens, req.num_tokens
-        bs = self.kv_cache.block_size
-        if req.num_computed_tokens // bs > before // bs:  # a block just filled up: index it
-            self.kv_cache.allocator.commit_full_blocks(req.block_table, req.all_token_ids, req.num_computed_tokens)
-        req.output_token_ids.append(token)
-        now = time.monotonic()
-        data = {"token_id": token, "index": len(req.output_token_ids) - 1}
-        if logprobs is not None:
-            n = req.params.logprobs
-            top = torch.topk(logprobs, min(max(n, 1), logprobs.shape[-1])) if n else None
-            entry = {"token_id": token, "logprob": float(logprobs[token]),
-                     "top": [] if top is None else [(int(t), float(lp)) for lp, t in zip(*top)]}
-            req.logprobs.append(entry)
-            data["logprob"], data["top"] = entry["logprob"], entry["top"]
-        self._emit(req.request_id, "token", **data)
-        if req.first_token_time is None:
-            req.first_token_time = now
-        if req.state == RequestState.PREFILL:
-            self._transition(req, RequestState.DECODE)
-        stop_found = self._update_text(req)
-        reason = check_stop(token, len(req.output_token_ids), req.num_tokens, req.params,
-                            self.eos_token_ids, self.max_model_len, stop_found)
-        if reason is not None:
-            self.scheduler.dequeue(req)
-            self._finish(req, reason)
-
-    def _update_text(self, req: Request) -> bool:
-        """Incremental detokenisation: decode a short window so a word split over tokens (or a
-        multi-byte character) only appears once complete. Returns True when a stop string
-        appeared; the text is then cut where the stop string starts."""
-        ids = req.output_token_ids
-        skip = req.params.skip_special_tokens
-        cached = self.__dict__.get("_decode_ids")
-        decode = cached[1] if cached is not None and cached[0] is self.tokenizer else self._make_decode_ids()
-        prefix = decode(ids[req._prefix_offset:req._read_offset], skip)
-        full = decode(ids[req._prefix_offset:], skip)
-        if len(full) <= len(prefix) or full.endswith("\ufffd"):
-            return False
-        old_len = len(req.text)
-        req.text += full[len(prefix):]
-        req._prefix_offset, req._read_offset = req._read_offset, len(ids)
-        stops = req.params.stop_strings
-        if stops:
-            longest = max(len(s) for s in stops)
-            at = find_stop_string(req.text, stops, old_len - longest + 1)
-            if at != -1:
-                req.text = req.text[:at]
-                return True
-        return False
-
-    def _make_decode_ids(self):
-        """``tokenizer.decode`` for the per-token detokenisation, straight to the Rust
-        ``tokenizers`` backend when that gives the same text (a plain fast tokenizer with no
-        space clean-up): the transformers wrapper costs several times the decode itself."""
-        from transformers.tokenization_utils_tokenizers import TokenizersBackend
-
-        tok = self.tokenizer
-        cls = type(tok)
-        plain = (isinstance(tok, TokenizersBackend) and cls.decode is TokenizersBackend.decode
-                 and cls._decode is TokenizersBackend._decode and not tok.clean_up_tokenization_spaces)
-        if plain:
-            backend = tok.backend_tokenizer
-            fn = lambda ids, skip: backend.decode(ids, skip_special_tokens=skip)  # noqa: E731
-        else:
-            fn = lambda ids, skip: tok.decode(ids, skip_special_tokens=skip)  # noqa: E731
-        self._decode_ids = (tok, fn)
-        return fn
-
-    def _finish(self, req: Request, reason: StopReason) -> None:
-        req.stop_reason = reason
-        req.finished_time = time.monotonic()
-        self._transition(req, RequestState.FINISHED, stop_reason=reason.value)
-        if req.auto_release:
-            self.release(req.request_id)
+    def _sample(self, logits: torch.Tensor, reqs: list[Request], rngs):
+        """Tokens for ``reqs`` (one row of ``logits`` each), their log-probabilities when any
+        request asked for them, and {row: error} for rows whose parameters made sampling raise:
+        those rows are sampled again one by one, so one bad request cannot sink the others."""
+        if not reqs:
+            return [], None, {}
+        errors: dict[int, str] = {}
+        try:
+            token_ids, raw = self.sampler(logits, reqs)
+        except Exception:  # noqa: BLE001 - find the request(s) it came from
+            for r, state in rngs:
+                r._generator.set_state(state)
+            token_ids, rows = [], []
+            for i, r in enumerate(reqs):
+                try:
+                    ids, row = self.sampler(logits[i:i + 1], [r])
+                    token_ids.append(ids[0])
+                    rows.append(row[0])
+                except Exception as exc:  # noqa: BLE001
+                    errors[i] = f"sampling failed: {type(exc).__name__}: {exc}"
+                    token_ids.append(None)
+                    rows.append(logits[i])
+            raw = torch.stack(rows)
+        logprobs = raw.log_softmax(-1) if any(r.params.logprobs is not None for r in reqs) else None
+        return token_ids, logprobs, errors
 
     # --- finishing from outside ----------------------------------------------------------
+    @_locked
     def release(self, request_id: str) -> Request:
         """FINISHED -> RELEASED: give the request's blocks back to the pool and record its stats."""
         req = self.get_request(request_id)
@@ -324,22 +387,22 @@ class LLM:
         if req.state != RequestState.FINISHED:
             raise ValueError(f"request {request_id!r} is {req.state.value}; only a FINISHED request "
                              f"can be released (cancel it first)")
-        freed = self.scheduler.remove(req)
-        req.released_time = time.monotonic()
-        self._transition(req, RequestState.RELEASED, blocks=freed)
+        self.scheduler.release(req)
         return req
 
+    @_locked
     def cancel(self, request_id: str) -> Request:
         """Stop a request wherever it is: when this returns it is RELEASED and holds no block.
-        A FINISHED request keeps its stop reason and is released; a RELEASED one is left as is."""
+        A FINISHED request keeps its stop reason and is released; a RELEASED one is left as is.
+        From another thread it takes effect between two steps."""
         req = self.get_request(request_id)
         if req.is_live:
-            self.scheduler.dequeue(req)
-            self._finish(req, StopReason.CANCELLED)
+            self.scheduler.finish(req, StopReason.CANCELLED)
         if req.state == RequestState.FINISHED:
-            self.release(request_id)
+            self.scheduler.release(req)
         return req
 
+    @_locked
     def get_request(self, request_id: str) -> Request:
         try:
             return self.requests[request_id]
@@ -347,39 +410,70 @@ class LLM:
             raise KeyError(f"unknown request_id {request_id!r}") from None
 
     # --- whole generations ---------------------------------------------------------------
+    @_locked
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work()
 
     def generate(self, prompts: str | Sequence[str], params: SamplingParams | Sequence[SamplingParams] | None = None,
                  ) -> list[RequestOutput]:
-        """Run prompts to completion together (continuous batching); outputs in prompt order."""
+        """Run prompts to completion together (continuous batching); outputs in prompt order.
+        Safe from several threads at once: each call waits only for its own requests."""
         if isinstance(prompts, str):
             prompts = [prompts]
         prompts = list(prompts)
         if not prompts:
             raise ValueError("prompts must contain at least one prompt")
-        if params is None or isinstance(params, SamplingParams):
-            params = [params] * len(prompts)
-        elif len(params) != len(prompts):
-            raise ValueError(f"params must be one SamplingParams or one per prompt ({len(prompts)}), got {len(params)}")
         for p in prompts:  # validate every prompt before queueing any, so nothing is half-added
             if not isinstance(p, str) or not p:
                 raise ValueError(f"prompt must be a non-empty string, got {p!r}")
+        return self._run_all([{"prompt": p} for p in prompts], params)
+
+    def chat(self, messages, params: SamplingParams | Sequence[SamplingParams] | None = None,
+             ) -> list[RequestOutput]:
+        """Answer one conversation (a list of ``{"role", "content"}`` dicts) or a list of them,
+        laid out by the tokenizer's chat template (one BOS, never two); one output each."""
+        from .chat import encode_conversation
+
+        convs = [messages] if messages and isinstance(messages, (list, tuple)) and isinstance(messages[0], dict) \
+            else list(messages) if isinstance(messages, (list, tuple)) else [messages]
+        if not convs:
+            raise ValueError("messages must be a conversation or a non-empty list of conversations")
+        return self._run_all([{"prompt_token_ids": encode_conversation(self.tokenizer, c)} for c in convs], params)
+
+    def _run_all(self, inputs: list[dict], params) -> list[RequestOutput]:
+        if params is None or isinstance(params, SamplingParams):
+            params = [params] * len(inputs)
+        elif len(params) != len(inputs):
+            raise ValueError(f"params must be one SamplingParams or one per prompt ({len(inputs)}), "
+                             f"got {len(params)}")
         reqs = []
         try:
-            for p, sp in zip(prompts, params):
-                reqs.append(self.add_request(p, sp))
-            while any(r.is_live for r in reqs):
-                if not self.step() and not self.scheduler.running:
-                    self._raise_stalled()
+            with self._lock:
+                for kw, sp in zip(inputs, params):
+                    reqs.append(self.add_request(params=sp, **kw))
+            while True:
+                with self._lock:
+                    if not any(r.is_live for r in reqs):
+                        break
+                    if not self.step() and not self.scheduler.running:
+                        self._raise_stalled()
         except BaseException:
-            for r in reqs:
-                self.cancel(r.request_id)
+            with self._lock:
+                for r in reqs:
+                    if r.request_id in self.requests:
+                        self.cancel(r.request_id)
             raise
-        return [self.output(r.request_id) for r in reqs]
+        with self._lock:
+            outs = [self.output(r.request_id) for r in reqs]
+            if self.max_history is not None:
+                for r in reqs:
+                    if r.state == RequestState.RELEASED:
+                        self.requests.pop(r.request_id, None)
+        return outs
 
     def _raise_stalled(self) -> None:
-        held = [r.request_id for r in self.requests.values() if r.state == RequestState.FINISHED and r.block_table]
+        held = [r.request_id for r in self.scheduler.holding.values()
+                if r.state == RequestState.FINISHED and r.block_table]
         raise RuntimeError(
             f"the engine cannot make progress: {len(self.scheduler.waiting)} waiting request(s) need KV "
             f"blocks held by FINISHED requests that were never released ({', '.join(held) or 'none'}); "
@@ -393,8 +487,9 @@ class LLM:
         hold = max((len(s) for s in req.params.stop_strings), default=1) - 1
         try:
             while req.is_live:
-                if not self.step() and not self.scheduler.running:
-                    self._raise_stalled()
+                with self._lock:
+                    if req.is_live and not self.step() and not self.scheduler.running:
+                        self._raise_stalled()
                 safe = len(req.text) if not req.is_live else len(req.text) - hold
                 if safe > sent:
                     yield req.text[sent:safe]
@@ -405,6 +500,7 @@ class LLM:
             if req.is_live:
                 self.cancel(req.request_id)
 
+    @_locked
     def output(self, request_id: str) -> RequestOutput:
         req = self.get_request(request_id)
         if not req.is_finished:
@@ -412,26 +508,44 @@ class LLM:
         return RequestOutput(request_id=req.request_id, prompt=req.prompt,
                              prompt_token_ids=list(req.prompt_token_ids), text=req.text,
                              token_ids=list(req.output_token_ids), stop_reason=req.stop_reason,
-                             logprobs=list(req.logprobs), metrics=self.metrics(request_id))
+                             logprobs=list(req.logprobs), metrics=tracemod.metrics_of(req))
+
+    def default_sampling_params(self, **overrides) -> SamplingParams:
+        """``SamplingParams`` with the values the model's ``generation_config.json`` recommends
+        (temperature, top_p, top_k, ...; vLLM's ``generation_config="auto"``), then ``overrides``."""
+        from .models import config as model_config
+
+        values = {}
+        if self._generation_config and hasattr(model_config, "generation_defaults"):
+            values = model_config.generation_defaults(self._generation_config)
+        values.update(overrides)
+        return SamplingParams(**values)
 
     # --- looking inside ------------------------------------------------------------------
+    @_locked
     def cache_stats(self):
         """Total / used / free blocks, block size, bytes per token, used and total bytes."""
         return self.kv_cache.stats()
 
+    @_locked
     def blocks_held(self) -> dict[str, int]:
         """Request id -> number of KV blocks it holds (live or finished-but-not-released)."""
-        return {r.request_id: len(r.block_table) for r in self.requests.values() if r.block_table}
+        return self.scheduler.blocks_held()
 
+    @_locked
     def metrics(self, request_id: str) -> dict:
-        return tracemod.request_metrics(self.trace, request_id)
+        """Queue time, TTFT, TPOT, end-to-end time of one request, from its own timestamps."""
+        return tracemod.metrics_of(self.get_request(request_id))
 
+    @_locked
     def summary(self) -> dict:
-        return tracemod.summary(self.trace)
+        return tracemod.summary(list(self.trace))
 
+    @_locked
     def export_chrome_trace(self, path=None) -> dict:
-        return tracemod.to_chrome_trace(self.trace, path)
+        return tracemod.to_chrome_trace(list(self.trace), path)
 
+    @_locked
     def next_token_logits(self, prompt: str | Sequence[int]) -> torch.Tensor:
         """Raw logits for the token after ``prompt`` (no request, no cache): for the
         sampling lessons, which look at one distribution many ways."""
@@ -444,3 +558,26 @@ class LLM:
         s = self.cache_stats()
         return (f"LLM({self.model_config.architecture} from {self.model_path.name}, device={self.device}, "
                 f"dtype={str(self.dtype).replace('torch.', '')}, kv_blocks={s.total_blocks}x{s.block_size})")
+
+
+def _all_ints(values) -> bool:
+    try:
+        values = list(values)
+    except TypeError:
+        return False
+    import numbers
+    return all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in values)
+
+
+def _read_generation_config(model_path) -> dict:
+    from .models import config as model_config
+
+    reader = getattr(model_config, "load_generation_config", None)
+    return reader(model_path) if reader is not None else {}
+
+
+def _ids_of(value) -> list[int]:
+    if value is None:
+        return []
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]

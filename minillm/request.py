@@ -4,6 +4,11 @@ The chapter's central picture: a request is not "input in, output out" but an ob
 moves through states and, in some of them, holds memory (KV blocks) and a batch slot.
 Every legal move is listed in ``TRANSITIONS``; any other move raises, so a bug in the
 scheduler shows up as an error at the exact step where it happens.
+
+Two edges exist for the engine's own bookkeeping: PREFILL -> PREFILL (a long prompt is
+prefilled in chunks over several steps: each further chunk is one more PREFILL) and
+PREFILL -> WAITING (a step failed or was interrupted before its first prefill chunk was
+computed: the request goes back to the queue exactly as it was).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from .params import SamplingParams
 class RequestState(str, enum.Enum):
     NEW = "NEW"              # created and validated, text not yet tokenized
     WAITING = "WAITING"      # tokenized, queued for a first prefill; holds no KV block
-    PREFILL = "PREFILL"      # scheduled this step: its context is being written into the KV cache
+    PREFILL = "PREFILL"      # admitted: its context is being written into the KV cache (maybe in chunks)
     DECODE = "DECODE"        # active: one token per step, KV blocks held and growing
     PREEMPTED = "PREEMPTED"  # blocks taken back under memory pressure; will be recomputed
     FINISHED = "FINISHED"    # the logic is done (stop reason known); blocks may still be held
@@ -32,7 +37,7 @@ class StopReason(str, enum.Enum):
     MAX_TOKENS = "MAX_TOKENS"    # max_tokens output tokens were produced
     STOP_STRING = "STOP_STRING"  # a stop string appeared in the output text (it is cut off)
     CANCELLED = "CANCELLED"      # cancel(request_id) was called before the request finished
-    CONTEXT_FULL = "CONTEXT_FULL"  # prompt + output reached the model's max_model_len
+    CONTEXT_FULL = "CONTEXT_FULL"  # prompt + output reached max_model_len, or alone filled the whole KV pool
 
     def __str__(self) -> str:
         return self.value
@@ -42,7 +47,7 @@ S = RequestState
 TRANSITIONS: dict[RequestState, frozenset[RequestState]] = {
     S.NEW: frozenset({S.WAITING, S.FINISHED}),
     S.WAITING: frozenset({S.PREFILL, S.FINISHED}),
-    S.PREFILL: frozenset({S.DECODE, S.PREEMPTED, S.FINISHED}),
+    S.PREFILL: frozenset({S.PREFILL, S.DECODE, S.WAITING, S.PREEMPTED, S.FINISHED}),
     S.DECODE: frozenset({S.PREEMPTED, S.FINISHED}),
     S.PREEMPTED: frozenset({S.PREFILL, S.FINISHED}),
     S.FINISHED: frozenset({S.RELEASED}),
@@ -77,15 +82,17 @@ class Request:
     auto_release: bool = True
     text: str = ""  # output text so far (cut at a stop string)
     logprobs: list[dict] = field(default_factory=list)
+    error: str | None = None  # why the engine ended this request (CANCELLED) when something raised for it alone
     # timestamps (time.monotonic seconds); None until the moment happens
     arrival_time: float | None = None
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
+    last_token_time: float | None = None
     finished_time: float | None = None
     released_time: float | None = None
-    # incremental detokenisation offsets (see LLM._update_text)
-    _prefix_offset: int = field(default=0, repr=False)
-    _read_offset: int = field(default=0, repr=False)
+    # prefix-cache hashes of this request's full blocks, in order (computed once per block)
+    block_hashes: list[bytes] = field(default_factory=list, repr=False)
+    _detokenizer: object = field(default=None, repr=False)
     _generator: object = field(default=None, repr=False)
 
     # --- state machine -------------------------------------------------------------------

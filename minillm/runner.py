@@ -104,8 +104,14 @@ class ModelRunner:
         return DecodeGroup(start, end, slots, mask, length=longest)
 
     @torch.inference_mode()
-    def run(self, decodes: list[Request], prefills: list[Request]) -> torch.Tensor:
-        """One forward pass over every scheduled request; logits [len(decodes)+len(prefills), vocab]."""
+    def run(self, decodes: list[Request], prefills: list[Request],
+            prefill_chunks: list[int] | None = None) -> torch.Tensor:
+        """One forward pass over every scheduled request. ``prefill_chunks[i]`` tokens of
+        ``prefills[i]`` are computed, from its ``num_computed_tokens`` on (default: all the
+        rest). Logits come back for the decodes, then for the prefills whose chunk reaches the
+        end of their context; a partial prefill only writes its keys and values."""
+        if prefill_chunks is None:
+            prefill_chunks = [r.num_tokens - r.num_computed_tokens for r in prefills]
         ids: list[int] = []
         positions: list[int] = []
         slot_mapping: list[int] = []
@@ -133,17 +139,22 @@ class ModelRunner:
             gathered = [g.slots.numel() for g in batch.decode_groups if g.slots is not None]
             if gathered:
                 batch.k_workspace, batch.v_workspace = self._gather_workspace(max(gathered))
-        for r in prefills:
+        for r, chunk in zip(prefills, prefill_chunks):
             tokens = r.all_token_ids
-            start, ctx = r.num_computed_tokens, len(tokens)
+            start = r.num_computed_tokens
+            ctx = start + chunk
+            if not 0 < chunk or ctx > len(tokens):
+                raise ValueError(f"request {r.request_id!r}: a prefill chunk of {chunk} tokens from "
+                                 f"{start} does not fit its {len(tokens)} tokens")
             slots = self._slots([r.block_table], ctx)[0]
-            seq = PrefillSeq(q_start=len(ids), q_len=ctx - start, ctx_len=ctx,
+            seq = PrefillSeq(q_start=len(ids), q_len=chunk, ctx_len=ctx,
                              slots=slots if start > 0 else None)
             batch.prefills.append(seq)
-            ids.extend(tokens[start:])
+            ids.extend(tokens[start:ctx])
             positions.extend(range(start, ctx))
             slot_mapping.extend(slots[start:].tolist())
-            logits_rows.append(len(ids) - 1)
+            if ctx == len(tokens):
+                logits_rows.append(len(ids) - 1)
         batch.positions = torch.tensor(positions, dtype=torch.long, device=self.device)
         batch.slot_mapping = torch.tensor(slot_mapping, dtype=torch.long, device=self.device)
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)

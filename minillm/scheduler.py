@@ -1,41 +1,74 @@
-"""The scheduler: which requests run this step, and in which phase.
+"""The scheduler: which requests run this step, how many tokens each, and what their output does.
 
 Two queues. ``waiting`` holds WAITING and PREEMPTED requests (preempted ones go to the
 front: they were admitted earlier). ``running`` holds admitted requests in admission order.
 
-Each step (continuous batching):
-1. every running request gets room for one more token (its decode). When the pool is out
-   of blocks, the most recently admitted running request is *preempted*: its blocks go back
-   to the pool and it returns to the front of ``waiting``, to be recomputed later;
-2. waiting requests are admitted in order while there is a free batch slot
-   (``max_num_seqs``), room in the step's token budget (``max_num_batched_tokens``) and
-   enough free blocks for their whole context; they are prefilled in this same step.
+Each step (continuous batching, vLLM v1's rule) spends one token budget,
+``max_num_batched_tokens``:
 
-So new requests join while others decode, and a decode step is one batched forward pass.
+1. running requests first, in admission order: a decoding request needs one token, a
+   request still being prefilled (chunked prefill) needs the rest of its prompt, cut to what
+   is left of the budget. Each gets room in the KV cache for those tokens. When the pool is
+   out of blocks, the most recently admitted running request is *preempted*: its blocks go
+   back to the pool and it returns to the front of ``waiting``, to be recomputed later;
+2. then waiting requests, in order, while there is a free batch slot (``max_num_seqs``),
+   budget left and enough free blocks for their whole context. With chunked prefill a prompt
+   longer than the budget left gets a first chunk now and the rest in later steps
+   (PREFILL -> PREFILL); without it, a prompt that does not fit waits (or runs alone).
+
+A request is sampled from only when this step's tokens reach the end of its context: a
+partial prefill produces no token and draws nothing from its generator.
+
+After the forward pass and the sampling, ``update_from_output`` does everything the results
+imply, in one place: advance ``num_computed_tokens``, index newly full blocks in the prefix
+cache, append tokens, detokenise, check stop conditions, finish and release. Until then
+nothing points at this step's KV as computed, so a failed step is undone by ``rollback``.
+
 With ``policy="static"`` a new batch is admitted only when the running set is empty: the
 classic static batching that continuous batching improves on.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+import torch
+
 from .kv_cache import KVCache
-from .request import Request, RequestState
+from .request import Request, RequestState, StopReason
+from .stopping import check_stop
 
 
 @dataclass
 class ScheduledBatch:
+    """One step's plan. ``prefill_chunks[i]`` is how many tokens of ``prefills[i]`` are
+    computed this step; every decode computes one."""
+
     decodes: list[Request] = field(default_factory=list)
     prefills: list[Request] = field(default_factory=list)
+    prefill_chunks: list[int] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
     context_full: list[Request] = field(default_factory=list)
+    # admitted this step, with what rollback needs to put them back as they were:
+    # (request, state before admission, num_cached_prompt_tokens before, first_scheduled_time before)
+    admitted: list[tuple] = field(default_factory=list)
 
     @property
     def requests(self) -> list[Request]:
         return self.decodes + self.prefills
+
+    @property
+    def sampled(self) -> list[Request]:
+        """Requests whose context is complete after this step: they get a token."""
+        return self.decodes + [r for r, n in zip(self.prefills, self.prefill_chunks)
+                               if r.num_computed_tokens + n == r.num_tokens]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.decodes) + sum(self.prefill_chunks)
 
     def __bool__(self) -> bool:
         return bool(self.decodes or self.prefills)
@@ -43,7 +76,9 @@ class ScheduledBatch:
 
 class Scheduler:
     def __init__(self, kv_cache: KVCache, max_num_seqs: int, max_num_batched_tokens: int,
-                 policy: str, transition: Callable[..., None]):
+                 policy: str, transition: Callable[..., None], *, emit: Callable[..., None] | None = None,
+                 chunked_prefill: bool = True, eos_token_ids=(), max_model_len: int = 1 << 62,
+                 on_release: Callable[[Request], None] | None = None):
         if policy not in ("continuous", "static"):
             raise ValueError(f"scheduling must be 'continuous' or 'static', got {policy!r}")
         self.kv = kv_cache
@@ -51,9 +86,17 @@ class Scheduler:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.policy = policy
+        self.chunked_prefill = chunked_prefill
+        self.eos_token_ids = set(eos_token_ids)
+        self.max_model_len = max_model_len
         self._transition = transition
+        self._emit = emit or (lambda *a, **k: None)
+        self._on_release = on_release or (lambda req: None)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        # every request that holds KV blocks (running, or FINISHED and not released yet), so
+        # "who holds what" costs O(holders), never a scan over every request ever served
+        self.holding: dict[str, Request] = {}
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -64,56 +107,194 @@ class Scheduler:
     # --- one step ----------------------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
-        self._schedule_decodes(batch)
+        budget = self._schedule_running(batch, self.max_num_batched_tokens)
         if self.policy == "continuous" or not self.running:
-            self._admit(batch)
+            self._admit(batch, budget)
         return batch
 
-    def _schedule_decodes(self, batch: ScheduledBatch) -> None:
+    def _schedule_running(self, batch: ScheduledBatch, budget: int) -> int:
         for req in list(self.running):
             if req not in self.running:  # preempted earlier in this loop (requests compare by identity)
                 continue
-            while not self.allocator.append_slot(req.block_table, req.num_tokens - 1):
-                if len(self.running) == 1:
-                    # alone and still no room: the whole KV budget is this request's context
-                    self.running.remove(req)
-                    batch.context_full.append(req)
-                    break
-                victim = self.running[-1]
-                self.preempt(victim)
-                batch.preempted.append(victim)
-                if victim is req:
-                    break
+            remaining = req.num_tokens - req.num_computed_tokens
+            prefilling = req.state == RequestState.PREFILL
+            if prefilling and self.chunked_prefill:
+                n = min(remaining, budget)
+            elif prefilling:
+                n = remaining
+            else:
+                n = 1
+            if n <= 0 or (self.chunked_prefill and budget <= 0):
+                continue  # the budget is spent: this request waits a step, keeping its place
+            if not self._make_room(req, req.num_computed_tokens + n, batch):
+                continue
+            if prefilling:
+                self._transition(req, RequestState.PREFILL, chunk_tokens=n,
+                                 computed_tokens=req.num_computed_tokens)
+                batch.prefills.append(req)
+                batch.prefill_chunks.append(n)
             else:
                 batch.decodes.append(req)
+            budget -= n
+        return budget
 
-    def _admit(self, batch: ScheduledBatch) -> None:
-        budget = self.max_num_batched_tokens - len(batch.decodes)
-        while self.waiting and len(self.running) < self.max_num_seqs:
+    def _make_room(self, req: Request, num_tokens: int, batch: ScheduledBatch) -> bool:
+        """Blocks for the first ``num_tokens`` tokens of ``req``, preempting the most recently
+        admitted running requests if needed. False when ``req`` itself had to leave."""
+        bs = self.allocator.block_size
+        table = req.block_table
+        while len(table) * bs < num_tokens:
+            if self.allocator.append_slot(table, len(table) * bs):
+                continue
+            if len(self.running) == 1:
+                if len(table) >= self.allocator.num_blocks:
+                    # alone and its own context fills the whole pool: nothing can ever make room
+                    self.running.remove(req)
+                    batch.context_full.append(req)
+                else:
+                    # the rest of the pool is held by FINISHED requests nobody released: wait
+                    # for them (LLM.generate / stream raise a clear "release them" error)
+                    self.preempt(req)
+                    batch.preempted.append(req)
+                return False
+            victim = self.running[-1]
+            self.preempt(victim)
+            batch.preempted.append(victim)
+            if victim is req:
+                return False
+        return True
+
+    def _admit(self, batch: ScheduledBatch, budget: int) -> None:
+        while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
             req = self.waiting[0]
             tokens = req.all_token_ids
             if not self.allocator.can_allocate(tokens):
                 break
             hits = len(self.allocator.match_prefix(tokens)) * self.allocator.block_size
             new_tokens = len(tokens) - hits
-            if new_tokens > budget and batch:  # a prompt larger than the budget runs alone
+            if self.chunked_prefill:
+                n = min(new_tokens, budget)
+            elif new_tokens > budget and batch:  # without chunking a long prompt runs alone
                 break
+            else:
+                n = new_tokens
             self.waiting.popleft()
+            batch.admitted.append((req, req.state, req.num_cached_prompt_tokens, req.first_scheduled_time))
             req.block_table, cached = self.allocator.allocate(tokens)
+            self.holding[req.request_id] = req
             req.num_computed_tokens = cached
             if req.state == RequestState.WAITING:
                 req.num_cached_prompt_tokens = cached
-            self._transition(req, RequestState.PREFILL, cached_tokens=cached, blocks=len(req.block_table))
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = time.monotonic()
+            self._transition(req, RequestState.PREFILL, cached_tokens=cached, blocks=len(req.block_table),
+                             chunk_tokens=n)
             self.running.append(req)
             batch.prefills.append(req)
-            budget -= new_tokens
+            batch.prefill_chunks.append(n)
+            budget -= n
+
+    def rollback(self, batch: ScheduledBatch) -> None:
+        """Undo the parts of ``batch`` that only the failed forward pass would have made true.
+
+        Requests admitted in this step go back to the front of ``waiting`` in their earlier
+        state (WAITING or PREEMPTED), their blocks freed; requests that were already running
+        keep their blocks and were simply not advanced. Preemptions and CONTEXT_FULL finishes
+        decided while scheduling stand: they are legal moves whatever the step did."""
+        for req, state, cached_before, first_scheduled in reversed(batch.admitted):
+            if req.state != RequestState.PREFILL:
+                continue  # already taken out (e.g. cancelled) since
+            if req in self.running:
+                self.running.remove(req)
+            freed = self._free(req)
+            req.num_computed_tokens = 0
+            req.num_cached_prompt_tokens = cached_before
+            req.first_scheduled_time = first_scheduled
+            self._transition(req, state, blocks=freed, rolled_back=True)
+            self.waiting.appendleft(req)
+
+    # --- the results of a step -------------------------------------------------------------
+    def update_from_output(self, batch: ScheduledBatch, token_ids: list[int | None],
+                           logprobs: torch.Tensor | None, errors: dict[int, str] | None = None) -> None:
+        """Apply one successful step: ``token_ids[i]`` was sampled for ``batch.sampled[i]``.
+
+        A request whose own part failed (``errors[i]``: its sampling raised) or whose own
+        postprocessing raises (say, its detokenisation) is ended alone as CANCELLED with
+        ``req.error`` set; the other requests of the step are unaffected."""
+        errors = errors or {}
+        sampled = batch.sampled
+        for req, n in zip(batch.requests, [1] * len(batch.decodes) + batch.prefill_chunks):
+            self._advance(req, n)
+        for i, (req, token) in enumerate(zip(sampled, token_ids)):
+            if i in errors:
+                self.finish(req, StopReason.CANCELLED, error=errors[i])
+                continue
+            try:
+                self._append_token(req, token, None if logprobs is None else logprobs[i])
+            except Exception as exc:  # noqa: BLE001 - one request's failure must not sink the step
+                if req.is_live:
+                    self.finish(req, StopReason.CANCELLED, error=f"{type(exc).__name__}: {exc}")
+
+    def _advance(self, req: Request, n: int) -> None:
+        before = req.num_computed_tokens
+        req.num_computed_tokens = before + n
+        bs = self.allocator.block_size
+        if req.num_computed_tokens // bs > before // bs:  # a block just filled up: index it
+            self.allocator.commit_full_blocks(req.block_table, req.all_token_ids, req.num_computed_tokens)
+
+    def _append_token(self, req: Request, token: int, logprobs: torch.Tensor | None) -> None:
+        req.output_token_ids.append(token)
+        now = time.monotonic()
+        data = {"token_id": token, "index": len(req.output_token_ids) - 1}
+        if logprobs is not None:
+            n = req.params.logprobs
+            top = torch.topk(logprobs, min(max(n, 1), logprobs.shape[-1])) if n else None
+            entry = {"token_id": token, "logprob": float(logprobs[token]),
+                     "top": [] if top is None else [(int(t), float(lp)) for lp, t in zip(*top)]}
+            req.logprobs.append(entry)
+            data["logprob"], data["top"] = entry["logprob"], entry["top"]
+        self._emit(req.request_id, "token", **data)
+        if req.first_token_time is None:
+            req.first_token_time = now
+        req.last_token_time = now
+        if req.state == RequestState.PREFILL:
+            self._transition(req, RequestState.DECODE)
+        params = req.params
+        is_stop_token = (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids
+        stop_found = req._detokenizer.update(token, hidden=is_stop_token)
+        req.text = req._detokenizer.text
+        reason = check_stop(token, len(req.output_token_ids), req.num_tokens, params,
+                            self.eos_token_ids, self.max_model_len, stop_found)
+        if reason is not None:
+            self.finish(req, reason)
 
     # --- taking requests out --------------------------------------------------------------
+    def finish(self, req: Request, reason: StopReason, error: str | None = None) -> None:
+        """The request's logic is done: out of the queues, FINISHED with ``reason``; released
+        at once when it auto-releases."""
+        self.dequeue(req)
+        req.stop_reason = reason
+        req.finished_time = time.monotonic()
+        data = {"stop_reason": reason.value}
+        if error is not None:
+            req.error = error
+            data["error"] = error
+        self._transition(req, RequestState.FINISHED, **data)
+        if req.auto_release:
+            self.release(req)
+
+    def release(self, req: Request) -> int:
+        """FINISHED -> RELEASED: blocks back to the pool. Returns the number of blocks freed."""
+        freed = self._free(req)
+        req.released_time = time.monotonic()
+        self._transition(req, RequestState.RELEASED, blocks=freed)
+        self._on_release(req)
+        return freed
+
     def preempt(self, req: Request) -> None:
         """Free the request's blocks and queue it for recomputation (prompt + output so far)."""
         self.running.remove(req)
-        freed = len(req.block_table)
-        self.allocator.free(req.block_table)
+        freed = self._free(req)
         req.num_computed_tokens = 0
         req.num_preemptions += 1
         self._transition(req, RequestState.PREEMPTED, blocks=freed)
@@ -123,13 +304,20 @@ class Scheduler:
         """Take a request out of whichever queue holds it (its blocks stay with it)."""
         if req in self.running:
             self.running.remove(req)
-        elif req in self.waiting:
+        elif req.state in (RequestState.WAITING, RequestState.PREEMPTED) and req in self.waiting:
             self.waiting.remove(req)
 
     def remove(self, req: Request) -> int:
         """Dequeue a request and free its blocks; returns the number of blocks freed."""
         self.dequeue(req)
+        return self._free(req)
+
+    def _free(self, req: Request) -> int:
         freed = len(req.block_table)
         self.allocator.free(req.block_table)
+        self.holding.pop(req.request_id, None)
         return freed
 
+    def blocks_held(self) -> dict[str, int]:
+        """Request id -> blocks held, for every request holding any (O(holders))."""
+        return {rid: len(r.block_table) for rid, r in self.holding.items() if r.block_table}
