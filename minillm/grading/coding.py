@@ -181,7 +181,17 @@ KV_CONFIGS = [
 ]
 
 
-def _shipped_config() -> tuple | None:
+_SHIPPED: list = []
+
+
+def shipped_config() -> tuple | None:
+    """The shipped model's shape (read once: ``minillm grade`` reads it before student code runs)."""
+    if not _SHIPPED:
+        _SHIPPED.append(_read_shipped_config())
+    return _SHIPPED[0]
+
+
+def _read_shipped_config() -> tuple | None:
     try:
         from minillm.models.loader import load_config, resolve_model_dir
 
@@ -202,7 +212,7 @@ def grade_kv_bytes(fn, m: Marks) -> None:
         m.wrong(f"my_kv_bytes_per_token should be a function, got {type(fn).__name__}")
         return
     configs = list(KV_CONFIGS)
-    shipped = _shipped_config()
+    shipped = shipped_config()
     if shipped:
         configs.insert(0, shipped)
     passed, problems, hints = 0, [], set()

@@ -1,110 +1,314 @@
-"""``minillm grade NOTEBOOK [--json PATH]``: run a notebook from the top, then grade it.
+"""``minillm grade``: the instructor's grader, which a submission cannot talk into a better grade.
 
-The notebook is executed with nbclient in a fresh kernel (cells that raise are recorded and
-execution goes on; a cell that runs too long is interrupted). One more cell is appended that
-grades every registered exercise from that kernel's namespace and prints a JSON report on a
-marked line; the report is read back, printed as a table and optionally written to a file.
+    minillm grade NOTEBOOK [--json REPORT]         one submission, a table and a JSON report
+    minillm grade FOLDER/ [--out DIR]             every notebook in it: gradebook.csv + gradebook.json
+    minillm grade --review REPORT_OR_GRADEBOOK    the answers flagged for a human to read
 
-Exit status: 0 when grading ran, whatever the score; 2 when the notebook cannot be read or
-the report cannot be written; 3 when the kernel could not run the grading cell.
+How a submission is graded (the threat model is in the README):
+
+1. the answers are read from the cells as data (:mod:`extract`) — text, letters, pairs and
+   diagrams never need the student's code to run;
+2. only when an answer is code (a function) or computed, the submission's code cells run in a
+   sandboxed kernel (:mod:`sandbox`: own process group, resource limits, per-cell and overall
+   deadlines, SIGKILL); the functions are then called there with the grader's test inputs,
+   and only the returned *values* come back (:mod:`wire`);
+3. every grader runs here, in this process, with code imported before the kernel started;
+   nothing the kernel prints is read;
+4. the kernel and everything it spawned are killed, any change it made to the installed
+   package is undone and reported (:mod:`integrity`), and the report is written atomically
+   (:mod:`report`).
+
+Exit status: 0 when grading ran, whatever the score; 2 when a notebook or report path is
+unusable; 3 when grading itself failed (no report is left behind).
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
-import json
+import datetime as _dt
 import os
+import stat
 import sys
+import time
 from pathlib import Path
 
-MARKER = "MINILLM-GRADING-REPORT:"
-GRADING_CELL = (
-    "import json as _minillm_json\n"
-    "from minillm.grading.notebook import notebook_report as _minillm_report\n"
-    f"print({MARKER!r} + _minillm_json.dumps(_minillm_report(), ensure_ascii=False))\n"
-)
-GRADING_CELL_TIMEOUT = 600
+from . import extract, safecall
+from .report import as_json, gradebook_csv, remove_stale, safe_text, write_atomic
 
-
-def notebook_report(namespace: dict | None = None) -> dict:
-    """Grade every exercise from the notebook's namespace (runs inside the kernel)."""
-    from .registry import _user_namespace, check_all
-
-    ns = namespace if namespace is not None else _user_namespace()
-    return check_all(ns).as_dict()
-
-
-def _repo_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
+MAX_NOTEBOOK_BYTES = 50 * 2**20
+DEFAULT_CELL_TIMEOUT = 60
+DEFAULT_DEADLINE = 600
+_CONTROL_CALLS = {"check", "summary", "check_all", "show_solution", "show_scenarios"}
 
 
 def read_notebook(path: str | os.PathLike):
-    """The notebook at ``path``; ``ValueError`` with a readable reason when it cannot be read."""
+    """The notebook at ``path``; ``ValueError`` with a readable reason when it cannot be read.
+    Only a regular file is opened (a FIFO or a device would block or never end)."""
     import nbformat
 
     path = Path(path)
     try:
-        return nbformat.read(path, as_version=4)
+        st = os.stat(path)
     except FileNotFoundError:
         raise ValueError(f"no such file: {path}")
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read ({exc})")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{path} is not a regular file")
+    if st.st_size > MAX_NOTEBOOK_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB")
+    try:
+        nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+        if not isinstance(nb.get("cells"), list):
+            raise ValueError("no list of cells")
+        return nb
     except Exception as exc:  # not JSON, not a notebook, unreadable
         raise ValueError(f"{path} is not a readable notebook ({type(exc).__name__}: {exc})".strip())
 
 
-def execute_and_grade(path: str | os.PathLike, cell_timeout: int = 120, kernel_name: str = "python3",
-                      nb=None) -> dict:
-    """Execute the notebook at ``path`` (or ``nb``, already read from it) and return the grading
-    report (a dict). Raises ``ValueError`` (unreadable notebook) or ``RuntimeError`` (grading
-    did not run)."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
+def _is_control_cell(source: str) -> bool:
+    """``check("…")`` / ``summary()`` cells: the sandbox need not run the in-notebook grader."""
+    import ast
 
-    path = Path(path)
-    nb = copy.deepcopy(read_notebook(path) if nb is None else nb)
-    grading = nbformat.v4.new_code_cell(GRADING_CELL)
-    nb.cells.append(grading)
-
-    def timeout_for(cell) -> int:
-        return GRADING_CELL_TIMEOUT if cell.source == GRADING_CELL else cell_timeout
-
-    client = NotebookClient(nb, timeout=cell_timeout, timeout_func=timeout_for, kernel_name=kernel_name,
-                            allow_errors=True, interrupt_on_timeout=True, record_timing=False,
-                            resources={"metadata": {"path": str(path.resolve().parent)}})
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_repo_root(), env.get("PYTHONPATH", "")) if p)
-    env.setdefault("TQDM_DISABLE", "1")
     try:
-        client.execute(env=env)
-    except DeadKernelError as exc:
-        raise RuntimeError(f"the notebook's kernel died before grading finished ({exc})")
-    except Exception as exc:
-        raise RuntimeError(f"the notebook could not be executed ({type(exc).__name__}: {exc})")
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return bool(tree.body) and all(
+        isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+        and n.value.func.id in _CONTROL_CALLS for n in tree.body)
 
-    cell_errors = []
-    for i, cell in enumerate(nb.cells[:-1], start=1):
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                cell_errors.append(f"cell {i}: {out.get('ename')}: {str(out.get('evalue', ''))[:200]}")
-    text = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []) if o.get("output_type") == "stream")
-    line = next((ln for ln in text.splitlines() if ln.startswith(MARKER)), None)
-    if line is None:
-        errs = [f"{o.get('ename')}: {o.get('evalue')}" for o in nb.cells[-1].get("outputs", [])
-                if o.get("output_type") == "error"]
-        raise RuntimeError("the grading cell produced no report" + (f" ({errs[0]})" if errs else ""))
-    report = json.loads(line[len(MARKER):])
-    report["notebook"] = str(path)
-    report["cell_errors"] = cell_errors
+
+class Session:
+    """The submission's code cells in a sandboxed kernel, restarted when a deadline killed it."""
+
+    def __init__(self, nb, cell_timeout: float, ends_at: float, files: dict | None = None):
+        self.cells = []
+        for i, cell in enumerate(nb.cells, start=1):
+            if cell.get("cell_type") == "code":
+                src = cell.get("source", "")
+                src = src if isinstance(src, str) else "".join(src)
+                if src.strip() and not _is_control_cell(src):
+                    self.cells.append((i, src))
+        self.cell_timeout = cell_timeout
+        self.ends_at = ends_at
+        self.files = files or {}
+        self.kernel = None
+        self.skipped: set[int] = set()
+        self.cell_errors: list[str] = []
+        self.problems: list[str] = []
+        self._first_run = True
+
+    def _start(self) -> bool:
+        from .sandbox import Deadline, Kernel, KernelDied
+
+        while time.monotonic() < self.ends_at - 1:
+            k = Kernel(self.ends_at - time.monotonic(), self.cell_timeout, self.files)
+            try:
+                k.start()
+            except KernelDied as exc:
+                k.close()
+                self.problems.append(f"the sandboxed kernel did not start ({exc})")
+                return False
+            current = None
+            try:
+                for i, src in self.cells:
+                    if i in self.skipped:
+                        continue
+                    current = i
+                    err = k.run_cell(src)
+                    if err and self._first_run:
+                        self.cell_errors.append(f"cell {i}: {err}")
+                self.kernel, self._first_run = k, False
+                return True
+            except KernelDied as exc:
+                k.close()
+                if current is None or time.monotonic() >= self.ends_at - 1:
+                    self.problems.append(f"the submission's cells could not finish ({exc})")
+                    return False
+                self.skipped.add(current)
+                why = (f"did not finish within {self.cell_timeout:g} s" if isinstance(exc, Deadline)
+                       else f"ended the kernel ({exc})")
+                self.cell_errors.append(f"cell {current}: {why}; it was stopped (SIGKILL) and skipped")
+        self.problems.append("the whole run's time limit passed")
+        return False
+
+    def ensure(self) -> bool:
+        if self.kernel is not None and self.kernel.alive:
+            return True
+        self.kernel = None
+        return self._start()
+
+    def get(self, name: str):
+        from .sandbox import KernelDied
+
+        if not self.ensure():
+            return False, None, False
+        try:
+            return self.kernel.get(name)
+        except KernelDied:
+            return False, None, False
+        except ValueError:  # malformed data
+            return True, None, False
+
+    def call(self, name: str, args: tuple, kwargs: dict, timeout: float) -> safecall.Outcome:
+        from .sandbox import Deadline, KernelDied
+
+        if not self.ensure():
+            return safecall.Outcome(error="the sandboxed kernel is not running (see the report's problems)",
+                                    timed_out=True)
+        try:
+            kind, payload = self.kernel.call(name, args, kwargs, timeout)
+        except Deadline:
+            return safecall.Outcome(error=f"did not return within {timeout:g} s (an endless loop?)", timed_out=True)
+        except KernelDied as exc:
+            return safecall.Outcome(error=f"the call ended the kernel ({exc})", timed_out=True)
+        except ValueError:
+            return safecall.Outcome(error="the function returned data the grader cannot read", exc_type=TypeError)
+        return safecall.remote_outcome(kind, payload)
+
+    def close(self) -> None:
+        if self.kernel is not None:
+            self.kernel.close()
+            self.kernel = None
+
+
+def _prepare(need_engine: bool) -> None:
+    """Import (and load) everything grading uses, before any student code runs."""
+    import minillm.grading  # noqa: F401  (registers every exercise)
+    from . import coding
+
+    import torch  # noqa: F401
+    import minillm.kv_cache  # noqa: F401
+    import minillm.sampler  # noqa: F401
+    from minillm import SamplingParams, StopReason  # noqa: F401
+    from . import wire  # noqa: F401
+    import numpy  # noqa: F401
+
+    coding.shipped_config()
+    if need_engine:
+        try:
+            coding.engine()
+        except Exception:  # reported by the grader that needs it
+            pass
+
+
+def _answer_text(value) -> str:
+    if isinstance(value, str):
+        return value[:4000]
+    if isinstance(value, safecall.RemoteFunction):
+        return f"function {value.name} (run in the sandbox)"
+    return repr(value)[:4000]
+
+
+def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
+                   deadline: float = DEFAULT_DEADLINE, nb=None) -> dict:
+    """Grade one submission; returns the report (a dict). Raises ``ValueError`` for an unreadable notebook."""
+    from . import EXERCISES
+    from .integrity import Snapshot
+    from .registry import grade
+    from .result import NOT_ATTEMPTED, Feedback, Result, Summary
+
+    started = time.monotonic()
+    ends_at = started + deadline
+    path = Path(path)
+    nb = read_notebook(path) if nb is None else nb
+    names = {ex.answer_name: ex for ex in EXERCISES.values()}
+    found = extract.static_answers(nb, names)
+    editor_file = path.resolve().parent / "ch04_task1_diagram.json"
+    answers: dict = {}
+    dynamic = []
+    for name, ex in names.items():
+        kind, value = found.answers.get(name, (None, None))
+        if kind == extract.LITERAL:
+            answers[name] = value
+        elif kind == "editor":
+            if found.editor_diagram is not None:
+                answers[name] = found.editor_diagram
+            elif editor_file.is_file():
+                dynamic.append(name)
+            else:
+                answers[name] = None
+        elif kind == extract.STUB:
+            answers[name] = extract.STUB
+        elif kind == extract.DYNAMIC:
+            dynamic.append(name)
+    _prepare(need_engine="task3_kv_bytes" in dynamic)
+    snapshot = Snapshot()
+    session = None
+    try:
+        if dynamic:
+            files = {}
+            if editor_file.is_file() and editor_file.stat().st_size < 2**20:
+                files[editor_file.name] = editor_file.read_bytes()
+            session = Session(nb, cell_timeout, ends_at, files)
+            for name in dynamic:
+                ok, value, is_callable = session.get(name)
+                if ok:
+                    answers[name] = safecall.RemoteFunction(session, name) if is_callable else value
+        results = []
+        for ex in EXERCISES.values():
+            if ex.answer_name not in answers:
+                results.append(Result(ex.id, ex.title, 0, ex.max_score, NOT_ATTEMPTED, [Feedback(
+                    "info", f"no variable named {ex.answer_name} in the notebook")], bonus_max=ex.bonus_max))
+            elif answers[ex.answer_name] is extract.STUB:
+                results.append(Result(ex.id, ex.title, 0, ex.max_score, NOT_ATTEMPTED, [Feedback(
+                    "info", f"{ex.answer_name} still raises NotImplementedError")], bonus_max=ex.bonus_max))
+            elif time.monotonic() > ends_at:
+                results.append(Result(ex.id, ex.title, 0, ex.max_score, "error", [Feedback(
+                    "wrong", "not graded: the whole run's time limit passed")], True, bonus_max=ex.bonus_max))
+            else:
+                results.append(grade(ex, answers[ex.answer_name]))
+    finally:
+        if session is not None:
+            session.close()
+        tampered = snapshot.restore()
+    viewed = sorted(v for v in found.solutions_viewed if v)
+    for r in results:
+        if r.exercise_id in viewed or any(v != "?" and r.exercise_id.startswith(v) for v in viewed):
+            r.needs_human_review = True
+            r.feedback.append(Feedback("warn", "the model answer was shown (show_solution) before this answer"))
+    if tampered:
+        for r in results:
+            r.needs_human_review = True
+    report = Summary(results).as_dict()
+    for r in results:
+        report["exercises"][r.exercise_id]["answer"] = (
+            _answer_text(answers[EXERCISES[r.exercise_id].answer_name])
+            if EXERCISES[r.exercise_id].answer_name in answers
+            and answers[EXERCISES[r.exercise_id].answer_name] is not extract.STUB else None)
+    report.update({
+        "notebook": str(path),
+        "status": "graded",
+        "grader_version": grader_version(snapshot),
+        "graded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "seconds": round(time.monotonic() - started, 2),
+        "bonus_total": sum(r.bonus for r in results),
+        "needs_review": [r.exercise_id for r in results if r.needs_human_review],
+        "solutions_viewed": viewed,
+        "sandbox": "ran" if session is not None else "not needed (every answer was read as data)",
+        "cell_errors": session.cell_errors if session else [],
+        "problems": (session.problems if session else []) + [
+            f"the submission modified the grader's files (restored): {c}" for c in tampered[:20]],
+    })
     return report
 
 
+def grader_version(snapshot=None) -> str:
+    import minillm
+
+    return f"minillm {minillm.__version__}, grader {snapshot.digest() if snapshot else '?'}"
+
+
+# =============================================================================================
+# Command line
+# =============================================================================================
 def format_table(report: dict) -> str:
     rows = [("exercise", "score", "status", "review", "first problem")]
     for ex_id, r in report["exercises"].items():
         first = next((f for f in r["feedback"] if f[:1] in ("✗", "!")), "")
-        rows.append((ex_id, f"{r['score']}/{r['max']}" + (f" +{r['bonus']}" if r.get("bonus") else ""),
-                     r["status"], "yes" if r["needs_human_review"] else "", first[:80]))
+        rows.append((safe_text(ex_id), f"{r['score']}/{r['max']}" + (f" +{r['bonus']}" if r.get("bonus") else ""),
+                     safe_text(r["status"]), "yes" if r["needs_human_review"] else "", safe_text(first)[:80]))
     rows.append(("total", f"{report['total_score']}/{report['total_max']}", "", "", ""))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = []
@@ -115,46 +319,153 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _print_report(report: dict) -> None:
+    print(format_table(report))
+    for title, key in (("Cells that raised an error or were stopped (execution went on)", "cell_errors"),
+                       ("Problems", "problems")):
+        if report.get(key):
+            print(f"\n{title}:")
+            for e in report[key]:
+                print("  " + safe_text(e))
+    if report.get("needs_review"):
+        print(f"\nFlagged for a human to read: {safe_text(', '.join(report['needs_review']))}")
+
+
+def review_lines(report: dict) -> list[str]:
+    """The flagged answers of one report, for a person to read."""
+    out = []
+    for ex_id, r in report.get("exercises", {}).items():
+        if r.get("needs_human_review"):
+            out.append(f"{safe_text(report.get('notebook', '?'))} · {safe_text(ex_id)} · {r.get('score')}/{r.get('max')}")
+            if r.get("answer") is not None:
+                out.append("    answer: " + safe_text(r["answer"])[:600])
+            for f in r.get("feedback", [])[:6]:
+                out.append("    " + safe_text(f)[:200])
+    return out
+
+
+def _review(path: Path) -> int:
+    import json
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise OSError("not a regular file")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"minillm grade: cannot read {safe_text(path)}: {safe_text(exc)}", file=sys.stderr)
+        return 2
+    reports = data.get("reports", [data]) if isinstance(data, dict) else []
+    lines = [line for r in reports if isinstance(r, dict) for line in review_lines(r)]
+    print("\n".join(lines) if lines else "nothing is flagged for review")
+    return 0
+
+
+def _progress(i: int, n: int, name: str) -> None:
+    width = 24
+    done = int(width * i / max(n, 1))
+    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {safe_text(name)[:40]:<40}")
+    sys.stderr.flush()
+
+
+def _grade_folder(folder: Path, out: Path, args) -> int:
+    notebooks = sorted(p for p in folder.iterdir() if p.suffix == ".ipynb" and not p.name.startswith("."))
+    if not notebooks:
+        print(f"minillm grade: no .ipynb files in {safe_text(folder)}", file=sys.stderr)
+        return 2
+    from . import ORDER
+
+    csv_path, json_path = out / "gradebook.csv", out / "gradebook.json"
+    for p in (csv_path, json_path):
+        remove_stale(p)
+    reports = []
+    for i, nb_path in enumerate(notebooks):
+        _progress(i, len(notebooks), nb_path.name)
+        try:
+            reports.append(grade_notebook(nb_path, args.timeout, args.deadline))
+        except ValueError as exc:
+            reports.append({"notebook": str(nb_path), "status": "unreadable", "problems": [str(exc)],
+                            "exercises": {}})
+        except Exception as exc:  # one broken submission must not stop the class
+            reports.append({"notebook": str(nb_path), "status": "grader failed",
+                            "problems": [f"{type(exc).__name__}: {exc}"], "exercises": {}})
+    _progress(len(notebooks), len(notebooks), "done")
+    sys.stderr.write("\n")
+    write_atomic(csv_path, gradebook_csv(reports, ORDER))
+    write_atomic(json_path, as_json({"grader_version": grader_version(), "reports": reports}))
+    for r in reports:
+        print(f"{safe_text(Path(r['notebook']).name)}: {r.get('total_score', '-')}/{r.get('total_max', '-')}"
+              f"{'  (' + safe_text(r['status']) + ')' if r['status'] != 'graded' else ''}"
+              f"{'  review: ' + safe_text(', '.join(r['needs_review'])) if r.get('needs_review') else ''}")
+    print(f"\nGradebook written to {safe_text(csv_path)} and {safe_text(json_path)}")
+    return 0
+
+
 def cli_grade(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="minillm grade",
-        description="Run an exercises notebook from the top in a fresh kernel, then grade every exercise.")
-    parser.add_argument("notebook", help="path to the .ipynb file (e.g. exercises/ch04_exercises.ipynb)")
-    parser.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
-    parser.add_argument("--timeout", type=int, default=120, metavar="SECONDS",
-                        help="time limit per cell (default 120); a cell over it is interrupted")
-    parser.add_argument("--kernel", default="python3", help="Jupyter kernel name (default python3)")
+        description="Grade a submitted exercises notebook (or a folder of them) without trusting it: "
+                    "answers are read as data, code runs in a sandboxed, killable kernel.")
+    parser.add_argument("notebook", nargs="?", help="a .ipynb file, or a folder of them")
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH (one notebook)")
+    parser.add_argument("--out", metavar="DIR", help="where a folder's gradebook goes (default: the folder)")
+    parser.add_argument("--review", metavar="REPORT", nargs="?", const="", default=None,
+                        help="list the answers flagged for a human (from a report or gradebook JSON, "
+                             "or from this run)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_CELL_TIMEOUT, metavar="SECONDS",
+                        help=f"time limit per cell and per function call batch (default {DEFAULT_CELL_TIMEOUT})")
+    parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE, metavar="SECONDS",
+                        help=f"time limit for the whole submission (default {DEFAULT_DEADLINE})")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or bad arguments: argparse has printed why
         return int(exc.code or 0)
+    if args.review:
+        return _review(Path(args.review))
+    if not args.notebook:
+        print("minillm grade: give a notebook or a folder (or --review REPORT)", file=sys.stderr)
+        return 2
+    for name, value, low, high in (("--timeout", args.timeout, 1, 3600), ("--deadline", args.deadline, 5, 86400)):
+        if not low <= value <= high:
+            print(f"minillm grade: {name} must be between {low} and {high} seconds, got {value:g}", file=sys.stderr)
+            return 2
+    target = Path(args.notebook)
+    if target.is_dir():
+        out = Path(args.out) if args.out else target
+        if not out.is_dir():
+            print(f"minillm grade: --out {safe_text(out)} is not a folder", file=sys.stderr)
+            return 2
+        return _grade_folder(target, out, args)
 
     try:
-        nb = read_notebook(args.notebook)
-    except ValueError as exc:
-        print(f"minillm grade: cannot read the notebook: {exc}", file=sys.stderr)
+        if args.json:
+            remove_stale(args.json)
+    except OSError as exc:
+        print(f"minillm grade: cannot use {safe_text(args.json)} for the report: {safe_text(exc)}", file=sys.stderr)
         return 2
-    print(f"Running {args.notebook} (a fresh kernel, {args.timeout} s per cell)…", file=sys.stderr)
     try:
-        report = execute_and_grade(args.notebook, args.timeout, args.kernel, nb=nb)
-    except RuntimeError as exc:
-        print(f"minillm grade: {exc}", file=sys.stderr)
+        nb = read_notebook(target)
+    except ValueError as exc:
+        print(f"minillm grade: cannot read the notebook: {safe_text(exc)}", file=sys.stderr)
+        return 2
+    print(f"Grading {safe_text(target)} (answers read as data; code in a sandbox, "
+          f"{args.timeout:g} s per cell, {args.deadline:g} s in all)…", file=sys.stderr)
+    try:
+        report = grade_notebook(target, args.timeout, args.deadline, nb=nb)
+    except Exception as exc:
+        print(f"minillm grade: grading failed ({safe_text(type(exc).__name__)}: {safe_text(exc)}); "
+              f"no report was written", file=sys.stderr)
         return 3
-    print(format_table(report))
-    if report["cell_errors"]:
-        print("\nCells that raised an error while running (execution went on):")
-        for e in report["cell_errors"]:
-            print("  " + e)
-    flagged = [k for k, r in report["exercises"].items() if r["needs_human_review"]]
-    if flagged:
-        print(f"\nFlagged for a human to read (the text graders are heuristics): {', '.join(flagged)}")
+    _print_report(report)
+    if args.review is not None:
+        print("\n" + ("\n".join(review_lines(report)) or "nothing is flagged for review"))
     if args.json:
         try:
-            Path(args.json).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            write_atomic(args.json, as_json(report))
         except OSError as exc:
-            print(f"minillm grade: cannot write the report to {args.json}: {exc}", file=sys.stderr)
+            print(f"minillm grade: cannot write the report to {safe_text(args.json)}: {safe_text(exc)}",
+                  file=sys.stderr)
             return 2
-        print(f"\nReport written to {args.json}")
+        print(f"\nReport written to {safe_text(args.json)}")
     return 0
 
 

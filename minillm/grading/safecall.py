@@ -58,6 +58,8 @@ def call(fn, *args, timeout: float | None = None, **kwargs) -> Outcome:
     """Run ``fn(*args, **kwargs)`` with a time limit (``DEFAULT_TIMEOUT`` seconds unless given);
     never raises for the student's errors."""
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    if isinstance(fn, RemoteFunction):
+        return fn.outcome(args, kwargs, timeout)
     if not callable(fn):
         return Outcome(error=f"expected a function, got {type(fn).__name__}", exc_type=TypeError)
     box: dict = {}
@@ -87,6 +89,39 @@ def call(fn, *args, timeout: float | None = None, **kwargs) -> Outcome:
     if box.get("timeout"):
         return Outcome(error=f"did not return within {timeout:g} s", timed_out=True)
     return Outcome(value=box.get("value"))
+
+
+class RemoteFunction:
+    """A student's function that lives in the sandboxed kernel (``minillm grade``): calling it
+    sends the arguments there as data and brings back the returned value as data, under a hard
+    time limit enforced by killing the kernel (see :mod:`sandbox`)."""
+
+    def __init__(self, session, name: str) -> None:
+        self.session = session
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        out = self.outcome(args, kwargs, DEFAULT_TIMEOUT)
+        if not out.ok:
+            raise RuntimeError(out.error)
+        return out.value
+
+    def outcome(self, args, kwargs, timeout: float) -> Outcome:
+        return self.session.call(self.name, tuple(args), dict(kwargs), timeout)
+
+    def __repr__(self) -> str:
+        return f"<function {self.name} (in the sandboxed kernel)>"
+
+
+_EXC_BY_NAME = {"NotImplementedError": NotImplementedError, "TypeError": TypeError, "ValueError": ValueError}
+
+
+def remote_outcome(kind: str, payload) -> Outcome:
+    """An :class:`Outcome` from what the kernel sent back."""
+    if kind == "returned":
+        return Outcome(value=payload)
+    message, exc_name = payload
+    return Outcome(error=message, exc_type=_EXC_BY_NAME.get(exc_name, type(exc_name, (Exception,), {})))
 
 
 def _interrupt(thread: threading.Thread) -> None:

@@ -1,0 +1,80 @@
+"""The sandboxed kernel's side of ``minillm grade`` (runs only in the child process).
+
+It executes the submission's code cells one at a time in an IPython shell, then answers the
+grader's requests on a private pipe: "what is variable X" and "call function X with these
+arguments". Replies are data (see :mod:`wire`). Nothing here is trusted by the grader: the
+submission can rewrite this module's behaviour from a cell, and all it gains is the power to
+choose its own answers, which it has anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+
+def _reply(out, obj) -> None:
+    out.write((json.dumps(obj) + "\n").encode("utf-8"))
+    out.flush()
+
+
+def _short_error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    where = ""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<")]
+    if frames:
+        where = f" (line {frames[-1].lineno}, in {frames[-1].name})"
+    return f"{type(exc).__name__}{': ' + text[:300] if text else ''}{where}"
+
+
+def main() -> None:
+    rfd, wfd = (int(x) for x in os.environ.pop("MINILLM_GRADER_FDS").split(","))
+    cmd_in = os.fdopen(rfd, "rb")
+    out = os.fdopen(wfd, "wb")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from . import wire
+
+    shell = InteractiveShell.instance()
+    ns = shell.user_ns
+    _reply(out, {"op": "ready"})
+    for line in cmd_in:
+        msg = json.loads(line)
+        op = msg.get("op")
+        if op == "run":
+            result = shell.run_cell(msg["source"], store_history=False, silent=True)
+            err = result.error_in_exec or result.error_before_exec
+            _reply(out, {"op": "ran", "error": _short_error(err) if err else None})
+        elif op == "get":
+            name = msg["name"]
+            if name not in ns:
+                _reply(out, {"op": "value", "missing": True})
+                continue
+            value = ns[name]
+            try:
+                if hasattr(value, "to_data") and type(value).__name__ == "DiagramEditor":
+                    value = value.to_data()
+                data = wire.encode(value)
+            except Exception as exc:
+                data = {"t": "other", "type": f"unencodable {type(value).__name__} ({_short_error(exc)})"}
+            _reply(out, {"op": "value", "value": data, "callable": callable(ns[name])})
+        elif op == "call":
+            fn = ns.get(msg["name"])
+            try:
+                args = [wire.decode(a) for a in msg["args"]]
+                kwargs = {str(k): wire.decode(v) for k, v in msg.get("kwargs", {}).items()}
+                value = fn(*args, **kwargs)
+                _reply(out, {"op": "returned", "value": wire.encode(value)})
+            except BaseException as exc:  # SystemExit and KeyboardInterrupt are feedback too
+                _reply(out, {"op": "raised", "error": _short_error(exc), "exc_type": type(exc).__name__})
+        else:
+            _reply(out, {"op": "error", "error": "unknown op"})
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:  # the grader sees a closed pipe and reports that the kernel died
+        sys.exit(1)

@@ -1,0 +1,267 @@
+"""A submission's code, run where it cannot touch the grade: a separate, limited, killable process.
+
+:class:`Kernel` starts ``python -I -m minillm.grading._worker`` in its own session (so its own
+process group) with resource limits (CPU seconds, address space, file size, open files, and
+processes where the limit applies), a scratch working directory and ``HOME``, and no stdout
+or stderr reaching the grader. Every request to it — run a cell, read a variable, call a
+function — has a deadline, and the whole run has one more; when either passes, or anything
+goes wrong, the process group is sent SIGKILL, which a cell cannot ignore, and C code holding
+the GIL cannot outlive. The grader makes itself a *child subreaper* so that processes which
+escape the group (``setsid``, double fork) are reparented to it and killed too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import wire
+
+MAX_REPLY = 32 * 2**20
+MEMORY_LIMIT = 4 * 2**30
+FILE_SIZE_LIMIT = 64 * 2**20
+EXTRA_PROCESSES = 256
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class KernelDied(RuntimeError):
+    """The kernel is gone (killed at a deadline, crashed, or closed its pipe)."""
+
+
+class Deadline(KernelDied):
+    """A request or the whole run passed its deadline; the kernel was killed."""
+
+
+def _become_subreaper() -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except Exception:
+        return False
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode("utf-8", "replace")
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _limits(cpu_seconds: int, nproc: int | None):
+    def apply() -> None:
+        os.umask(0o077)
+        for what, value in ((resource.RLIMIT_CPU, cpu_seconds), (resource.RLIMIT_AS, MEMORY_LIMIT),
+                            (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT), (resource.RLIMIT_CORE, 0),
+                            (resource.RLIMIT_NOFILE, 512)):
+            try:
+                resource.setrlimit(what, (value, value))
+            except (ValueError, OSError):
+                pass
+        if nproc is not None:
+            try:
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            except (ValueError, OSError):
+                pass
+
+    return apply
+
+
+def _user_tasks() -> int:
+    uid, n = os.getuid(), 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    n += len(os.listdir(f"/proc/{entry}/task"))
+            except OSError:
+                continue
+    return n
+
+
+class Kernel:
+    """One sandboxed kernel. Use as a context manager; :meth:`close` always kills everything."""
+
+    def __init__(self, overall_deadline: float, cell_timeout: float, files: dict[str, bytes] | None = None):
+        self.ends_at = time.monotonic() + overall_deadline
+        self.cell_timeout = cell_timeout
+        self.proc: subprocess.Popen | None = None
+        self.scratch = tempfile.mkdtemp(prefix="minillm-grade-")
+        for name, data in (files or {}).items():
+            with open(os.path.join(self.scratch, os.path.basename(name)), "wb") as f:
+                f.write(data)
+        self._buf = b""
+
+    # --- life cycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        _become_subreaper()
+        self._known_children = set(_children_of(os.getpid()))
+        cmd_r, cmd_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        home = os.path.join(self.scratch, "home")
+        os.makedirs(home, exist_ok=True)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "IPYTHONDIR": os.path.join(home, "ipy"),
+               "MPLCONFIGDIR": os.path.join(home, "mpl"), "MPLBACKEND": "Agg", "TQDM_DISABLE": "1",
+               "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LANG": "C.UTF-8",
+               "MINILLM_GRADER_FDS": f"{cmd_r},{rep_w}"}
+        for key in ("MINILLM_MODEL", "MINILLM_DEVICE"):
+            if key in os.environ:
+                env[key] = os.environ[key]
+        remaining = max(1, int(self.ends_at - time.monotonic()) + 2)
+        nproc = _user_tasks() + EXTRA_PROCESSES if os.getuid() != 0 else None
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-B", "-X", "utf8", "-m", "minillm.grading._worker"], cwd=self.scratch, env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(cmd_r, rep_w), start_new_session=True, preexec_fn=_limits(remaining, nproc),
+                close_fds=True)
+        finally:
+            os.close(cmd_r)
+            os.close(rep_w)
+        self._cmd = os.fdopen(cmd_w, "wb")
+        self._rep = rep_r
+        os.set_blocking(self._rep, False)
+        self._read(min(60.0, self.cell_timeout * 4), expect="ready")
+
+    def close(self) -> None:
+        """SIGKILL the kernel's process group and every process that escaped it; remove the scratch folder."""
+        if self.proc is not None:
+            pgid, me = self.proc.pid, os.getpid()
+            give_up = time.monotonic() + 10
+            while time.monotonic() < give_up:
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                strays = [p for p in _children_of(me) if p not in self._known_children and p != pgid]
+                for pid in strays:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                for pid in strays:
+                    try:
+                        os.waitpid(pid, 0)
+                    except ChildProcessError:
+                        pass
+                try:
+                    self.proc.wait(timeout=0.05)
+                except subprocess.TimeoutExpired:
+                    continue
+                if not strays:
+                    time.sleep(0.05)  # a last look: a grandchild may be being reparented right now
+                    if not [p for p in _children_of(me) if p not in self._known_children and p != pgid]:
+                        break
+            for f in (getattr(self, "_cmd", None),):
+                try:
+                    f and f.close()
+                except OSError:
+                    pass
+            try:
+                os.close(self._rep)
+            except (OSError, AttributeError):
+                pass
+            self.proc = None
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def __enter__(self) -> "Kernel":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # --- protocol ---------------------------------------------------------------------------
+    def _send(self, obj: dict) -> None:
+        if not self.alive:
+            raise KernelDied("the kernel is not running")
+        try:
+            self._cmd.write((json.dumps(obj) + "\n").encode("utf-8"))
+            self._cmd.flush()
+        except (BrokenPipeError, OSError):
+            self.close()
+            raise KernelDied("the kernel closed its pipe")
+
+    def _read(self, timeout: float, expect: str | None = None) -> dict:
+        until = min(time.monotonic() + timeout, self.ends_at)
+        overall = until == self.ends_at
+        while b"\n" not in self._buf:
+            left = until - time.monotonic()
+            if left <= 0:
+                self.close()
+                raise Deadline("the whole run's time limit passed" if overall else f"no answer within {timeout:g} s")
+            ready, _, _ = select.select([self._rep], [], [], min(left, 0.5))
+            if not ready:
+                if self.proc is not None and self.proc.poll() is not None:
+                    self.close()
+                    raise KernelDied("the kernel exited")
+                continue
+            try:
+                chunk = os.read(self._rep, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                self.close()
+                raise KernelDied("the kernel exited")
+            self._buf += chunk
+            if len(self._buf) > MAX_REPLY:
+                self.close()
+                raise KernelDied("the kernel sent too much data")
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            self.close()
+            raise KernelDied("the kernel sent something that is not a reply")
+        if not isinstance(msg, dict) or (expect and msg.get("op") != expect):
+            self.close()
+            raise KernelDied("the kernel sent an unexpected reply")
+        return msg
+
+    def run_cell(self, source: str) -> str | None:
+        """Run one cell; its error as one line, or None. Raises :class:`Deadline` when it runs too long."""
+        self._send({"op": "run", "source": source})
+        err = self._read(self.cell_timeout, "ran").get("error")
+        return str(err)[:500] if err is not None else None
+
+    def get(self, name: str):
+        """``(found, value, is_callable)`` for a variable of the kernel's namespace."""
+        self._send({"op": "get", "name": name})
+        msg = self._read(self.cell_timeout, "value")
+        if msg.get("missing"):
+            return False, None, False
+        return True, wire.decode(msg.get("value")), bool(msg.get("callable"))
+
+    def call(self, name: str, args: tuple, kwargs: dict, timeout: float):
+        """``("returned", value)`` or ``("raised", (message, exception type name))``."""
+        self._send({"op": "call", "name": name, "args": [wire.encode(a) for a in args],
+                    "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}})
+        msg = self._read(timeout)
+        if msg.get("op") == "returned":
+            return "returned", wire.decode(msg.get("value"))
+        if msg.get("op") == "raised":
+            return "raised", (str(msg.get("error"))[:500], str(msg.get("exc_type"))[:80])
+        self.close()
+        raise KernelDied("the kernel sent an unexpected reply")
