@@ -1,4 +1,4 @@
-"""The ``minillm`` command: generate | lab | grade | bench."""
+"""The ``minillm`` command: generate | lab | grade | bench | serve."""
 
 from __future__ import annotations
 
@@ -50,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("lab", help="open the course in JupyterLab", add_help=False)
     sub.add_parser("grade", help="grade a submitted exercises notebook", add_help=False)
     sub.add_parser("bench", help="run the benchmarks against transformers", add_help=False)
+    sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API", add_help=False)
 
+    if argv and argv[0] == "serve":
+        from .serve.server import serve
+        return serve(argv[1:])
     if argv and argv[0] in ("lab", "grade", "bench"):
         rest = argv[1:]
         if argv[0] == "lab":

@@ -1,0 +1,5 @@
+import sys
+
+from .server import serve
+
+sys.exit(serve())

@@ -1,0 +1,142 @@
+"""``minillm serve``: build the engine, its loop and the routes, and run them under uvicorn.
+
+Shutdown on SIGTERM or Ctrl-C is graceful and ends with exit code 0: stop accepting, cancel
+every live request in the engine (open streams end with ``finish_reason: "abort"``), wait for
+the engine thread, check that no KV block is still held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+import uvicorn
+
+log = logging.getLogger("minillm.serve")
+
+# A long-running server must not grow without bound: small limits for the engine's history,
+# passed only where this engine version has them.
+SERVER_ENGINE_LIMITS = {"max_history": 256, "trace_limit": 20_000}
+
+
+def engine_limits(llm_class) -> dict:
+    params = inspect.signature(llm_class).parameters
+    return {k: v for k, v in SERVER_ENGINE_LIMITS.items() if k in params}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="minillm serve",
+                                description="Serve a model over an OpenAI-compatible HTTP API.")
+    p.add_argument("model", nargs="?", default=None, help="local Hugging Face folder (default: the shipped model)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port; 0 picks a free one (default 8000)")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on /v1 routes (default: $MINILLM_API_KEY)")
+    p.add_argument("--served-model-name", default=None, help="the model id clients send (default: folder name)")
+    p.add_argument("--max-waiting", type=int, default=64,
+                   help="most requests queued for a batch slot; beyond it HTTP 503 (default 64)")
+    p.add_argument("--max-num-seqs", type=int, default=16, help="most requests running at once (default 16)")
+    p.add_argument("--max-model-len", type=int, default=None, help="longest context (default: the model's)")
+    p.add_argument("--kv-cache-tokens", type=int, default=None, help="KV budget in tokens (default: the engine's)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--seed", type=int, default=0, help="seeds requests that bring no seed of their own")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def _check_args(args) -> None:
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be an int in [0, 65535], got {args.port}")
+    if args.max_waiting < 1:
+        raise ValueError(f"--max-waiting must be an int >= 1, got {args.max_waiting}")
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's Server with two changes: a signal first tells the engine loop to cancel live
+    requests (so open streams end and their connections can close), and a clean shutdown
+    exits 0 instead of re-raising the signal."""
+
+    def __init__(self, config, engine, t_start: float | None = None):
+        super().__init__(config)
+        self.engine = engine
+        self.t_start = time.monotonic() if t_start is None else t_start
+
+    def handle_exit(self, sig, frame):
+        if not self.should_exit:
+            log.info("received %s: no new requests; cancelling live ones", signal.Signals(sig).name)
+        self.engine.begin_shutdown()
+        super().handle_exit(sig, frame)
+
+    @contextmanager
+    def capture_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    async def startup(self, sockets=None):
+        await super().startup(sockets)
+        if self.should_exit or not self.servers:
+            return
+        host, port = self.servers[0].sockets[0].getsockname()[:2]
+        print(f"minillm serve: ready at http://{host}:{port} in {time.monotonic() - self.t_start:.1f} s "
+              f"(Ctrl-C to stop)", flush=True)
+
+
+def serve(argv: list[str] | None = None, server_class=None) -> int:
+    """Run the server until SIGTERM / Ctrl-C. ``server_class`` replaces ``OpenAIServer`` (the
+    course uses this to show a server that does not cancel on disconnect)."""
+    t_start = time.monotonic()
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        _check_args(args)
+        from minillm import LLM
+
+        from .app import OpenAIServer
+        from .engine_loop import EngineLoop
+        from .metrics import ServerMetrics
+
+        kwargs = dict(device=args.device, dtype=args.dtype, block_size=args.block_size,
+                      max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
+                      kv_cache_tokens=args.kv_cache_tokens, seed=args.seed)
+        llm = LLM(args.model, **kwargs, **engine_limits(LLM))
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"minillm serve: error: {exc}", file=sys.stderr)
+        return 2
+    name = args.served_model_name or llm.model_path.name
+    metrics = ServerMetrics(name)
+    engine = EngineLoop(llm, max_waiting=args.max_waiting, observer=metrics)
+    server_class = server_class or OpenAIServer
+    api_key = args.api_key or os.environ.get("MINILLM_API_KEY") or None
+    app = server_class(engine, name, api_key=api_key, metrics=metrics).build_app()
+    if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
+        log.warning("listening on %s without an API key: anyone who can reach it can use it", args.host)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=5, lifespan="on", access_log=args.log_level == "debug")
+    server = GracefulServer(config, engine, t_start)
+    server.run()
+    snap = engine.snapshot()
+    used = snap["kv_cache"]["used_blocks"]
+    if engine.alive or used:
+        print(f"minillm serve: unclean shutdown: engine thread alive={engine.alive}, "
+              f"{used} KV blocks still held", file=sys.stderr)
+        return 1
+    print(f"minillm serve: stopped cleanly after {snap['steps']} engine steps; KV used 0/"
+          f"{snap['kv_cache']['total_blocks']} blocks", flush=True)
+    return 0
