@@ -1,0 +1,179 @@
+"""Fast checks of the Chinese story grammar (scripts/story_corpus_zh.py), the Chinese half of
+the bilingual default model's corpus. A few hundred stories, no training."""
+
+import random
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import story_corpus_zh as zh  # noqa: E402
+from story_corpus_zh import generate_stories_zh  # noqa: E402
+
+HAN = re.compile(r"[\u4e00-\u9fff]")
+SENTENCE = re.compile(r"[^。！？]*[。！？]”?")
+
+
+@pytest.fixture(scope="module")
+def stories():
+    return generate_stories_zh(200, seed=0)
+
+
+def test_same_seed_same_stories():
+    assert generate_stories_zh(50, seed=7) == generate_stories_zh(50, seed=7)
+
+
+def test_different_seeds_different_stories():
+    a, b = generate_stories_zh(50, seed=7), generate_stories_zh(50, seed=8)
+    assert not set(a) & set(b)
+
+
+def test_generator_does_not_touch_global_random():
+    random.seed(123)
+    expected = random.random()
+    random.seed(123)
+    generate_stories_zh(20, seed=1)
+    assert random.random() == expected
+
+
+def test_prefix_is_stable():
+    assert generate_stories_zh(100, seed=3)[:20] == generate_stories_zh(20, seed=3)
+
+
+def test_stories_are_sized_and_end_a_sentence(stories):
+    for s in stories:
+        assert zh.MIN_CHARS <= len(s) <= zh.MAX_CHARS, s
+        assert s[-1] in "。！？”", s
+        assert len(SENTENCE.findall(s)) >= 3, s
+
+
+def test_only_han_and_full_width_punctuation(stories):
+    for s in stories:
+        assert not re.search(r"[\x00-\x7f]", s), s  # no ASCII: no spaces, digits, braces, commas
+        assert zh.is_clean(s), sorted(set(s) - set(zh.PUNCTUATION) - set(HAN.findall(s)))
+        assert s.count("“") == s.count("”"), s
+        assert "。。" not in s and "，，" not in s and "，。" not in s, s
+    assert not zh.is_clean("从前有一只小狐狸, 它")  # the check itself sees ASCII
+
+
+def test_grammar_inventory():
+    assert len(zh.GIRL_NAMES) + len(zh.BOY_NAMES) >= 30
+    assert len(zh.PET_NAMES) >= 15
+    assert len(zh.ANIMALS) >= 40
+    assert len(zh.CREATURES) >= 6
+    assert len(zh.PLACES) >= 30
+    assert len(zh.OBJECTS) >= 45
+    assert len(zh.FOODS) >= 20
+    assert len(zh.FEELINGS) >= 15
+    assert len(zh.WEATHER) >= 6
+    assert len(zh.PLOTS) >= 8
+    # every animal and object has a measure word, so the story can say 一只 / 那个 correctly
+    for noun, measure in zh.ANIMALS + zh.CREATURES + zh.OBJECTS:
+        assert len(measure) == 1 and HAN.match(measure), noun
+
+
+def test_every_plot_is_told():
+    # each plot has a sentence that no other plot writes
+    marks = {"lost_found": "不见了", "new_friend": "一起玩", "trip": "去了那里|到了", "problem": "好主意|有办法了|该怎么做",
+             "gift": "生日", "fear": "害怕", "contest": "比赛", "helping": "您", "rainy_day": "待在家里|不能去"}
+    stories = generate_stories_zh(300, seed=2)
+    for plot, mark in marks.items():
+        assert plot in zh.PLOTS
+        assert sum(bool(re.search(mark, s)) for s in stories) >= 10, plot
+
+
+def test_stories_are_varied(stories):
+    assert len(set(stories)) == len(stories)
+    text = "".join(stories)
+    names = {n for n in zh.GIRL_NAMES + zh.BOY_NAMES + zh.PET_NAMES if n in text}
+    animals = {a for a, _ in zh.ANIMALS if a in text}
+    places = {p[0] for p in zh.PLACES if p[0] in text}
+    objects = {o for o, _ in zh.OBJECTS if o in text}
+    assert len(names) >= 40, names
+    assert len(animals) >= 30, animals
+    assert len(places) >= 25, places
+    assert len(objects) >= 35, objects
+    assert len(set(HAN.findall(text))) >= 600  # distinct characters
+    # sentence shapes: sentences with the drawn entities masked out
+    entities = sorted({*zh.GIRL_NAMES, *zh.BOY_NAMES, *zh.PET_NAMES, *(a for a, _ in zh.ANIMALS + zh.CREATURES),
+                       *(p[1] for p in zh.PLACES), *(p[0] for p in zh.PLACES), *(o for o, _ in zh.OBJECTS),
+                       *(f[0] for f in zh.FOODS), *(f[1] for f in zh.FOODS), *(c[0] for c in zh.COLOURS),
+                       *(r for r, _ in zh.RELATIVES), *zh.HOBBIES, *zh.GAMES, *zh.HERO_ADJECTIVES,
+                       *zh.FRIEND_ADJECTIVES}, key=len, reverse=True)
+    mask = re.compile("|".join(map(re.escape, entities)))
+    shapes = {mask.sub("X", s) for story in stories for s in SENTENCE.findall(story)}
+    assert len(shapes) >= 600, len(shapes)
+    openings = {re.split("[，。]", s)[0] for s in stories}
+    assert len(openings) >= 30, openings
+
+
+def test_story_starts_a_learner_would_type():
+    stories = generate_stories_zh(2000, seed=1)
+    assert sum(s.startswith("从前") for s in stories) >= 500
+    assert sum(s.startswith("有一天，") for s in stories) >= 50
+    # "从前有一只小狐狸，它……": the hero named by its kind, then continued with 它
+    assert sum(bool(re.match(r"从前有一只[^，。]+，它", s)) for s in stories) >= 40
+    assert any(re.match(r"有一天，(?:%s)" % "|".join(zh.BOY_NAMES + zh.GIRL_NAMES), s) for s in stories)
+
+
+def test_entities_are_carried_through():
+    # a named hero introduced in the first sentence is named again later in the story
+    named = carried = 0
+    for s in generate_stories_zh(300, seed=5):
+        first = s.split("。")[0]
+        m = re.search(r"名叫(\w\w)的|名叫(\w\w)$|叫[他她它](\w\w)$", first)
+        if m:
+            name = next(g for g in m.groups() if g)
+            named += 1
+            carried += s.count(name) >= 2
+    assert named >= 50
+    assert carried >= 0.95 * named
+    # the object lost in a lost-and-found story is the one searched for and found again
+    objs = "|".join(sorted((o for o, _ in zh.OBJECTS), key=len, reverse=True))
+    lost = 0
+    for s in generate_stories_zh(300, seed=6):
+        m = re.search(rf"({objs})不见了|找不到\w的({objs})了", s)
+        if m:
+            lost += 1
+            obj = m.group(1) or m.group(2)
+            assert s.count(obj) >= 3 and re.search("找到了|原来正是", s[m.end():]), s
+    assert lost >= 15
+
+
+def test_pronouns_follow_the_hero():
+    # a girl is 她, a boy 他, an animal 它, from the opening on
+    girls = boys = 0
+    for s in generate_stories_zh(300, seed=9):
+        first = s.split("。")[0]
+        if "小女孩" in first and "名叫" in first and "朋友" not in first:
+            girls += 1
+            assert "她" in s, s
+        if "小男孩" in first and "名叫" in first and "朋友" not in first:
+            boys += 1
+            assert "他" in s, s
+    assert girls >= 10 and boys >= 10
+
+
+def test_lexicon_is_words_longest_first(stories):
+    words = zh.lexicon()
+    assert len(words) >= 400
+    assert all(len(w) >= 2 and all(HAN.match(c) for c in w) for w in words)
+    assert [len(w) for w in words] == sorted((len(w) for w in words), reverse=True)
+    for w in ["从前", "小狐狸", "狐狸", "小明", "朋友", "喜欢", "公园"]:
+        assert w in words, w
+    # forward maximum matching with the lexicon puts most Han characters inside a word
+    lex, longest = set(words), len(words[0])
+    inside = total = 0
+    for s in stories:
+        i = 0
+        while i < len(s):
+            n = next((n for n in range(longest, 1, -1) if s[i:i + n] in lex), 1)
+            if HAN.match(s[i]):
+                total += n if n > 1 else 1
+                inside += n if n > 1 else 0
+            i += n
+    assert inside / total >= 0.5
