@@ -13,6 +13,23 @@ from conftest import make_model, run_to_end
 FAMILIES = ["llama", "llama3rope", "qwen2", "qwen3"]
 
 
+@pytest.fixture(scope="module")
+def model_factory(tmp_path_factory):
+    """Like conftest's, but the Qwen models get an embedding table larger than the tokenizer,
+    as real Qwen checkpoints have: transformers' Qwen2Tokenizer adds ``<|endoftext|>`` after
+    the 320 trained ids, and the loader refuses a tokenizer that can emit an id >= vocab_size."""
+    cache: dict = {}
+
+    def get(family: str):
+        if family not in cache:
+            folder = tmp_path_factory.mktemp(family)
+            extra = {"vocab_size": 336} if family.startswith("qwen") else {}
+            cache[family] = (folder, make_model(folder, family, **extra))
+        return cache[family]
+
+    return get
+
+
 def hf_greedy(model, ids: list[int], n: int) -> list[int]:
     model.generation_config.eos_token_id = None
     out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0,

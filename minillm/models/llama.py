@@ -76,20 +76,46 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+# Above this many positions the cos/sin tables are not stored (a config may claim 10**7
+# positions; 128-wide tables for that would take gigabytes): angles are computed per step.
+ROTARY_TABLE_LIMIT = 1 << 15
+
+
 class RotaryEmbedding(nn.Module):
-    """cos/sin tables for every position, computed once in float32."""
+    """cos/sin of every position's rotary angles, in float32: a table up to
+    ``ROTARY_TABLE_LIMIT`` positions (one lookup per step), computed per step beyond it
+    (the same float32 products, so the same values)."""
 
     def __init__(self, config: ModelConfig, max_positions: int):
         super().__init__()
-        inv_freq = rope_inv_freq(config)
-        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        self.config, self.max_positions = config, max_positions
+        self.reset(None)
+
+    def reset(self, device) -> None:
+        """(Re)build in float32 on ``device`` (None: the current default device)."""
+        inv_freq = rope_inv_freq(self.config)
+        if device is not None:
+            inv_freq = inv_freq.to(device)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        if self.max_positions <= ROTARY_TABLE_LIMIT:
+            cos, sin = self._angles(torch.arange(self.max_positions, dtype=torch.float32, device=inv_freq.device))
+            self.register_buffer("cos", cos, persistent=False)
+            self.register_buffer("sin", sin, persistent=False)
+        else:
+            self.cos = self.sin = None
+
+    def _angles(self, positions: torch.Tensor):
+        freqs = torch.outer(positions.to(torch.float32), self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
+        return emb.cos(), emb.sin()
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype):
         # [T, 1, D] so it broadcasts over heads
-        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+        if self.cos is None:
+            cos, sin = self._angles(positions)
+        else:
+            cos, sin = self.cos[positions], self.sin[positions]
+        return cos.unsqueeze(1).to(dtype), sin.unsqueeze(1).to(dtype)
 
 
 class Attention(nn.Module):
