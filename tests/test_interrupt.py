@@ -1,0 +1,187 @@
+"""A step is a transaction: Ctrl-C (a real SIGINT) or an exception raised inside the model at
+any moment leaves the engine so that stepping on gives exactly the uninterrupted outputs,
+later requests with the same prompts are right (the prefix cache holds no unwritten block),
+and no KV block is left held."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+
+from minillm import LLM, RequestState, SamplingParams, StopReason
+from conftest import check_block_invariants
+
+PROMPTS = [[5 + (i * 7 + j) % 300 for j in range(n)] for i, n in enumerate((9, 23, 14, 31))]
+SHARED = [[40, 41, 42, 43, 44, 45, 46, 47] + p for p in ([60, 61], [70, 71, 72])]  # a shared prefix
+
+
+def _params(i: int) -> SamplingParams:
+    if i % 2:
+        return SamplingParams(max_tokens=10, temperature=0.9, top_k=50, seed=100 + i, ignore_eos=True)
+    return SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def make_llm(model_factory):
+    folder, _ = model_factory("llama")
+    return lambda: LLM(str(folder), block_size=4, num_kv_blocks=48, max_num_seqs=4, max_num_batched_tokens=16)
+
+
+def _add_all(llm, prompts):
+    return [llm.add_request(prompt_token_ids=p, params=_params(i)) for i, p in enumerate(prompts)]
+
+
+def _drive(llm) -> int:
+    """Step to the end, catching every KeyboardInterrupt like a learner re-running the cell."""
+    caught = 0
+    while True:
+        try:
+            if not llm.has_unfinished():
+                return caught
+            llm.step()
+        except KeyboardInterrupt:
+            caught += 1
+
+
+@pytest.fixture(scope="module")
+def reference(make_llm):
+    llm = make_llm()
+    reqs = _add_all(llm, PROMPTS + SHARED)
+    _drive(llm)
+    return [r.output_token_ids for r in reqs]
+
+
+def _absorb_late_signals(timers):
+    for t in timers:
+        t.cancel()
+    for _ in range(3):
+        try:
+            for t in timers:
+                t.join()
+            time.sleep(0.02)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
+def test_real_sigint_at_random_moments_never_changes_an_output(make_llm, reference):
+    rng = random.Random(0)
+    rolled_back = interrupted = 0
+    # how long an uninterrupted run takes, so the signals land inside it
+    llm = make_llm()
+    t0 = time.perf_counter()
+    _add_all(llm, PROMPTS + SHARED)
+    _drive(llm)
+    span = time.perf_counter() - t0
+    for trial in range(24):
+        llm = make_llm()
+        reqs = _add_all(llm, PROMPTS + SHARED)
+        timers = [threading.Timer(rng.uniform(0, span), os.kill, (os.getpid(), signal.SIGINT))
+                  for _ in range(3)]
+        try:
+            for t in timers:
+                t.start()
+            interrupted += _drive(llm)
+        finally:
+            _absorb_late_signals(timers)
+        interrupted += _drive(llm)  # a signal that landed after the loop's last check
+        assert [r.output_token_ids for r in reqs] == reference, f"trial {trial}"
+        assert all(r.state == RequestState.RELEASED and r.stop_reason == StopReason.MAX_TOKENS for r in reqs)
+        assert llm.cache_stats().used_blocks == 0
+        rolled_back += sum(1 for e in llm.trace if e.kind == "transition" and e.data.get("rolled_back"))
+        # the same prompts again hit the prefix cache: the cached blocks must be real
+        again = _add_all(llm, PROMPTS + SHARED)
+        _drive(llm)
+        assert [r.output_token_ids for r in again] == reference, f"trial {trial}, after"
+        assert llm.cache_stats().used_blocks == 0
+        check_block_invariants(llm)
+    assert interrupted > 0  # the signals did arrive (24 x 3 of them)
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("exc", [Boom, KeyboardInterrupt])
+def test_exceptions_inside_the_forward_pass_are_rolled_back(make_llm, reference, monkeypatch, exc):
+    rng = random.Random(1 if exc is Boom else 2)
+    for trial in range(6):
+        llm = make_llm()
+        layers = llm.model.model.layers
+        calls = {"n": 0}
+        fail_at = set(rng.sample(range(1, 40), 5))
+
+        def wrap(layer_forward, index):
+            def forward(*args, **kwargs):
+                calls["n"] += 1
+                if calls["n"] in fail_at:
+                    raise exc(f"injected in layer {index}")
+                return layer_forward(*args, **kwargs)
+            return forward
+
+        for i, layer in enumerate(layers):
+            monkeypatch.setattr(layer, "forward", wrap(layer.forward, i))
+        reqs = _add_all(llm, PROMPTS + SHARED)
+        failures = 0
+        while llm.has_unfinished():
+            try:
+                llm.step()
+            except (Boom, KeyboardInterrupt):
+                failures += 1
+                check_block_invariants(llm)
+        assert failures == len([n for n in fail_at if n <= calls["n"]])
+        assert [r.output_token_ids for r in reqs] == reference, f"trial {trial}"
+        again = _add_all(llm, PROMPTS + SHARED)
+        while llm.has_unfinished():
+            llm.step()
+        assert [r.output_token_ids for r in again] == reference
+        assert llm.cache_stats().used_blocks == 0
+        monkeypatch.undo()
+
+
+def test_a_rolled_back_prefill_goes_back_to_waiting_with_its_blocks_freed(make_llm, monkeypatch):
+    llm = make_llm()
+    req = llm.add_request(prompt_token_ids=PROMPTS[1], params=_params(0))
+
+    def fail(*a, **k):
+        raise Boom("model down")
+
+    monkeypatch.setattr(llm.runner, "run", fail)
+    with pytest.raises(Boom):
+        llm.step()
+    assert req.state == RequestState.WAITING and not req.block_table and req.num_computed_tokens == 0
+    assert req.first_scheduled_time is None
+    assert llm.cache_stats().used_blocks == 0 and list(llm.scheduler.waiting) == [req]
+    last = llm.trace[-1]
+    assert last.data["from"] == "PREFILL" and last.data["to"] == "WAITING" and last.data["rolled_back"]
+    monkeypatch.undo()
+    while llm.has_unfinished():
+        llm.step()
+    assert req.stop_reason == StopReason.MAX_TOKENS and len(req.output_token_ids) == 10
+
+
+def test_a_request_whose_sampling_raises_ends_alone(make_llm, monkeypatch):
+    llm = make_llm()
+    good = llm.add_request(prompt_token_ids=PROMPTS[0], params=_params(0))
+    bad = llm.add_request(prompt_token_ids=PROMPTS[2], params=_params(1))
+    real = llm.sampler.__class__.__call__
+
+    def picky(self, logits, reqs):
+        if bad in reqs:
+            raise FloatingPointError("this request's parameters overflow")
+        return real(self, logits, reqs)
+
+    monkeypatch.setattr(llm.sampler.__class__, "__call__", picky)
+    while llm.has_unfinished():
+        llm.step()
+    assert bad.stop_reason == StopReason.CANCELLED and "overflow" in bad.error and not bad.block_table
+    finished = [e for e in llm.trace if e.request_id == bad.request_id and e.data.get("to") == "FINISHED"]
+    assert "overflow" in finished[0].data["error"]
+    assert good.stop_reason == StopReason.MAX_TOKENS and len(good.output_token_ids) == 10
+    assert llm.cache_stats().used_blocks == 0
