@@ -25,93 +25,17 @@ REPO = Path(__file__).resolve().parents[2]
 STUDENT = REPO / "exercises" / "ch04_exercises.ipynb"
 SOLVED = REPO / "tests" / "solved" / "ch04_exercises_solved.ipynb"
 
-# ---------------------------------------------------------------------------------------------
-# The solved answers (each one must grade to full marks; tests check that)
-# ---------------------------------------------------------------------------------------------
-SOLVED_DIAGRAM = '''task1_diagram = {
-    "states": {
-        "NEW": "the prompt text and its SamplingParams; nothing on the device",
-        "WAITING": "prompt token ids and sampling params in the queue; no KV block yet",
-        "PREFILL": "KV blocks for the whole prompt, a batch slot, a budget of prompt tokens this step",
-        "DECODE": "its KV blocks (one more token per step), a batch slot, the output token ids so far",
-        "PREEMPTED": "token ids only: its KV blocks were freed, it will be recomputed",
-        "FINISHED": "the stop reason and the output; its KV blocks are still held",
-        "RELEASED": "nothing: the KV blocks are back in the pool, the stats are recorded",
-    },
-    "transitions": [
-        ("NEW", "WAITING", "tokenize, enqueue"),
-        ("WAITING", "PREFILL", "scheduled (blocks allocated)"),
-        ("PREFILL", "DECODE", "first token sampled"),
-        ("DECODE", "DECODE", "decode → sample → append to history"),
-        ("DECODE", "PREEMPTED", "preempt: out of KV blocks"),
-        ("PREEMPTED", "WAITING", "requeued"),
-        ("DECODE", "FINISHED", "EOS / max_tokens / stop string / context full"),
-        ("DECODE", "FINISHED", "cancel"),
-        ("WAITING", "FINISHED", "cancel"),
-        ("FINISHED", "RELEASED", "release: free blocks, record stats"),
-    ],
-}'''
+SOLVED_SOURCE = REPO / "tests" / "solved" / "answers.py"
 
-SOLVED_ANSWERS = {
-    "task1_diagram": SOLVED_DIAGRAM,
-    "task2_kv_explain": 'task2_kv_explain = ("KV cache keeps past tokens\' keys/values so decode skips recomputing them, "\n'
-                        '                    "but its memory grows.")',
-    "task3_pressure": '''task3_pressure = [
-    ("long context", "Every prompt token keeps its own keys and values in the cache, so a longer context "
-                     "means more KV entries held by the request."),
-    ("high concurrency", "Each live request holds its own KV blocks at the same time, so the total grows "
-                         "with the number of requests."),
-    ("long outputs", "Every generated token appends one more K/V entry per layer, and the request holds its "
-                     "cache for more decode steps."),
-]''',
-    "task3_kv_bytes": '''def scenario_kv_bytes(num_requests, prompt_tokens, output_tokens):
-    """Bytes of K and V the scenario's requests hold when they have all finished (before release)."""
-    per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 4  # K and V, fp32
-    return num_requests * (prompt_tokens + output_tokens) * per_token
 
-task3_kv_bytes = scenario_kv_bytes''',
-    "task4_sampling": '''task4_sampling = ("Sampling picks the token that is appended to the request's history, and the next decode "
-                  "step is computed from that context, so the choice steers every later step; that is why "
-                  "temperature and top-p travel with the request.")''',
-    "quiz1_live_requests": 'quiz1_live_requests = "B"',
-    "quiz2_kv_tradeoff": 'quiz2_kv_tradeoff = "D"',
-    "quiz3_sampling_interface": 'quiz3_sampling_interface = "C"',
-    "quiz4_states_before_batching": 'quiz4_states_before_batching = "D"',
-    "pitfall1_kv_not_hit_cache": '''pitfall1_kv_not_hit_cache = (False, "It is execution state bound to each live request: the keys and "
-                                     "values of that request's own tokens, not answers looked up by prompt.")''',
-    "pitfall2_sampling_not_ui": '''pitfall2_sampling_not_ui = (False, "Sampling picks every token, and the picked token is appended to the "
-                                    "history that the next step is computed from, so it changes the path.")''',
-    "pitfall3_one_lifecycle": '''pitfall3_one_lifecycle = (True, "Prefill builds the request's KV cache, and decode continues from that "
-                                  "same cache, one token per step.")''',
-    "code_top_p": '''import torch
+def solved_answers() -> dict:
+    """The reference answers, read from ``tests/solved/answers.py`` (a source checkout only)."""
+    import runpy
 
-def my_top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely tokens whose probabilities add up to at least top_p
-    (always at least one); set every other logit to -inf. Works on [..., vocab]."""
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    probs = sorted_logits.softmax(dim=-1)
-    mass_above = probs.cumsum(dim=-1) - probs        # probability of the tokens ranked higher
-    remove_sorted = mass_above >= top_p              # enough mass above it: this token is not needed
-    remove_sorted[..., 0] = False                    # the most likely token always stays
-    remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
-    return logits.masked_fill(remove, float("-inf"))''',
-    "code_kv_bytes": '''def my_kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
-    """Bytes of K and V that one token needs in the cache, across all layers."""
-    return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes   # 2 = one key and one value''',
-    "code_stop_check": '''from minillm import SamplingParams, StopReason
+    if not SOLVED_SOURCE.is_file():
+        raise FileNotFoundError(f"the reference answers are in {SOLVED_SOURCE} (a source checkout), not installed")
+    return runpy.run_path(str(SOLVED_SOURCE))["SOLVED_ANSWERS"]
 
-def my_check_stop(token_id, output_ids, text, params, eos_token_id, prompt_len, max_model_len):
-    """Called right after token_id was sampled and appended; returns a StopReason or None."""
-    if (token_id == eos_token_id and not params.ignore_eos) or token_id in params.stop_token_ids:
-        return StopReason.EOS
-    if any(s in text for s in params.stop_strings):
-        return StopReason.STOP_STRING
-    if len(output_ids) >= params.max_tokens:
-        return StopReason.MAX_TOKENS
-    if prompt_len + len(output_ids) >= max_model_len:
-        return StopReason.CONTEXT_FULL
-    return None''',
-}
 
 STUDENT_ANSWERS = {
     "task1_diagram": "# Your answer: the editor above (default), Python data, or DOT text.\ntask1_diagram = editor",
@@ -159,7 +83,7 @@ def _pitfall_markdown(p, number: int) -> str:
 
 
 def cells(solved: bool) -> list:
-    answer = SOLVED_ANSWERS if solved else STUDENT_ANSWERS
+    answer = solved_answers() if solved else STUDENT_ANSWERS
     md, code = new_markdown_cell, new_code_cell
 
     def ans(ex_id):

@@ -1,0 +1,298 @@
+"""``minillm grade`` against submissions that try to game it.
+
+Every attack is a notebook that answers nothing honestly. The grade of such a notebook must
+stay 0 whatever it does, the grader must end within its deadline, nothing outside the report
+may be written, and no process it started may outlive it. Deadlines are short so each test is
+quick; a real run uses the defaults (60 s per cell, 600 s in all).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import minillm
+from minillm.grading import cli_grade
+
+CELL_TIMEOUT = 3
+DEADLINE = 40
+# an answer that must be fetched from the kernel, so every attack notebook really runs
+FORCE_KERNEL = "task2_kv_explain = str()"
+
+
+def notebook(tmp_path: Path, *cells: str, name: str = "attack.ipynb") -> Path:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (FORCE_KERNEL, *cells)])
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    return path
+
+
+def run(path: Path, report: Path | None = None, *extra: str) -> tuple[int, dict, float]:
+    report = report or path.with_name("report.json")
+    t0 = time.monotonic()
+    rc = cli_grade([str(path), "--json", str(report), "--timeout", str(CELL_TIMEOUT), "--deadline", str(DEADLINE),
+                    *extra])
+    took = time.monotonic() - t0
+    data = json.loads(report.read_text()) if report.is_file() and not report.is_symlink() else {}
+    return rc, data, took
+
+
+def assert_no_grade(rc: int, report: dict, took: float, deadline: float = DEADLINE) -> None:
+    assert rc == 0
+    assert report["total_score"] == 0, {k: v["score"] for k, v in report["exercises"].items() if v["score"]}
+    assert report["bonus_total"] == 0
+    assert took < deadline + 15
+
+
+def only_files(folder: Path, *names: str) -> None:
+    assert sorted(p.name for p in folder.iterdir()) == sorted(names)
+
+
+# =============================================================================================
+# Patching the grader from inside the kernel
+# =============================================================================================
+PATCHES = {
+    "registry": """
+import minillm.grading.registry as reg
+from minillm.grading.result import Result
+reg.grade = lambda ex, answer: Result(ex.id, ex.title, ex.max_score, ex.max_score)
+reg.is_unanswered = lambda value: False
+for ex in reg.EXERCISES.values():
+    ex.grader = lambda answer, m: setattr(m, "score", 99)
+""",
+    "result": """
+from minillm.grading import result
+result.Result.passed = property(lambda self: True)
+result.Summary.total = property(lambda self: 43)
+result.Summary.as_dict = lambda self: {"total_score": 43, "total_max": 43, "exercises": {}}
+""",
+    "report_function": """
+import minillm.grading.notebook as nbmod, minillm.grading as g
+nbmod.grade_notebook = lambda *a, **k: {"total_score": 43, "total_max": 43, "exercises": {}}
+g.check_all = lambda *a, **k: None
+""",
+    "print": """
+import builtins, json
+_p = builtins.print
+builtins.print = lambda *a, **k: _p('MINILLM-GRADING-REPORT:' + json.dumps({"total_score": 43}))
+print("anything")
+""",
+    "ipython_hook": """
+import os
+ip = get_ipython()
+ip.events.register("post_run_cell", lambda *a: print('MINILLM-GRADING-REPORT: {"total_score": 43}'))
+startup = os.path.expanduser("~/.ipython/profile_default/startup")
+os.makedirs(startup, exist_ok=True)
+open(os.path.join(startup, "00-cheat.py"), "w").write("print('cheat')")
+""",
+}
+
+
+@pytest.mark.parametrize("attack", sorted(PATCHES))
+def test_patching_the_grader_in_the_kernel_does_not_raise_the_grade(tmp_path, attack, capsys):
+    path = notebook(tmp_path, PATCHES[attack])
+    rc, report, took = run(path)
+    assert_no_grade(rc, report, took)
+    assert report["sandbox"] == "ran"
+    only_files(tmp_path, "attack.ipynb", "report.json")
+    assert re.search(r"^total\s+0/43$", capsys.readouterr().out, re.M)
+
+
+# =============================================================================================
+# Time: signals ignored, C code holding the GIL, an overall deadline
+# =============================================================================================
+def test_a_cell_that_ignores_sigint_is_killed_at_its_deadline(tmp_path):
+    path = notebook(tmp_path, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    pass")
+    rc, report, took = run(path)
+    assert_no_grade(rc, report, took)
+    assert any("did not finish within 3 s" in e for e in report["cell_errors"])
+    assert took < CELL_TIMEOUT * 2 + 15
+
+
+def test_c_code_holding_the_gil_is_killed_at_its_deadline(tmp_path):
+    path = notebook(tmp_path, "import ctypes\nctypes.PyDLL(None).sleep(600)  # the GIL is held")
+    rc, report, took = run(path)
+    assert_no_grade(rc, report, took)
+    assert any("did not finish" in e for e in report["cell_errors"])
+
+
+def test_a_student_function_stuck_in_a_regex_backtrack_is_killed(tmp_path):
+    path = notebook(tmp_path, "import re\n\ndef my_kv_bytes_per_token(layers, heads, dim, nbytes):\n"
+                              "    re.match(r'(a+)+$', 'a' * 64 + 'b')   # exponential, in C, GIL held\n"
+                              "    return 2 * layers * heads * dim * nbytes")
+    rc, report, took = run(path)
+    assert_no_grade(rc, report, took)
+    fb = " ".join(report["exercises"]["code_kv_bytes"]["feedback"])
+    assert "did not return within" in fb
+
+
+def test_the_overall_deadline_holds_when_every_cell_is_slow(tmp_path):
+    slow = "import time\nwhile True:\n    time.sleep(0.1)"
+    path = notebook(tmp_path, *[slow] * 10)
+    t0 = time.monotonic()
+    rc = cli_grade([str(path), "--json", str(tmp_path / "r.json"), "--timeout", "2", "--deadline", "8"])
+    took = time.monotonic() - t0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert rc == 0 and report["total_score"] == 0
+    assert took < 8 + 12
+    assert any("time limit" in p or "could not finish" in p for p in report["problems"])
+
+
+# =============================================================================================
+# The report file
+# =============================================================================================
+def test_a_forged_report_from_the_kernel_is_replaced(tmp_path):
+    report = tmp_path / "report.json"
+    forged = json.dumps({"total_score": 43, "total_max": 43, "exercises": {}})
+    path = notebook(tmp_path, f"open({str(report)!r}, 'w').write({forged!r})\nimport time\ntime.sleep(60)")
+    rc, data, took = run(path, report)
+    assert_no_grade(rc, data, took)
+
+
+def test_a_stale_report_does_not_survive_a_failed_run(tmp_path):
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"total_score": 43}))
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text("{ not a notebook")
+    assert cli_grade([str(broken), "--json", str(report)]) == 2
+    assert not report.exists()
+
+
+def test_a_symlink_at_the_report_path_is_replaced_not_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    report = tmp_path / "report.json"
+    report.symlink_to(victim)
+    path = notebook(tmp_path)
+    rc, data, took = run(path, report)
+    assert victim.read_text() == "precious"
+    assert report.is_file() and not report.is_symlink()
+    assert_no_grade(rc, data, took)
+
+
+def test_a_fifo_at_the_report_path_does_not_hang(tmp_path):
+    report = tmp_path / "report.json"
+    os.mkfifo(report)
+    path = notebook(tmp_path)
+    rc, data, took = run(path, report)
+    assert_no_grade(rc, data, took)
+    assert report.is_file()
+
+
+def test_a_fifo_given_as_the_notebook_is_refused(tmp_path):
+    fifo = tmp_path / "sub.ipynb"
+    os.mkfifo(fifo)
+    assert cli_grade([str(fifo)]) == 2
+
+
+# =============================================================================================
+# Processes, files, resources
+# =============================================================================================
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if marker in cmd:
+                try:
+                    state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                except OSError:
+                    continue
+                if state != "Z":
+                    found.append(int(entry))
+    return found
+
+
+def test_child_processes_do_not_survive(tmp_path):
+    marker = f"minillm-survivor-{os.getpid()}-{time.time_ns()}"
+    cell = f"""
+import os, subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "{marker}"])
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "{marker}"], start_new_session=True)
+if os.fork() == 0:                      # a double fork that leaves the session
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)", "{marker}"])
+    os._exit(0)
+"""
+    path = notebook(tmp_path, cell)
+    rc, report, took = run(path)
+    assert_no_grade(rc, report, took)
+    time.sleep(0.3)
+    assert _processes_with(marker) == []
+
+
+def test_modifying_the_installed_grader_is_undone_and_flagged(tmp_path):
+    pkg = Path(minillm.__file__).parent
+    target = pkg / "grading" / "result.py"
+    before = target.read_bytes()
+    site = Path(os.__file__).parent  # not guarded; the hooks in site-packages are
+    import site as _site
+
+    pth = Path(_site.getsitepackages()[0]) / "zz_minillm_cheat.pth"
+    cell = f"""
+open({str(target)!r}, "a").write("\\nRESULT_PATCHED = True\\n")
+open({str(pkg / 'grading' / 'zz_planted.py')!r}, "w").write("PLANTED = 1")
+open({str(pth)!r}, "w").write("import os")
+"""
+    path = notebook(tmp_path, cell)
+    try:
+        rc, report, took = run(path)
+        assert target.read_bytes() == before
+        assert not (pkg / "grading" / "zz_planted.py").exists() and not pth.exists()
+        assert_no_grade(rc, report, took)
+        assert any("modified the grader's files" in p for p in report["problems"])
+        assert "task2_kv_explain" in report["needs_review"]
+    finally:  # never leave the package modified, whatever happened above
+        if target.read_bytes() != before:
+            target.write_bytes(before)
+        for p in (pkg / "grading" / "zz_planted.py", pth):
+            p.unlink(missing_ok=True)
+    assert site.is_dir()
+
+
+def test_memory_and_file_size_limits_stop_a_cell_not_the_grader(tmp_path):
+    path = notebook(tmp_path, "x = bytearray(64 * 2**30)",
+                    "with open('big.bin', 'wb') as f:\n    f.write(b'0' * (200 * 2**20))")
+    rc, report, took = run(path)
+    assert_no_grade(rc, report, took)
+    errors = " ".join(report["cell_errors"])
+    assert "cell 2: MemoryError" in errors
+    assert "cell 3:" in errors  # SIGXFSZ ends the kernel, or an OSError: either way the cell is stopped
+    only_files(tmp_path, "attack.ipynb", "report.json")
+
+
+# =============================================================================================
+# What is printed
+# =============================================================================================
+def test_escape_codes_in_answers_are_printed_escaped(tmp_path, capsys):
+    nasty = "\x1b[2J\x1b]0;pwned\x07\x9b31m\u202eKV cache"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"task2_kv_explain = {nasty!r}"),
+                                         nbformat.v4.new_code_cell(f"quiz1_live_requests = {nasty!r}")])
+    path = tmp_path / "esc.ipynb"
+    nbformat.write(nb, path)
+    rc = cli_grade([str(path), "--json", str(tmp_path / "r.json"), "--review"])
+    out = capsys.readouterr()
+    assert rc == 0
+    for stream in (out.out, out.err):
+        assert "\x1b" not in stream and "\x07" not in stream and "\x9b" not in stream and "\u202e" not in stream
+    assert "\\x1b[2J" in out.out
+
+
+def test_reference_solutions_are_not_in_the_installed_package():
+    import minillm.grading.build_notebooks as builder
+
+    assert not hasattr(builder, "SOLVED_ANSWERS")
+    needle = "mass_above = probs.cumsum(dim=-1) - probs"
+    pkg = Path(minillm.__file__).parent
+    assert not [p for p in pkg.rglob("*.py") if needle in p.read_text(encoding="utf-8", errors="replace")]
