@@ -167,10 +167,10 @@ class Scheduler:
     def _admit(self, batch: ScheduledBatch, budget: int) -> None:
         while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
             req = self.waiting[0]
-            tokens = req.all_token_ids
-            if not self.allocator.can_allocate(tokens):
+            tokens, hashes = req.all_token_ids, req.block_hashes  # each block hashed once per request
+            if not self.allocator.can_allocate(tokens, hashes):
                 break
-            hits = len(self.allocator.match_prefix(tokens)) * self.allocator.block_size
+            hits = len(self.allocator.match_prefix(tokens, hashes)) * self.allocator.block_size
             new_tokens = len(tokens) - hits
             if self.chunked_prefill:
                 n = min(new_tokens, budget)
@@ -180,7 +180,7 @@ class Scheduler:
                 n = new_tokens
             self.waiting.popleft()
             batch.admitted.append((req, req.state, req.num_cached_prompt_tokens, req.first_scheduled_time))
-            req.block_table, cached = self.allocator.allocate(tokens)
+            req.block_table, cached = self.allocator.allocate(tokens, hashes)
             self.holding[req.request_id] = req
             req.num_computed_tokens = cached
             if req.state == RequestState.WAITING:
@@ -240,7 +240,8 @@ class Scheduler:
         req.num_computed_tokens = before + n
         bs = self.allocator.block_size
         if req.num_computed_tokens // bs > before // bs:  # a block just filled up: index it
-            self.allocator.commit_full_blocks(req.block_table, req.all_token_ids, req.num_computed_tokens)
+            self.allocator.commit_full_blocks(req.block_table, req.all_token_ids, req.num_computed_tokens,
+                                              req.block_hashes)
 
     def _append_token(self, req: Request, token: int, logprobs: torch.Tensor | None) -> None:
         req.output_token_ids.append(token)
