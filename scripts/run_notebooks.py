@@ -14,7 +14,7 @@ folder, with OMP_NUM_THREADS=1 (the shipped model gains nothing from more thread
 numbers are steadier). Widget state is saved with the notebook, so widgets render from the
 file before any kernel runs. ``--twice`` runs the whole notebook a second time in the same
 kernel (Run All again); ``--each-twice`` runs each cell twice in a row (Shift+Enter again after
-changing something), which tests/test_notebooks_rerun.py uses. Saved outputs are those of the
+changing something); tests/test_notebooks_rerun.py uses ``--twice``. Saved outputs are those of the
 last run of each cell.
 """
 

@@ -104,6 +104,7 @@ def test_render_diagram_svg_and_fallback_without_dot(monkeypatch):
     assert svg.startswith("<svg") and 'style="max-width:100%;height:auto' in svg
     assert 'viewBox="' in svg and ">RELEASED</text>" in svg  # every state, the last one included
     assert "WAITING lit" in repr(view)
+    assert view._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n" and view._repr_html_() is None
 
     def no_dot(*args, **kwargs):
         raise graphviz.ExecutableNotFound(("dot",))
@@ -111,7 +112,7 @@ def test_render_diagram_svg_and_fallback_without_dot(monkeypatch):
     monkeypatch.setattr(graphviz.Digraph, "pipe", no_dot)
     view = render_diagram("FINISHED", ("DECODE", "FINISHED"))
     html = view.value
-    assert view._repr_svg_() is None and view._repr_html_() == html  # the DOT text shows instead
+    assert view._repr_svg_() is None and view._repr_png_() is None and view._repr_html_() == html  # the DOT text shows instead
     assert "<svg" not in html
     assert "dot" in html and "Install Graphviz" in html
     assert "FINISHED -&gt; RELEASED" in html  # the DOT text itself, escaped

@@ -32,6 +32,11 @@ _LAZY = {
     # sampling_explorer.py
     "SamplingExplorer": "sampling_explorer",
     "SamplingExplorerCore": "sampling_explorer",
+    # conversation.py (the long-chat scenario)
+    "run_chat": "conversation",
+    "plot_chat_turns": "conversation",
+    "conversation_for_turn": "conversation",
+    "chat_summary": "conversation",
     # _common.py
     "token_text": "_common",
 }

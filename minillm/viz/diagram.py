@@ -199,6 +199,7 @@ class DiagramView:
 
     def __init__(self, current_state=None, highlight_edge=None, **kwargs):
         self.state = _state_name(current_state)
+        self._args = (current_state, highlight_edge, kwargs)
         self.fallback = _fallback_html(current_state, highlight_edge, **kwargs)
         self.svg = None if self.fallback is not None else diagram_svg(current_state, highlight_edge, **kwargs)
 
@@ -209,8 +210,16 @@ class DiagramView:
     def _repr_svg_(self):
         return self.svg
 
+    def _repr_png_(self):
+        """The same picture as PNG: JupyterLab shows no SVG output of a notebook that is not
+        trusted yet (one just downloaded or cloned), but it does show PNG."""
+        if self.svg is None:
+            return None
+        current_state, highlight_edge, kwargs = self._args
+        return lifecycle_diagram(current_state, highlight_edge, **kwargs).pipe(format="png")
+
     def _repr_html_(self):
-        return self.value
+        return self.fallback  # only without Graphviz: the SVG and PNG above are the picture
 
     def __repr__(self) -> str:
         lit = f", {self.state} lit" if self.state else ""

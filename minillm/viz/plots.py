@@ -838,19 +838,36 @@ def _bytes_formula(llm) -> tuple[str, int]:
 class CacheMonitor:
     """KV memory of a live engine: per request and in total, over steps, beside the formula.
 
-    ``CacheMonitor(llm)`` shows (in a notebook) a summary line from ``llm.cache_stats()`` and the
-    :func:`plot_kv_timeline` chart of ``llm.trace``; call ``refresh()`` after stepping the engine,
-    or use its **Step** button. Without ipywidgets it still works: ``data()``, ``stats()``,
+    ``CacheMonitor()`` makes its own small engine (64 blocks of 16 tokens), so it is a toy you
+    can play with however the rest of the notebook used its engine; ``CacheMonitor(llm)`` watches
+    an engine you pass. It shows a summary line from ``llm.cache_stats()`` and the
+    :func:`plot_kv_timeline` chart of ``llm.trace``, with buttons **Add a request** (a random
+    prompt of ``prompt_tokens`` tokens, ``max_tokens`` output tokens), **Step**, **Step x10**
+    and **Refresh**. Step is greyed out, with a note saying why, when nothing is left to run.
+    Without ipywidgets it still works: ``add_request()``, ``step()``, ``data()``, ``stats()``,
     ``figure()`` and ``summary()`` are plain Python.
     """
 
-    def __init__(self, llm, *, controls: bool = True, title: str | None = None):
+    def __init__(self, llm=None, *, controls: bool = True, title: str | None = None,
+                 prompt_tokens: int = 24, max_tokens: int = 40):
+        for name, value in (("prompt_tokens", prompt_tokens), ("max_tokens", max_tokens)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if llm is None:
+            from ..llm import LLM
+
+            llm = LLM(device="cpu", num_kv_blocks=64)
         self.llm = llm
         self.title = title
         self.controls = controls
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self._added = 0
         self._widget = None
         self._image = None
         self._html = None
+        self._note = None
+        self._buttons = {}
 
     # --- plain data ------------------------------------------------------------------------
     def data(self) -> list[dict]:
@@ -858,6 +875,32 @@ class CacheMonitor:
 
     def stats(self):
         return self.llm.cache_stats()
+
+    def add_request(self):
+        """Queue one more request (a fresh id, a random prompt that shares no prefix) and redraw."""
+        from ..params import SamplingParams
+
+        self._added += 1
+        seed = 7919 * self._added + self.llm.step_count
+        req = self.llm.add_request(prompt_token_ids=random_prompt(self.llm, self.prompt_tokens, seed=seed),
+                                   params=SamplingParams(max_tokens=self.max_tokens, temperature=0.0,
+                                                         ignore_eos=True))
+        self.refresh()
+        return req
+
+    def can_step(self) -> bool:
+        return self.llm.has_unfinished()
+
+    def step(self, n: int = 1) -> int:
+        """Up to ``n`` engine steps (fewer when everything finished first); returns how many ran."""
+        done = 0
+        for _ in range(n):
+            if not self.llm.has_unfinished():
+                break
+            self.llm.step()
+            done += 1
+        self.refresh()
+        return done
 
     def summary(self) -> str:
         """One line of text: where the pool stands now, and the bytes-per-token formula."""
@@ -871,7 +914,20 @@ class CacheMonitor:
                 f"({len(held)} request(s) holding blocks, {tokens} tokens cached = "
                 f"{_fmt_bytes(tokens * bpt)} by the formula); {formula}")
 
+    def note(self) -> str:
+        if self.can_step():
+            live = sum(r.is_live for r in self.llm.requests.values())
+            return f"{live} request(s) still to run: press Step."
+        return "Nothing left to run: every request has finished and been released. Press Add a request."
+
     def figure(self):
+        if not self.data():
+            fig, axes = _new_figure(8.0, 2.2)
+            ax = axes[0][0]
+            ax.text(0.5, 0.5, "no engine step yet: add a request, then press Step", ha="center", va="center",
+                    fontsize=12, transform=ax.transAxes)
+            ax.set_axis_off()
+            return fig
         return plot_kv_timeline(self.data(), title=self.title)
 
     # --- widget ----------------------------------------------------------------------------
@@ -881,26 +937,30 @@ class CacheMonitor:
             import ipywidgets as w
 
             self._html = w.HTML()
+            self._note = w.HTML()
             self._image = w.Image(format="png", layout=w.Layout(max_width="100%"))
             parts = [self._html, self._image]
             if self.controls:
-                step = w.Button(description="Step", tooltip="llm.step(), then refresh")
-                step10 = w.Button(description="Step x10", tooltip="ten llm.step() calls, then refresh")
-                refresh = w.Button(description="Refresh", tooltip="re-read the trace and cache_stats()")
-                step.on_click(lambda _b: self._step(1))
-                step10.on_click(lambda _b: self._step(10))
-                refresh.on_click(lambda _b: self.refresh())
-                parts.insert(0, w.HBox([step, step10, refresh]))
+                b = self._buttons = {
+                    "add": w.Button(description="Add a request", icon="plus",
+                                    tooltip=f"llm.add_request(): {self.prompt_tokens} prompt tokens, "
+                                            f"{self.max_tokens} output tokens"),
+                    "step": w.Button(description="Step", tooltip="llm.step(), then refresh"),
+                    "step10": w.Button(description="Step x10", tooltip="ten llm.step() calls, then refresh"),
+                    "refresh": w.Button(description="Refresh", tooltip="re-read the trace and cache_stats()"),
+                }
+                b["add"].on_click(lambda _b: self.add_request())
+                b["step"].on_click(lambda _b: self.step(1))
+                b["step10"].on_click(lambda _b: self.step(10))
+                b["refresh"].on_click(lambda _b: self.refresh())
+                parts[0:0] = [w.HBox(list(b.values())), self._note]
             self._widget = w.VBox(parts)
+            self._widget.add_class("minillm-cache-monitor")
             self.refresh()
         return self._widget
 
-    def _step(self, n: int) -> None:
-        for _ in range(n):
-            if not self.llm.has_unfinished():
-                break
-            self.llm.step()
-        self.refresh()
+    def _step(self, n: int) -> None:  # kept for callers of the old name
+        self.step(n)
 
     def refresh(self) -> "CacheMonitor":
         """Re-read the trace and ``cache_stats()`` and redraw. Returns self (so a cell can end
@@ -913,16 +973,24 @@ class CacheMonitor:
         import html as _html
 
         self._html.value = f"<code style='font-size:12px'>{_html.escape(self.summary())}</code>"
+        if self._buttons:
+            idle = not self.can_step()
+            self._buttons["step"].disabled = idle
+            self._buttons["step10"].disabled = idle
+            colour = "#64748b" if idle else "#334155"
+            self._note.value = f"<div style='font-size:13px;color:{colour}'>{_html.escape(self.note())}</div>"
         return self
 
-    def _ipython_display_(self):
-        from IPython.display import display
-
+    def _repr_mimebundle_(self, include=None, exclude=None):
         try:
-            display(self.widget)
+            widget = self.widget
         except ImportError:  # no ipywidgets: a static picture and the summary line
-            print(self.summary())
-            display(self.figure())
+            buf = io.BytesIO()
+            self.figure().savefig(buf, format="png", dpi=90)
+            return {"text/plain": self.summary(), "image/png": buf.getvalue()}
+        from ._common import widget_bundle
+
+        return widget_bundle(widget, widget._repr_mimebundle_(), f"CacheMonitor: {self.summary()}")
 
     def __repr__(self) -> str:
         return f"CacheMonitor({self.summary()})"

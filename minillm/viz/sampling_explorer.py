@@ -208,6 +208,11 @@ class SamplingExplorerCore:
         self._gen_states = [make_generator(self.seed).get_state()]
 
     # --- tables ------------------------------------------------------------------------------
+    def rank(self, token_id: int) -> int:
+        """1 for the model's most likely next token (before any sampling step), 2 for the next, ..."""
+        raw = self.stages()[0].probs
+        return int((raw > raw[int(token_id)]).sum()) + 1
+
     def text(self, token_id: int) -> str:
         return token_text(self.llm.tokenizer, token_id)
 
@@ -256,9 +261,12 @@ class SamplingExplorerCore:
         stages = self.stages()
         raw = stages[0].probs
         order = raw.topk(min(n, raw.shape[-1])).indices.tolist()[::-1]
-        labels = [f"{self.text(t)}" for t in order]
         sampled = self.sample()
-        fig = Figure(figsize=(1.85 * (len(stages) + 1), 0.22 * len(order) + 1.2), dpi=90)
+        if sampled not in order:  # a high temperature can pick a token outside the top n: show it too
+            order = [sampled] + order
+        labels = [f"{self.text(t)}" + (f" (rank {self.rank(t)})" if t == sampled and t == order[0]
+                                      and len(order) > n else "") for t in order]
+        fig = Figure(figsize=(2.1 * (len(stages) + 1), 0.26 * len(order) + 1.4), dpi=90)
         axes = fig.subplots(1, len(stages) + 1, sharey=False)
         xmax = max(float(s.probs[t]) for s in stages for t in order) * 1.15 or 1.0
         for ax, s in zip(axes, stages):
@@ -274,12 +282,12 @@ class SamplingExplorerCore:
             ax.barh(range(len(order)), vals, color=colors)
             for y, v in enumerate(vals):
                 if v == 0:
-                    ax.text(0.0, y, " removed", va="center", fontsize=7, color="#9ca3af")
-            ax.set_title(f"{s.label}\n{s.kept} tokens left", fontsize=8)
+                    ax.text(0.0, y, " removed", va="center", fontsize=9, color="#9ca3af")
+            ax.set_title(f"{s.label}\n{s.kept} tokens left", fontsize=10)
             ax.set_yticks(range(len(order)))
-            ax.set_yticklabels(labels if ax is axes[0] else [], fontsize=8)
+            ax.set_yticklabels(labels if ax is axes[0] else [], fontsize=10)
             ax.set_xlim(0, xmax)  # one scale for every stage: sharper means longer bars
-            ax.tick_params(axis="x", labelsize=7)
+            ax.tick_params(axis="x", labelsize=9)
         draws = self.draws()
         counts: dict[int, int] = {}
         for t in draws:
@@ -292,9 +300,9 @@ class SamplingExplorerCore:
         ax.scatter([float(probs[t]) for t, _ in top], range(len(top)), marker="|", color="black", s=60,
                    label="probability", zorder=3)
         ax.set_yticks(range(len(top)))
-        ax.set_yticklabels([self.text(t) for t, _ in top], fontsize=8)
-        ax.set_title(f"{len(draws)} draws, seed {self.seed}\nbar: share, |: probability", fontsize=8)
-        ax.tick_params(axis="x", labelsize=7)
+        ax.set_yticklabels([self.text(t) for t, _ in top], fontsize=10)
+        ax.set_title(f"{len(draws)} draws, seed {self.seed}\nbar: share, |: probability", fontsize=10)
+        ax.tick_params(axis="x", labelsize=9)
         # fixed margins (tight_layout would cost a second full draw on every slider move)
         fig.subplots_adjust(left=0.09, right=0.98, top=1 - 0.5 / fig.get_figheight(),
                             bottom=0.35 / fig.get_figheight(), wspace=0.6)
@@ -362,11 +370,17 @@ class SamplingExplorer(_import_widgets().VBox):
             b.on_click(lambda _b, f=fn: f())
             b.add_class("minillm-btn-" + label.split()[0].lower())
             self.buttons[label] = b
+        self.prompt_box = w.Text(value=prompt, description="prompt", style=style, layout=w.Layout(width="520px"))
+        self.prompt_button = w.Button(description="Use this prompt", layout=w.Layout(width="150px"))
+        self.prompt_button.on_click(lambda _b: self._new_prompt())
+        self.buttons["Use this prompt"] = self.prompt_button
         self.context = w.HTML()
         self.info = w.HTML(layout=w.Layout(width="520px"))
         self.plot = w.Image(format="png", layout=w.Layout(max_width="100%"))
         controls = w.VBox(self.sliders + [w.HBox(list(self.buttons.values()))])
-        self.children = [w.HTML(_CSS), self.context, w.HBox([controls, self.info]), self.plot]
+        self.message = w.HTML()
+        self.children = [w.HTML(_CSS), w.HBox([self.prompt_box, self.prompt_button]), self.message, self.context,
+                         w.HBox([controls, self.info]), self.plot]
         self.add_class("minillm-sampling")
         self.refresh()
 
@@ -379,6 +393,26 @@ class SamplingExplorer(_import_widgets().VBox):
             self.info.value = f"<div style='color:#b91c1c'>⚠ {esc(exc)}</div>"
             return
         self.refresh()
+
+    def _new_prompt(self) -> None:
+        """A new context: the same engine and settings, the distribution after the typed prompt."""
+        from .stepper import language_notice
+
+        c = self.core
+        try:
+            self.core = SamplingExplorerCore(c.llm, self.prompt_box.value, temperature=c.temperature, top_k=c.top_k,
+                                             top_p=c.top_p, min_p=c.min_p, seed=c.seed, num_draws=c.num_draws)
+        except ValueError as exc:
+            self.message.value = f"<div style='color:#b91c1c'>⚠ {esc(exc)}</div>"
+            return
+        self.message.value = language_notice(self.prompt_box.value, len(self.core.prompt_ids))
+        self.refresh()
+
+    def _repr_mimebundle_(self, **kwargs):
+        from ._common import widget_bundle
+
+        plain = f"SamplingExplorer: {self.core.summary().splitlines()[0]} (run the cell to use the sliders)"
+        return widget_bundle(self, super()._repr_mimebundle_(**kwargs), plain)
 
     def _append(self) -> None:
         self.core.append()
@@ -405,7 +439,8 @@ class SamplingExplorer(_import_widgets().VBox):
         self.info.value = (
             f"<table style='font-size:12px'><tr><th>step (engine order)</th><th>tokens left</th></tr>{rows}</table>"
             f"<div style='font-size:13px;margin-top:6px'>The engine would sample <b><code>{esc(c.text(sampled))}</code></b>"
-            f" (id {sampled}, p={float(probs[sampled]):.3f}) with seed {c.seed} at this position. "
+            f" (id {sampled}, p={float(probs[sampled]):.3f}, rank {c.rank(sampled)} in the model's distribution) "
+            f"with seed {c.seed} at this position. "
             f"<b>Append sampled token</b> puts it into the context: it becomes history, and the next "
             f"distribution is computed from it.</div>")
         self.buttons["Undo"].disabled = not c.appended

@@ -316,13 +316,13 @@ _CSS = """
 .minillm-stepper .widget-html-content{line-height:1.45}
 .minillm-stepper .mm-chip{display:inline-block;margin:2px;padding:2px 5px;border-radius:6px;
   font-family:monospace;font-size:12px;text-align:center;line-height:1.2;vertical-align:top}
-.minillm-stepper .mm-chip small{display:block;font-size:9px;opacity:.7}
+.minillm-stepper .mm-chip small{display:block;font-size:12px;opacity:.75}
 .minillm-stepper .mm-prompt{background:#dbeafe;border:1px solid #93c5fd}
 .minillm-stepper .mm-special{background:#e5e7eb;border:1px dashed #9ca3af;font-style:italic}
 .minillm-stepper .mm-out{background:#dcfce7;border:1px solid #86efac}
 .minillm-stepper .mm-new{background:#fde68a;border:2px solid #f59e0b}
-.minillm-stepper .mm-cell{display:inline-block;width:22px;height:22px;margin:1px;border-radius:3px;
-  font-size:9px;line-height:20px;text-align:center;font-family:monospace;box-sizing:border-box;vertical-align:middle}
+.minillm-stepper .mm-cell{display:inline-block;width:28px;height:24px;margin:1px;border-radius:3px;
+  font-size:12px;line-height:22px;text-align:center;font-family:monospace;box-sizing:border-box;vertical-align:middle}
 .minillm-stepper .mm-mine{background:#f59e0b;color:#fff;font-weight:bold}
 .minillm-stepper .mm-other{background:#64748b;color:#fff}
 .minillm-stepper .mm-cached{background:#ecfccb;border:1px dashed #65a30d}
@@ -334,8 +334,11 @@ _CSS = """
 .minillm-stepper .mm-h{font-weight:bold;margin:6px 0 2px 0}
 .minillm-stepper .minillm-status{font-size:14px;padding:4px 8px;background:#f8fafc;border-left:4px solid #f59e0b}
 .minillm-stepper .minillm-state{font-weight:bold;color:#92400e}
-.minillm-stepper .mm-log{font-family:monospace;font-size:11px;max-height:220px;overflow-y:auto}
-.minillm-stepper .mm-diagram svg{max-width:100%;height:auto}
+.minillm-stepper .mm-log{font-family:monospace;font-size:12px;max-height:220px;overflow-y:auto}
+.minillm-stepper .mm-diagram svg{width:100%;max-width:100%;height:auto}
+.minillm-stepper .mm-grid{display:grid;grid-template-columns:repeat(16,30px);gap:0}
+.minillm-stepper .jupyter-button:disabled,.minillm-stepper .jupyter-button[disabled]{background:#e5e7eb !important;
+  color:#9ca3af !important;opacity:1;box-shadow:none;cursor:not-allowed}
 </style>
 """
 
@@ -378,7 +381,7 @@ def candidates_html(core: RequestStepperCore) -> str:
                     f"<td>{p:.3f}</td><td>{mark}</td></tr>")
     p = core.req.params
     knobs = f"temperature={p.temperature}, top_k={p.top_k}, top_p={p.top_p}, seed={p.seed}"
-    return (head + f"<div style='font-size:11px'>for output token #{c['index']}: the model's probabilities "
+    return (head + f"<div style='font-size:12px'>for output token #{c['index']}: the model's probabilities "
             f"(before temperature and filters) and the token the sampler drew with {esc(knobs)}. "
             f"That token is now part of the history.</div>"
             f"<table class='mm-cand'><tr><td>#</td><td>token</td><td>id</td><td></td><td>p</td><td></td></tr>"
@@ -406,7 +409,7 @@ def blocks_html(core: RequestStepperCore) -> str:
     pool = (f"pool: {kv['used_blocks']} / {kv['total_blocks']} blocks in use, "
             f"{fmt_bytes(kv['used_bytes'])} of {fmt_bytes(kv['total_bytes'])}")
     return (f"<div class='mm-h'>KV cache pool ({kv['total_blocks']} blocks × {kv['block_size']} tokens)</div>"
-            f"<div style='max-width:560px'>{''.join(cells)}</div><div style='font-size:11px'>{legend}</div>"
+            f"<div class='mm-grid'>{''.join(cells)}</div><div style='font-size:12px'>{legend}</div>"
             f"<div style='font-size:12px;margin-top:4px'>{held}<br>{pool}</div>")
 
 
@@ -449,6 +452,21 @@ def _import_widgets():
     import ipywidgets as w
 
     return w
+
+
+def language_notice(prompt: str, num_tokens: int) -> str:
+    """One line of HTML when the prompt is not plain English text, else "".
+
+    The shipped model learned English children's stories only; its byte-level tokenizer still
+    accepts any text, but a Chinese character becomes several byte tokens the model never saw
+    in training, so what it generates next is noise. Say so instead of letting it look broken."""
+    foreign = sum(1 for ch in prompt if ord(ch) > 127)
+    if not foreign:
+        return ""
+    return (f"<div style='color:#92400e;font-size:13px'>ℹ The shipped model was trained on English stories "
+            f"only: these {len(prompt)} characters became {num_tokens} tokens, the non-English ones as raw "
+            f"bytes it has hardly seen, so expect nonsense after them. The engine's mechanics are the same; "
+            f"LLM(\"path/to/a/multilingual/model\") loads a model that reads them.</div>")
 
 
 class RequestStepper(_import_widgets().VBox):
@@ -515,16 +533,25 @@ class RequestStepper(_import_widgets().VBox):
 
     def _do(self, action: str) -> None:
         try:
+            note = ""
             if action == "tokenize":
                 self.core.tokenize(self.prompt_box.value, self._params_from_controls())
+                note = language_notice(self.prompt_box.value, len(self.core.req.prompt_token_ids))
             elif action == "reset":
                 self.core.reset()
             else:
                 getattr(self.core, action)()
-            self.message.value = ""
+            self.message.value = note
         except Exception as exc:  # a bad prompt or parameter: say so, keep the widget alive
             self.message.value = f"<div style='color:#b91c1c'>⚠ {esc(type(exc).__name__)}: {esc(exc)}</div>"
         self.refresh()
+
+    def _repr_mimebundle_(self, **kwargs):
+        from ._common import widget_bundle
+
+        plain = (f"RequestStepper: request {self.core.request_id or '(none yet)'} in {self.core.state} "
+                 f"(run the cell to use the buttons)")
+        return widget_bundle(self, super()._repr_mimebundle_(**kwargs), plain)
 
     def refresh(self) -> None:
         """Redraw every view from the engine's current state."""
