@@ -68,25 +68,28 @@ def decoder_for(tokenizer) -> Decode:
     return lambda ids, skip: tokenizer.decode(ids, skip_special_tokens=skip)
 
 
-def byte_fallback_ids(tokenizer) -> frozenset[int]:
-    """Ids of the ``<0xNN>`` byte tokens when the tokenizer's decoder joins them with
-    ByteFallback (Llama-2, Mistral, TinyLlama legacy files); empty otherwise."""
+def byte_fallback_ids(tokenizer) -> tuple[frozenset[int], frozenset[int]]:
+    """(ids of the ``<0xNN>`` byte tokens, ids of special tokens) when the tokenizer's decoder
+    joins byte tokens with ByteFallback (Llama-2, Mistral, TinyLlama legacy files); two empty
+    sets otherwise. Special tokens matter because a skipped one does not end a byte run."""
     try:
         import tokenizers
     except ImportError:  # pragma: no cover
-        return frozenset()
+        return frozenset(), frozenset()
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     if not isinstance(backend, tokenizers.Tokenizer) or "ByteFallback" not in repr(backend.decoder):
-        return frozenset()
-    return frozenset(i for t, i in backend.get_vocab().items()
-                     if len(t) == 6 and t.startswith("<0x") and t.endswith(">"))
+        return frozenset(), frozenset()
+    byte_ids = frozenset(i for t, i in backend.get_vocab().items()
+                         if len(t) == 6 and t.startswith("<0x") and t.endswith(">"))
+    special = frozenset(i for i, t in backend.get_added_tokens_decoder().items() if t.special)
+    return byte_ids, special
 
 
 _INFO: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _tokenizer_info(tokenizer) -> tuple[Decode, frozenset[int]]:
-    """(decode, byte-fallback ids), computed once per tokenizer object."""
+def _tokenizer_info(tokenizer) -> tuple[Decode, tuple[frozenset[int], frozenset[int]]]:
+    """(decode, (byte-fallback ids, special ids)), computed once per tokenizer object."""
     try:
         info = _INFO.get(tokenizer)
     except TypeError:  # not weak-referenceable / hashable: compute every time
@@ -134,8 +137,10 @@ class IncrementalDetokenizer:
 
     def __init__(self, tokenizer, prompt_token_ids: Sequence[int], params: SamplingParams,
                  decode: Decode | None = None):
-        own_decode, self._byte_ids = _tokenizer_info(tokenizer)
+        own_decode, (byte_ids, special_ids) = _tokenizer_info(tokenizer)
         self._decode = decode if decode is not None else own_decode
+        # tokens that continue (or, skipped, do not end) a byte-fallback run
+        self._run_ids = byte_ids | special_ids if params.skip_special_tokens else byte_ids
         self._skip = params.skip_special_tokens
         self._include_stop = params.include_stop_str_in_output
         self._stops = params.stop_strings
@@ -164,7 +169,7 @@ class IncrementalDetokenizer:
         if self.stopped or (hidden and not self._include_stop):
             return False
         self._ids.append(token_id)
-        if token_id in self._byte_ids:
+        if token_id in self._run_ids:
             return False  # a byte-fallback run may still turn into U+FFFD: wait for its end
         return self._advance(final=False)
 
