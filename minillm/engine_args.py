@@ -18,6 +18,7 @@ import numbers
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
@@ -58,7 +59,7 @@ def as_optional_int(name: str, value, minimum: int | None = 1, maximum: int | No
 
 def as_bool(name: str, value) -> bool:
     """True or False only (NumPy's bool too): a string such as "no" is not a switch."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise ValueError(f"{name} must be True or False, got {value!r}")
 
@@ -172,6 +173,13 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
     )
 
 
+def _size(nbytes: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.1f} {unit}"
+    return f"{nbytes} B"
+
+
 @dataclass(frozen=True)
 class KVPlan:
     """What ``plan_kv_cache`` decided: the context limit and the pool's size."""
@@ -218,11 +226,12 @@ def plan_kv_cache(options: EngineOptions, config) -> KVPlan:
     if options.num_kv_blocks is None and options.kv_cache_tokens is None:
         if options.device.type == "cuda":
             budget = int(available_memory(options.device) * CUDA_KV_FRACTION)
-            where = f"half the free GPU memory ({budget >> 20} MiB)"
+            where = f"half the free GPU memory ({_size(budget)})"
         else:
-            budget, where = CPU_KV_BUDGET_BYTES, f"the CPU KV budget ({CPU_KV_BUDGET_BYTES >> 20} MiB)"
+            budget = CPU_KV_BUDGET_BYTES
+            where = f"the CPU KV budget ({_size(budget)})"
         if per_block > budget:
-            raise ValueError(f"block_size={bs} makes one KV block {per_block / 2**20:.1f} MiB, more than {where}: "
+            raise ValueError(f"block_size={bs} makes one KV block {_size(per_block)}, more than {where}: "
                              f"use block_size <= {max(budget // per_token, 1)}, or give num_kv_blocks / "
                              f"kv_cache_tokens")
         want = -(-options.max_num_seqs * max_model_len // bs)  # full contexts for every batch slot
@@ -233,6 +242,6 @@ def plan_kv_cache(options: EngineOptions, config) -> KVPlan:
         have = available_memory(options.device)
         if blocks * per_block > have:
             raise ValueError(f"{name}: a pool of {blocks} blocks x {bs} tokens needs "
-                             f"{blocks * per_block / 2**30:.2f} GiB but only {have / 2**30:.2f} GiB is available "
+                             f"{_size(blocks * per_block)} but only {_size(have)} is available "
                              f"on {options.device.type}; give a smaller {name} or block_size")
     return KVPlan(max_model_len=max_model_len, num_kv_blocks=blocks, bytes_per_block=per_block)
