@@ -1,0 +1,175 @@
+"""Read a GGUF file (llama.cpp's format) into minillm's own model code.
+
+A GGUF holds everything in one file: metadata (the config, the tokenizer, the chat template)
+and the tensors, usually quantised (Q4_1, Q8_0, ...). minillm runs in float32 / bfloat16 /
+float16, so each tensor is *dequantised* once at load with the ``gguf`` package (the weights
+are then exactly the quantised values, as llama.cpp computes with them, only wider).
+
+Two things differ from a Hugging Face folder:
+
+* names: ``blk.3.attn_q.weight`` is ``model.layers.3.self_attn.q_proj.weight``;
+* for the Llama architecture, llama.cpp's converter reorders the rows of each q and k head
+  (rotary pairs interleaved, (x0, x1), (x2, x3), ...; Hugging Face keeps the two halves
+  apart). ``unpermute_rows`` undoes that, so the rotary code is the same for both formats.
+
+The tokenizer is built by transformers from the same metadata (``gguf_file=``), chat
+template included. Requires the ``gguf`` package (``pip install 'minillm[gguf]'``).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .config import ModelConfig
+
+GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+# GGUF tensor name (after "blk.N.") -> Hugging Face name (after "model.layers.N.")
+LAYER_TENSORS = {
+    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+TOP_TENSORS = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+INSTALL_HINT = "reading GGUF files needs the gguf package: pip install 'minillm[gguf]' (or pip install gguf)"
+
+
+def _gguf():
+    try:
+        import gguf
+    except ImportError:
+        raise ImportError(INSTALL_HINT) from None
+    return gguf
+
+
+@functools.lru_cache(maxsize=1)
+def _reader_for(path: str, mtime_ns: int, size: int):
+    try:
+        return _gguf().GGUFReader(path)
+    except (ValueError, OSError, IndexError, KeyError) as exc:  # the reader's own errors on bad files
+        raise ValueError(f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from None
+
+
+def reader(path: Path):
+    """One parse per file (parsing the tokenizer arrays takes seconds): config and weights share it."""
+    st = Path(path).stat()
+    return _reader_for(str(path), st.st_mtime_ns, st.st_size)
+
+
+def metadata(path: Path) -> dict:
+    """Scalar and string metadata; the big tokenizer arrays are left out."""
+    out = {}
+    for key, f in reader(path).fields.items():
+        if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+                   "tokenizer.ggml.merges"):
+            out[key + ".count"] = len(f.data)
+            continue
+        try:
+            out[key] = f.contents()
+        except Exception:  # noqa: BLE001 - a field type the gguf package cannot decode: not one we use
+            continue
+    return out
+
+
+def hf_config(path: Path) -> dict:
+    """The metadata as a Hugging Face style config dict (what ``ModelConfig.from_dict`` reads)."""
+    meta = metadata(path)
+    arch = meta.get("general.architecture")
+    if arch not in GGUF_ARCHITECTURES:
+        raise ValueError(f"{path}: general.architecture {arch!r} is not supported (supported: "
+                         f"{', '.join(GGUF_ARCHITECTURES)})")
+
+    def key(name, default=None):
+        return meta.get(f"{arch}.{name}", default)
+
+    names = {t.name for t in reader(path).tensors}
+    cfg = {
+        "architectures": [GGUF_ARCHITECTURES[arch]],
+        "hidden_size": key("embedding_length"),
+        "intermediate_size": key("feed_forward_length"),
+        "num_hidden_layers": key("block_count"),
+        "num_attention_heads": key("attention.head_count"),
+        "num_key_value_heads": key("attention.head_count_kv"),
+        "head_dim": key("attention.key_length"),
+        "rms_norm_eps": key("attention.layer_norm_rms_epsilon", 1e-6),
+        "rope_theta": key("rope.freq_base", 10000.0),
+        "max_position_embeddings": key("context_length", 2048),
+        "vocab_size": key("vocab_size", meta.get("tokenizer.ggml.tokens.count")),
+        "tie_word_embeddings": "output.weight" not in names,
+        "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
+    }
+    for field in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+        if cfg[field] is None:
+            raise ValueError(f"{path}: GGUF metadata has no {arch}.* value for {field}")
+    scaling = key("rope.scaling.type")
+    if scaling not in (None, "none"):
+        cfg["rope_scaling"] = {"rope_type": scaling, "factor": key("rope.scaling.factor")}
+    if cfg["head_dim"] is None:
+        del cfg["head_dim"]
+    return cfg
+
+
+def load_gguf_config(path: Path) -> ModelConfig:
+    return ModelConfig.from_dict(hf_config(path), source=str(path))
+
+
+def unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """llama.cpp's q/k row order (per head: rotary pairs interleaved) -> Hugging Face's (per
+    head: first halves of the pairs, then second halves)."""
+    rows, cols = w.shape[0], w.shape[1:]
+    return w.reshape(n_heads, rows // n_heads // 2, 2, *cols).transpose(1, 2).reshape(w.shape)
+
+
+def hf_name(name: str) -> str | None:
+    """GGUF tensor name -> Hugging Face name (None: a tensor minillm does not use)."""
+    stem, _, kind = name.rpartition(".")
+    if stem in TOP_TENSORS:
+        return f"{TOP_TENSORS[stem]}.{kind}"
+    parts = stem.split(".")
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in LAYER_TENSORS:
+        return f"model.layers.{parts[1]}.{LAYER_TENSORS[parts[2]]}.{kind}"
+    return None
+
+
+def read_gguf_tensors(path: Path, config: ModelConfig) -> dict[str, torch.Tensor]:
+    """Every tensor dequantised to float32 under its Hugging Face name, q/k rows in Hugging
+    Face order. The loader then checks shapes and finiteness as for any checkpoint."""
+    from gguf.quants import dequantize
+
+    llama_order = config.architecture == "LlamaForCausalLM"
+    out: dict[str, torch.Tensor] = {}
+    for t in reader(path).tensors:
+        name = hf_name(t.name)
+        if name is None:
+            continue
+        if name in out:
+            raise ValueError(f"{path}: tensor {t.name!r} appears twice")
+        try:
+            data = dequantize(t.data, t.tensor_type)
+        except (NotImplementedError, ValueError) as exc:
+            raise ValueError(f"{path}: tensor {t.name!r} of type {t.tensor_type.name} cannot be dequantised "
+                             f"({exc})") from None
+        w = torch.from_numpy(np.ascontiguousarray(data, dtype=np.float32))
+        if llama_order and name.endswith(("q_proj.weight", "q_proj.bias")):
+            w = unpermute_rows(w, config.num_attention_heads)
+        elif llama_order and name.endswith(("k_proj.weight", "k_proj.bias")):
+            w = unpermute_rows(w, config.num_key_value_heads)
+        out[name] = w
+    return out
+
+
+def load_gguf_tokenizer(path: Path):
+    """The tokenizer (and chat template) transformers builds from the GGUF's metadata."""
+    _gguf()
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - name the file whatever the converter raised
+        raise ValueError(f"{path}: could not build the tokenizer from the GGUF metadata "
+                         f"({type(exc).__name__}: {exc})") from None
