@@ -154,7 +154,10 @@ def read_gguf_tensors(path: Path, config: ModelConfig) -> dict[str, torch.Tensor
         except (NotImplementedError, ValueError) as exc:
             raise ValueError(f"{path}: tensor {t.name!r} of type {t.tensor_type.name} cannot be dequantised "
                              f"({exc})") from None
-        w = torch.from_numpy(np.ascontiguousarray(data, dtype=np.float32))
+        data = np.ascontiguousarray(data, dtype=np.float32)
+        if not data.flags.writeable:  # an F32 tensor is a view of the read-only file map
+            data = data.copy()
+        w = torch.from_numpy(data)
         if llama_order and name.endswith(("q_proj.weight", "q_proj.bias")):
             w = unpermute_rows(w, config.num_attention_heads)
         elif llama_order and name.endswith(("k_proj.weight", "k_proj.bias")):
