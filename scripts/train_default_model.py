@@ -6,16 +6,22 @@
 Steps (all seeded, so a rerun gives the same corpus and tokenizer and, up to
 floating-point differences between machines, the same model):
 
-1. generate a synthetic corpus of simple English stories (``scripts/story_corpus.py``);
-2. train a byte-level BPE tokenizer on it (``tokenizers``), with ``<|bos|>`` and
-   ``<|endoftext|>``; its post-processor prepends ``<|bos|>`` to every encoded text;
+1. generate a synthetic corpus of simple English stories (``scripts/story_corpus.py``) and,
+   with ``--lang en,zh``, as many Chinese ones (``scripts/story_corpus_zh.py``);
+2. train one byte-level BPE tokenizer on it (``tokenizers``), with ``<|bos|>`` and
+   ``<|endoftext|>``; its post-processor prepends ``<|bos|>`` to every encoded text. When
+   the corpus has Chinese, Han text is first cut at the words of the Chinese grammar
+   (forward maximum matching, one regex inside ``tokenizer.json``), so that common
+   characters and words become tokens and token boundaries fall on word boundaries;
 3. train a small ``transformers.LlamaForCausalLM`` (AdamW, warm-up + cosine schedule),
    each story being ``<|bos|> story <|endoftext|>``;
 4. save model (float32 safetensors), tokenizer, generation config, a loss-curve PNG and a
    model card (README.md) into ``--out``.
 
 A default run takes about 10 minutes on 2 otherwise idle CPU cores (longer on a busy
-machine). Nothing is downloaded.
+machine). Nothing is downloaded. ``--tokenizer-report`` trains only the tokenizer and prints
+its measurements (tokens per Chinese character, English tokens per word against the
+English-only recipe, model size for its vocabulary), without training a model.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -41,11 +48,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from story_corpus import (  # noqa: E402
     ANIMALS, BOY_NAMES, CREATURES, GIRL_NAMES, OBJECTS, PLACES, PLOTS, generate_stories,
 )
+import story_corpus_zh  # noqa: E402
 
 BOS, EOS = "<|bos|>", "<|endoftext|>"
 PROMPTS_GREEDY = ["Once upon a time", "One day, Mia went to the beach",
                   "Once upon a time, there was a fox named", "The little robot"]
 PROMPTS_SAMPLED = ["Once upon a time, there was a little", "Long ago,"]
+PROMPTS_GREEDY_ZH = ["从前", "有一天，小明", "从前有一只小狐狸，它"]
+PROMPTS_SAMPLED_ZH = ["从前有一个小女孩", "很久以前，"]
+LANGS = ("en", "zh")
+# full-width punctuation kept out of BPE merges, like the words of the Chinese lexicon
+CJK_PUNCTUATION = "，。！？“”：、；（）《》"
 
 
 def parse_args(argv=None):
@@ -70,18 +83,73 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--bf16", choices=["auto", "on", "off"], default="auto",
                     help="bfloat16 autocast for the matmuls (weights stay float32)")
+    ap.add_argument("--lang", type=parse_langs, default="en",
+                    help="corpus languages, comma-separated: en (the shipped model), zh, or en,zh; "
+                         "--stories and --val-stories count stories per language")
+    ap.add_argument("--tokenizer-report", action="store_true",
+                    help="train the tokenizer only, print its measurements and exit")
     return ap.parse_args(argv)
+
+
+def parse_langs(value: str) -> str:
+    """'en,zh' -> 'en,zh' (canonical order); anything else is a clear error."""
+    langs = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in langs if v not in LANGS]
+    if not langs or bad or len(set(langs)) != len(langs):
+        raise argparse.ArgumentTypeError(
+            f"--lang must be a comma-separated subset of {', '.join(LANGS)} without repeats, got {value!r}")
+    return ",".join(v for v in LANGS if v in langs)
 
 
 # ---------------------------------------------------------------------------------------
 # tokenizer
 # ---------------------------------------------------------------------------------------
 
-def train_tokenizer(texts, vocab_size):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def han_split_pattern(words):
+    """Regex that matches, at each Han character, the longest of *words* starting there
+    (else that one character), or one full-width punctuation mark.
+
+    The words are laid out as a trie, ``小(?:狐狸|明|…)``, so matching stays linear in the
+    text however long the lexicon is.
+    """
+    trie = {}
+    for w in words:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node):
+        alts = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        group = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        if "" in node:  # a word ends here: try the longer words first, else stop
+            return ("(?:" + group + ")" if len(alts) == 1 else group) + "?"
+        return group
+
+    body = emit(trie)
+    return (body + "|" if body else "") + r"\p{Han}|[" + re.escape(CJK_PUNCTUATION) + "]"
+
+
+def train_tokenizer(texts, vocab_size, han_words=None):
+    """Byte-level BPE; with *han_words*, Han text is cut at those words before BPE sees it.
+
+    Without the cut, the byte-level pre-tokenizer would hand BPE whole Chinese clauses
+    (there are no spaces), BPE would learn tokens across word boundaries such as "它很", and
+    a prompt ending in "它" would end in a token the model rarely saw in that place.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if han_words is None:
+        tok.pre_tokenizer = byte_level
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(han_split_pattern(han_words)), behavior="isolated"),
+            byte_level,
+        ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=2, special_tokens=[BOS, EOS],
@@ -153,6 +221,137 @@ def evaluate(model, seqs, pad_id, use_bf16, batch_size=64):
 
 
 # ---------------------------------------------------------------------------------------
+# corpus and tokenizer measurements
+# ---------------------------------------------------------------------------------------
+
+def make_corpus(args):
+    """{lang: (train stories, validation stories)}, in the order of LANGS; same seeds per language."""
+    gen = {"en": generate_stories, "zh": story_corpus_zh.generate_stories_zh}
+    return {lang: (gen[lang](args.stories, seed=args.seed), gen[lang](args.val_stories, seed=args.seed + 1))
+            for lang in args.lang.split(",")}
+
+
+_ZH_SENTENCE = re.compile(r"[^。！？]*[。！？]”?")
+
+
+def chinese_stats(tok, stories):
+    """Tokens per character, sentence by sentence, and how many tokens are byte fallback."""
+    sentences = [s for story in stories for s in _ZH_SENTENCE.findall(story)]
+    encs = tok.encode_batch(sentences, add_special_tokens=False)
+    n_chars = sum(map(len, sentences))
+    n_tokens = sum(len(e.ids) for e in encs)
+    partial = {i for i in range(tok.get_vocab_size()) if "\ufffd" in tok.decode([i])}
+    fallback = sum(i in partial for e in encs for i in e.ids)
+    worst = max(len(e.ids) / len(s) for e, s in zip(encs, sentences))
+    over = sum(len(e.ids) > len(s) for e, s in zip(encs, sentences))
+    return dict(sentences=len(sentences), tokens_per_char=n_tokens / n_chars, worst_sentence=worst,
+                sentences_over_n=over, byte_fallback_tokens=fallback, tokens=n_tokens)
+
+
+def word_cuts(story):
+    """Positions where a word ends: before a space in English; at the end of each lexicon
+    word, single Han character or punctuation mark in Chinese."""
+    from tokenizers import Regex, pre_tokenizers
+
+    global _HAN_SPLIT
+    if "_HAN_SPLIT" not in globals():
+        _HAN_SPLIT = pre_tokenizers.Split(Regex(han_split_pattern(story_corpus_zh.lexicon())), "isolated")
+    if re.search(r"[\u4e00-\u9fff]", story):
+        return [end for _, (_, end) in _HAN_SPLIT.pre_tokenize_str(story)][:-1]
+    return [m.start() for m in re.finditer(" ", story)]
+
+
+def prefix_consistency(tok, stories, at_words=False):
+    """Fraction of cut points where the prompt's tokens are the first tokens of the whole text.
+
+    Where they are not, a prompt that stops there ends in a token sequence the model never
+    saw inside a story (the prompt-boundary problem). Cuts are after every character, or
+    with *at_words* only where a word ends.
+    """
+    ok = total = 0
+    for story in stories:
+        full = tok.encode(story, add_special_tokens=False).ids
+        cuts = word_cuts(story) if at_words else range(1, len(story))
+        prefixes = [story[:i] for i in cuts]
+        for enc in tok.encode_batch(prefixes, add_special_tokens=False):
+            ok += enc.ids == full[:len(enc.ids)]
+            total += 1
+    return ok / total
+
+
+def english_tokens_per_word(tok, stories):
+    encs = tok.encode_batch(stories, add_special_tokens=False)
+    return sum(len(e.ids) for e in encs) / sum(len(s.split()) for s in stories)
+
+
+def model_bytes(args, vocab):
+    """float32 weight bytes of the model this script builds for *vocab* tokens."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers, num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads, max_position_embeddings=1024, tie_word_embeddings=True)
+    with torch.device("meta"):
+        n = sum(p.numel() for p in LlamaForCausalLM(config).parameters())
+    return n, 4 * n
+
+
+def tokenizer_report(tok, corpus, args):
+    """Print what the bilingual tokenizer does to each language, against the alternatives."""
+    import tempfile
+
+    vocab = tok.get_vocab_size()
+    with tempfile.TemporaryDirectory() as d:
+        tok.save(os.path.join(d, "tokenizer.json"))
+        tok_bytes = os.path.getsize(os.path.join(d, "tokenizer.json"))
+    n_params, w_bytes = model_bytes(args, vocab)
+    limit = 20 * 1024 * 1024
+    other = 150_000  # config, generation config, model card, loss curve: well under this
+    per_token = 4 * args.hidden + tok_bytes / vocab
+    print(f"tokenizer ({args.lang}): vocabulary {vocab} (target {args.vocab_size}), tokenizer.json "
+          f"{tok_bytes / 1e3:.0f} kB; model {n_params:,} parameters = {w_bytes / 2**20:.1f} MiB float32, "
+          f"checkpoint about {(w_bytes + tok_bytes + other) / 2**20:.1f} MiB of the 20 MiB limit; "
+          f"the largest vocabulary that fits is about {int(vocab + (limit - w_bytes - tok_bytes - other) / per_token)}")
+    if "zh" in corpus:
+        held_out = corpus["zh"][1]
+        st = chinese_stats(tok, held_out)
+        print(f"Chinese, {len(held_out)} held-out stories, {st['sentences']} sentences: "
+              f"{st['tokens_per_char']:.3f} tokens per character, worst sentence {st['worst_sentence']:.2f} "
+              f"tokens per character, {st['sentences_over_n']} sentences with more tokens than characters, "
+              f"{st['byte_fallback_tokens']} byte-fallback tokens")
+        sample = held_out[:100]
+        words = story_corpus_zh.lexicon()
+        whole = sum(tok.token_to_id(tok.pre_tokenizer.pre_tokenize_str(w)[0][0]) is not None for w in words)
+        print(f"  {whole} of the {len(words)} lexicon words are single tokens; prefix consistency over "
+              f"{len(sample)} stories: {prefix_consistency(tok, sample, at_words=True):.3f} at word ends, "
+              f"{prefix_consistency(tok, sample):.3f} after every character")
+        prompt = "从前有一只小狐狸，它"
+        print(f"  {prompt!r} -> {[tok.decode([i]) for i in tok.encode(prompt, add_special_tokens=False).ids]}")
+        plain = train_tokenizer([s for lang in corpus for s in corpus[lang][0]], args.vocab_size)
+        pst = chinese_stats(plain, held_out)
+        print(f"  for comparison, plain byte-level BPE on the same corpus (no word cut): vocabulary "
+              f"{plain.get_vocab_size()}, {pst['tokens_per_char']:.3f} tokens per character, worst sentence "
+              f"{pst['worst_sentence']:.2f}, prefix consistency {prefix_consistency(plain, sample, at_words=True):.3f} "
+              f"at word ends and {prefix_consistency(plain, sample):.3f} after every character, "
+              f"{prompt!r} -> {[plain.decode([i]) for i in plain.encode(prompt, add_special_tokens=False).ids]}")
+    if "en" in corpus:
+        held_out = corpus["en"][1]
+        english_only = train_tokenizer(corpus["en"][0], args.vocab_size)
+        line = (f"English, {len(held_out)} held-out stories: {english_tokens_per_word(tok, held_out):.4f} tokens "
+                f"per word; English-only recipe {english_tokens_per_word(english_only, held_out):.4f} "
+                f"(vocabulary {english_only.get_vocab_size()})")
+        shipped = Path(__file__).resolve().parents[1] / "minillm" / "assets" / "stories-3m" / "tokenizer.json"
+        if shipped.exists():
+            from tokenizers import Tokenizer
+
+            line += f"; shipped stories-3m tokenizer {english_tokens_per_word(Tokenizer.from_file(str(shipped)), held_out):.4f}"
+        print(line)
+        print(f"  prefix consistency over 100 stories at word ends: {prefix_consistency(tok, held_out[:100], True):.3f}"
+              f" (English-only recipe {prefix_consistency(english_only, held_out[:100], True):.3f})")
+
+
+# ---------------------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------------------
 
@@ -170,19 +369,26 @@ def main(argv=None):
 
     # 1. corpus
     t0 = time.time()
-    train_texts = generate_stories(args.stories, seed=args.seed)
-    val_texts = generate_stories(args.val_stories, seed=args.seed + 1)
-    n_words = sum(len(s.split()) for s in train_texts)
-    print(f"corpus: {len(train_texts)} train + {len(val_texts)} val stories, "
-          f"{n_words} train words ({time.time() - t0:.1f}s)")
+    corpus = make_corpus(args)
+    train_texts = [s for lang in corpus for s in corpus[lang][0]]
+    val_texts = [s for lang in corpus for s in corpus[lang][1]]
+    n_words = sum(len(s.split()) for s in corpus.get("en", ([], []))[0])
+    n_chars_zh = sum(len(s) for s in corpus.get("zh", ([], []))[0])
+    print(f"corpus ({args.lang}): {len(train_texts)} train + {len(val_texts)} val stories, "
+          f"{n_words} English train words, {n_chars_zh} Chinese train characters ({time.time() - t0:.1f}s)")
 
     # 2. tokenizer
     t0 = time.time()
-    tok = train_tokenizer(train_texts, args.vocab_size)
+    han_words = story_corpus_zh.lexicon() if "zh" in corpus else None
+    tok = train_tokenizer(train_texts, args.vocab_size, han_words)
+    if args.tokenizer_report:
+        tokenizer_report(tok, corpus, args)
+        return
     bos_id, eos_id = tok.token_to_id(BOS), tok.token_to_id(EOS)
     vocab = tok.get_vocab_size()
     train_seqs = [e.ids + [eos_id] for e in tok.encode_batch(train_texts)]
     val_seqs = [e.ids + [eos_id] for e in tok.encode_batch(val_texts)]
+    val_seqs_by_lang = {lang: [e.ids + [eos_id] for e in tok.encode_batch(corpus[lang][1])] for lang in corpus}
     n_tokens = sum(map(len, train_seqs))
     n_val_tokens = sum(map(len, val_seqs))
     assert all(s[0] == bos_id for s in train_seqs)
@@ -255,6 +461,11 @@ def main(argv=None):
     # final losses, in float32
     model.eval()
     final_val = evaluate(model, val_seqs, eos_id, use_bf16=False)
+    final_val_by_lang = {lang: evaluate(model, seqs, eos_id, use_bf16=False)
+                         for lang, seqs in val_seqs_by_lang.items()}
+    if len(final_val_by_lang) > 1:
+        print("final validation loss by language: "
+              + ", ".join(f"{lang} {v:.4f}" for lang, v in final_val_by_lang.items()))
     sub = random.Random(1).sample(train_seqs, min(1000, len(train_seqs)))
     final_train = evaluate(model, sub, eos_id, use_bf16=False)
     print(f"final: train loss {final_train:.4f}, val loss {final_val:.4f}, "
@@ -284,14 +495,14 @@ def main(argv=None):
         stm.write_text(json.dumps({"bos_token": BOS, "eos_token": EOS, "pad_token": EOS}, indent=2) + "\n")
     plot_losses(history, out / "loss_curve.png")
 
-    samples = make_samples(model, hf_tok, eos_id)
+    samples = make_samples(model, hf_tok, eos_id, langs=list(corpus))
     total_time = time.time() - t_start
     write_card(out, args, dict(
         n_params=n_params, vocab=vocab, n_train=len(train_texts), n_val=len(val_texts),
         n_words=n_words, n_tokens=n_tokens, n_val_tokens=n_val_tokens, tokens_seen=tokens_seen,
         train_time=train_time, total_time=total_time, final_train=final_train,
         final_val=final_val, bos_id=bos_id, eos_id=eos_id, bf16=use_bf16, samples=samples,
-        history=history,
+        history=history, final_val_by_lang=final_val_by_lang, n_chars_zh=n_chars_zh,
     ))
     for f in out.iterdir():
         if f.is_file():
@@ -325,13 +536,15 @@ def plot_losses(history, path):
 
 
 @torch.no_grad()
-def make_samples(model, tok, eos_id):
+def make_samples(model, tok, eos_id, langs=("en",)):
+    greedy = (PROMPTS_GREEDY if "en" in langs else []) + (PROMPTS_GREEDY_ZH if "zh" in langs else [])
+    sampled = (PROMPTS_SAMPLED if "en" in langs else []) + (PROMPTS_SAMPLED_ZH if "zh" in langs else [])
     out = []
-    for p in PROMPTS_GREEDY:
+    for p in greedy:
         ids = tok(p, return_tensors="pt").input_ids
         g = model.generate(ids, do_sample=False, max_new_tokens=256, pad_token_id=eos_id)
         out.append(("greedy", p, tok.decode(g[0], skip_special_tokens=True), g[0, -1].item() == eos_id))
-    for i, p in enumerate(PROMPTS_SAMPLED):
+    for i, p in enumerate(sampled):
         torch.manual_seed(i)
         ids = tok(p, return_tensors="pt").input_ids
         g = model.generate(ids, do_sample=True, temperature=0.8, top_k=0, top_p=1.0,
@@ -351,6 +564,31 @@ def write_card(out, args, r):
         f"**{kind}** — prompt `{p}`{'' if ended else ' (hit the 256-token limit)'}:\n\n> {text}"
         for kind, p, text, ended in r["samples"])
     vals = ", ".join(f"{s}: {v:.3f}" for s, v in zip(r["history"]["val_step"], r["history"]["val"]))
+    zh = "zh" in args.lang.split(",")
+    en = "en" in args.lang.split(",")
+    language = {"en": "English", "zh": "Chinese", "en,zh": "English and Chinese"}[args.lang]
+    zh_tokenizer = zh_data = val_rows = ""
+    if zh:
+        zh_tokenizer = f"""
+
+Chinese has no spaces, so before BPE sees it, Han text is cut at the
+{len(story_corpus_zh.lexicon())} words of the Chinese grammar (forward maximum matching: a `Split`
+pre-tokenizer whose regex is stored in `tokenizer.json`), and each full-width punctuation mark
+stands alone. BPE therefore learns every common character and word as one token and no token
+spans two words, so a prompt such as `从前有一只小狐狸，它` ends where a word ends inside the
+training stories too."""
+        zh_stories = r["n_train"] // len(args.lang.split(","))
+        zh_data = f"""
+
+The Chinese stories ({zh_stories:,} for training, {r['n_chars_zh']:,} characters) come from
+`scripts/story_corpus_zh.py` with the same seeds: {len(story_corpus_zh.GIRL_NAMES) + len(story_corpus_zh.BOY_NAMES)}
+children's names (小明, 小红, ...), {len(story_corpus_zh.PET_NAMES)} pet names, {len(story_corpus_zh.ANIMALS)} animals
+and {len(story_corpus_zh.CREATURES)} creatures with their measure words, {len(story_corpus_zh.PLACES)} places,
+{len(story_corpus_zh.OBJECTS)} objects and the same {len(story_corpus_zh.PLOTS)} plot shapes, written with 他/她/它
+and full-width punctuation, {story_corpus_zh.MIN_CHARS}-{story_corpus_zh.MAX_CHARS} characters each."""
+    if len(r.get("final_val_by_lang", {})) > 1:
+        val_rows = "".join(f"\n| final validation, { {'en': 'English', 'zh': 'Chinese'}[k]} stories | {v:.3f} |"
+                           for k, v in r["final_val_by_lang"].items())
     card = f"""---
 license: mit
 library_name: transformers
@@ -362,7 +600,7 @@ tags: [llama, tiny, synthetic, minillm]
 
 The tiny default model of **minillm**: a {r['n_params'] / 1e6:.1f}M-parameter Llama-architecture
 causal language model trained from scratch, on a CPU, on a synthetic corpus of simple
-English short stories. It exists so that the engine, its tests and the course have a real
+{language} short stories. It exists so that the engine, its tests and the course have a real
 model to run offline. It writes short, simple, grammatical stories; it knows nothing else.
 
 ## Architecture
@@ -389,12 +627,12 @@ learned vocabulary has {r['vocab']} entries, whole words for almost everything).
 pre-tokenizer and decoder, so decoding round-trips text, spaces included. A
 `TemplateProcessing` post-processor prepends `<|bos|>` to every encoded text, so
 `tokenizer("Once upon a time")` already starts with the BOS id, in transformers and in
-minillm alike. Generation stops at `<|endoftext|>`.
+minillm alike. Generation stops at `<|endoftext|>`.{zh_tokenizer}
 
 ## Training data
 
 {r['n_train']:,} training and {r['n_val']:,} validation stories ({r['n_words']:,} training words,
-{r['n_tokens']:,} training tokens, {r['n_val_tokens']:,} validation tokens), generated by
+{r['n_tokens']:,} training tokens, {r['n_val_tokens']:,} validation tokens), {'the English ones ' if zh else ''}generated by
 `scripts/story_corpus.py` (seed {args.seed} for training, {args.seed + 1} for validation).
 The generator is a hand-written grammar: {len(GIRL_NAMES) + len(BOY_NAMES)} names,
 {len(ANIMALS)} animals and {len(CREATURES)} other creatures (robot, dragon, ...), {len(PLACES)} places,
@@ -402,7 +640,7 @@ The generator is a hand-written grammar: {len(GIRL_NAMES) + len(BOY_NAMES)} name
 ({', '.join(p.replace('_', ' ') for p in PLOTS)}). The hero, the friend, the place and
 the object drawn at the start of a story are carried through it, so a prompt that names
 them leads to a story about them. Stories are 60-180 words. Each training sequence is
-`<|bos|> story <|endoftext|>`. The corpus is synthetic: no third-party text is used.
+`<|bos|> story <|endoftext|>`. The corpus is synthetic: no third-party text is used.{zh_data}
 
 ## Training
 
@@ -422,7 +660,7 @@ takes about 10 minutes; on a busy shared machine it can take two or three times 
 | | loss (nats/token, float32) |
 |---|---|
 | final train (1,000 training stories) | {r['final_train']:.3f} |
-| final validation | {r['final_val']:.3f} |
+| final validation | {r['final_val']:.3f} |{val_rows}
 
 Validation loss during training (step: loss): {vals}.
 
@@ -446,7 +684,7 @@ print(tok.decode(model.generate(ids, max_new_tokens=256)[0], skip_special_tokens
 ## Limitations
 
 A toy: a small vocabulary, a few hundred sentence patterns, no knowledge of the world.
-Prompts far from the corpus (other topics, other languages, code) give nonsense.
+Prompts far from the corpus (other topics, {'languages other than English and Chinese' if en and zh else 'other languages'}, code) give nonsense.
 
 ## Licence
 

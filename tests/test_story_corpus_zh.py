@@ -177,3 +177,84 @@ def test_lexicon_is_words_longest_first(stories):
                 inside += n if n > 1 else 0
             i += n
     assert inside / total >= 0.5
+
+
+# ---------------------------------------------------------------------------------------
+# the bilingual tokenizer recipe of scripts/train_default_model.py (small corpus, no model)
+# ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def recipe():
+    import train_default_model as tdm
+
+    return tdm
+
+
+@pytest.fixture(scope="module")
+def bilingual(recipe):
+    from story_corpus import generate_stories
+
+    en, zh_train = generate_stories(400, seed=1), generate_stories_zh(3000, seed=1)
+    return recipe.train_tokenizer(en + zh_train, 4096, zh.lexicon())
+
+
+def test_han_split_pattern_is_forward_maximum_matching(recipe):
+    from tokenizers import Regex, pre_tokenizers
+
+    split = pre_tokenizers.Split(Regex(recipe.han_split_pattern(["小狐", "小狐狸", "狐狸", "喜欢", "很久以前"])),
+                                 "isolated")
+    pieces = [p for p, _ in split.pre_tokenize_str("很久从前有一只小狐狸，它很喜欢小狐。Fox!")]
+    assert pieces == ["很", "久", "从", "前", "有", "一", "只", "小狐狸", "，", "它", "很", "喜欢", "小狐", "。",
+                      "Fox!"]
+
+
+def test_bilingual_tokenizer_chinese_characters_are_tokens(recipe, bilingual):
+    held_out = generate_stories_zh(100, seed=99)
+    st = recipe.chinese_stats(bilingual, held_out)
+    assert st["byte_fallback_tokens"] == 0
+    assert st["sentences_over_n"] == 0 and st["worst_sentence"] <= 1.0  # N characters -> at most N tokens
+    assert st["tokens_per_char"] < 0.9  # and words are tokens too, not only characters
+    for word in ["从前", "小狐狸", "朋友", "喜欢"]:
+        assert len(bilingual.encode(word, add_special_tokens=False).ids) == 1, word
+
+
+def test_bilingual_tokenizer_prompt_ends_at_a_word(recipe, bilingual):
+    prompt = "从前有一只小狐狸，它"
+    pieces = [bilingual.decode([i]) for i in bilingual.encode(prompt, add_special_tokens=False).ids]
+    assert "".join(pieces) == prompt and pieces[-2:] == ["，", "它"]
+    # a prompt cut where a word ends is tokenized as the start of the whole story
+    held_out = generate_stories_zh(20, seed=98)
+    assert recipe.prefix_consistency(bilingual, held_out, at_words=True) == 1.0
+
+
+def test_bilingual_tokenizer_keeps_english_and_round_trips(recipe, bilingual):
+    from story_corpus import generate_stories
+
+    english_only = recipe.train_tokenizer(generate_stories(400, seed=1), 4096)
+    held_out = generate_stories(100, seed=97)
+    a = recipe.english_tokens_per_word(bilingual, held_out)
+    b = recipe.english_tokens_per_word(english_only, held_out)
+    assert a <= b * 1.01, (a, b)
+    bos = bilingual.token_to_id("<|bos|>")
+    for text in held_out[:3] + generate_stories_zh(3, seed=96) + ["Mia说：“Hello!” 你好，ünïcode ✓ 42。"]:
+        enc = bilingual.encode(text)
+        assert enc.ids[0] == bos and enc.ids.count(bos) == 1
+        assert bilingual.decode(enc.ids, skip_special_tokens=True) == text
+
+
+def test_bilingual_tokenizer_survives_transformers(recipe, bilingual, tmp_path):
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    PreTrainedTokenizerFast(tokenizer_object=bilingual, bos_token="<|bos|>", eos_token="<|endoftext|>",
+                            pad_token="<|endoftext|>", clean_up_tokenization_spaces=False).save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(str(tmp_path), local_files_only=True)
+    text = "从前有一只小狐狸，它很喜欢唱歌。Once upon a time"
+    assert loaded(text).input_ids == bilingual.encode(text).ids
+
+
+def test_lang_flag(recipe):
+    assert recipe.parse_args([]).lang == "en"  # the shipped English-only model is the default
+    assert recipe.parse_args(["--lang", "zh,en"]).lang == "en,zh"
+    for bad in ["fr", "en,en", ""]:
+        with pytest.raises(SystemExit):
+            recipe.parse_args(["--lang", bad])
