@@ -254,3 +254,45 @@ def test_fast_path_goes_to_the_backend_only_when_it_is_the_same_function(tokeniz
     assert "backend" not in decoder_for(tidy).__code__.co_freevars
     bare = tok.backend_tokenizer
     assert decoder_for(bare)(ids, True) == tok.decode(ids, skip_special_tokens=True)
+
+
+# --- through the engine -------------------------------------------------------------------------
+def test_engine_text_is_decode_of_prompt_and_output_minus_prompt(default_llm_factory):
+    llm = default_llm_factory(str(DEFAULT_MODEL), block_size=8, num_kv_blocks=64)
+    tok = llm.tokenizer
+    prompts = ["Once upon a time", "小猫", "The robot found"]
+    for params in (SamplingParams(max_tokens=24, temperature=0), SamplingParams(max_tokens=24, seed=3)):
+        for out in llm.generate(prompts, params):
+            assert out.text == reference(tok, out.prompt_token_ids, out.token_ids).rstrip("\ufffd")
+
+
+def test_engine_hides_a_stop_tokens_text_unless_asked(tiny_llm):
+    tok = tiny_llm.tokenizer
+    base = dict(max_tokens=8, temperature=0, ignore_eos=True)
+    free = tiny_llm.generate(["the fox"], SamplingParams(**base))[0]
+    specials = set(tok.all_special_ids)
+    prompt = free.prompt_token_ids
+    visible = lambda n: reference(tok, prompt, free.token_ids[:n]).rstrip("\ufffd")  # noqa: E731
+    at = next(i for i, t in enumerate(free.token_ids) if i > 0 and t not in specials
+              and t not in free.token_ids[:i] and visible(i + 1) != visible(i))  # its text shows
+    stop_id = free.token_ids[at]
+    hidden = tiny_llm.generate(["the fox"], SamplingParams(stop_token_ids=[stop_id], **base))[0]
+    assert hidden.token_ids == free.token_ids[:at + 1] and hidden.finish_reason == "eos"
+    # (the random tiny model emits stray bytes: a trailing partial character is not shown)
+    assert hidden.text == visible(at)
+    shown = tiny_llm.generate(["the fox"], SamplingParams(stop_token_ids=[stop_id], include_stop_str_in_output=True,
+                                                          **base))[0]
+    assert shown.text == visible(at + 1) != hidden.text
+
+
+def test_engine_stop_string_with_and_without_include(tiny_llm):
+    tok = tiny_llm.tokenizer
+    base = dict(max_tokens=10, temperature=0, ignore_eos=True)
+    free = tiny_llm.generate(["the fox"], SamplingParams(**base))[0]
+    text = free.text
+    stop = text[len(text) // 2:len(text) // 2 + 2]
+    assert stop and stop in text
+    cut = tiny_llm.generate(["the fox"], SamplingParams(stop=stop, **base))[0]
+    assert cut.text == text[:text.index(stop)] and cut.stop_reason.value == "STOP_STRING"
+    kept = tiny_llm.generate(["the fox"], SamplingParams(stop=stop, include_stop_str_in_output=True, **base))[0]
+    assert kept.text == text[:text.index(stop) + len(stop)]
