@@ -1,100 +1,78 @@
-"""Random add / step / cancel / release sequences under a tiny KV budget (hypothesis).
+"""Random add / step / cancel / release sequences under a tiny KV budget (hypothesis), with
+exceptions and KeyboardInterrupts injected inside the forward pass and cancels issued from a
+second thread.
 
 After every action: blocks in use = blocks held by requests, each block's refcount = the
 number of requests holding it (more than one only through the prefix cache), queues hold
-exactly the live requests. At the end every request is RELEASED with a stop reason and
-every block is free.
+exactly the live requests. At the end every request is RELEASED with a stop reason, every
+block is free, and every output equals the same request run alone (``minillm.fuzz``; run
+``python -m minillm.fuzz --programs 2000 --seed 1`` for many more programs).
 """
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from minillm import LLM, RequestState, SamplingParams
-from conftest import check_block_invariants
-
-S = RequestState
+from minillm import LLM
+from minillm.fuzz import PREFIXES, EngineFuzzer
 
 
 @pytest.fixture(scope="module")
 def engine_factory(model_factory):
     folder, _ = model_factory("llama")
-    return lambda: LLM(str(folder), block_size=4, num_kv_blocks=10, max_num_seqs=4,
-                       max_num_batched_tokens=24, max_model_len=48)
+    make = lambda **kw: LLM(str(folder), block_size=4, max_model_len=48, **kw)  # noqa: E731
+    return (lambda: make(num_kv_blocks=10, max_num_seqs=4, max_num_batched_tokens=24),
+            lambda: make(num_kv_blocks=64, max_num_seqs=1))
 
 
-def build_machine(make_llm):
+def build_machine(make_llm, make_reference):
+    reference = make_reference()  # one engine that runs each request alone, shared by all examples
+
     class EngineMachine(RuleBasedStateMachine):
         def __init__(self):
             super().__init__()
-            self.llm = make_llm()
-            self.ids: list[str] = []
+            self.fz = EngineFuzzer(make_llm(), lambda: reference)
 
-        @rule(prefix=st.sampled_from([[], [5, 6, 7, 8], [5, 6, 7, 8, 9, 10, 11, 12]]),
-              tail=st.lists(st.integers(2, 40), min_size=1, max_size=10),
+        @rule(prefix=st.sampled_from(PREFIXES), tail=st.lists(st.integers(2, 40), min_size=1, max_size=10),
               max_tokens=st.integers(1, 12), temperature=st.sampled_from([0.0, 0.8]),
-              auto_release=st.booleans())
-        def add(self, prefix, tail, max_tokens, temperature, auto_release):
-            params = SamplingParams(max_tokens=max_tokens, temperature=temperature, ignore_eos=True, seed=len(self.ids))
-            req = self.llm.add_request(prompt_token_ids=prefix + tail, params=params, auto_release=auto_release)
-            self.ids.append(req.request_id)
+              seed=st.integers(0, 1000), auto_release=st.booleans())
+        def add(self, prefix, tail, max_tokens, temperature, seed, auto_release):
+            self.fz.add(prefix + tail, max_tokens, temperature, seed, auto_release)
 
         @rule(n=st.integers(1, 4))
         def step(self, n):
-            for _ in range(n):
-                self.llm.step()
+            self.fz.step(n)
 
-        @precondition(lambda self: self.ids)
-        @rule(data=st.data())
-        def cancel(self, data):
-            self.llm.cancel(data.draw(st.sampled_from(self.ids)))
+        @rule(index=st.integers(0, 100))
+        def cancel(self, index):
+            self.fz.cancel(index)
 
-        @precondition(lambda self: any(self.llm.requests[i].state == S.FINISHED for i in self.ids))
-        @rule(data=st.data())
-        def release(self, data):
-            done = [i for i in self.ids if self.llm.requests[i].state == S.FINISHED]
-            self.llm.release(data.draw(st.sampled_from(done)))
+        @rule(index=st.integers(0, 100))
+        def release(self, index):
+            self.fz.release(index)
+
+        @rule(layer=st.integers(0, 7), interrupt=st.booleans())
+        def failing_step(self, layer, interrupt):
+            self.fz.failing_step(layer, interrupt)
+
+        @rule(index=st.integers(0, 100), steps=st.integers(1, 3))
+        def cancel_from_another_thread(self, index, steps):
+            self.fz.cancel_from_thread(index, steps)
 
         @invariant()
-        def blocks_match_holders(self):
-            check_block_invariants(self.llm)
-
-        @invariant()
-        def queues_hold_exactly_the_scheduled_requests(self):
-            sched = self.llm.scheduler
-            queued = [r.request_id for r in sched.waiting] + [r.request_id for r in sched.running]
-            assert len(queued) == len(set(queued))
-            for rid in self.ids:
-                req = self.llm.requests[rid]
-                assert (rid in queued) == (req.state in (S.WAITING, S.PREEMPTED, S.PREFILL, S.DECODE)), req
-                if req.state in (S.WAITING, S.PREEMPTED):
-                    assert not req.block_table
-                if req.state == S.FINISHED:
-                    assert req.stop_reason is not None and not req.auto_release
+        def blocks_and_queues_are_exact(self):
+            self.fz.check()
 
         def teardown(self):
-            # finished-but-unreleased requests hold blocks that waiting ones may need: release as we go
-            for _ in range(1000):
-                for rid in self.ids:
-                    if self.llm.requests[rid].state == S.FINISHED:
-                        self.llm.release(rid)
-                if not self.llm.has_unfinished():
-                    break
-                self.llm.step()
-                check_block_invariants(self.llm)
-            for rid in self.ids:
-                req = self.llm.requests[rid]
-                assert req.state == S.RELEASED and req.stop_reason is not None, req
-            check_block_invariants(self.llm)
-            assert self.llm.cache_stats().used_blocks == 0
+            self.fz.drain()  # also: every output equals the same request run alone
 
     return EngineMachine
 
 
-def test_random_add_step_cancel_keep_the_block_invariants(engine_factory):
-    machine = build_machine(engine_factory)
+def test_random_programs_keep_the_invariants_and_the_outputs(engine_factory):
+    machine = build_machine(*engine_factory)
     machine.TestCase.settings = settings(max_examples=25, stateful_step_count=25, deadline=None,
                                          suppress_health_check=list(HealthCheck), derandomize=True)
     machine.TestCase().runTest()
