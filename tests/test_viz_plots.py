@@ -166,7 +166,9 @@ def test_step_timings_and_latencies_agree_with_the_engine(tiny_llm):
     assert [r["request_id"] for r in lat] == [o.request_id for o in outs]
     for r, o in zip(lat, outs):
         assert r["prompt_tokens"] == len(o.prompt_token_ids) and r["output_tokens"] == len(o.token_ids)
-        assert r["ttft"] == o.metrics["ttft"] and r["tpot"] == o.metrics["tpot"]
+        # the trace's event times and the request's own timestamps are taken microseconds apart
+        assert r["ttft"] == pytest.approx(o.metrics["ttft"], abs=2e-3)
+        assert r["tpot"] == pytest.approx(o.metrics["tpot"], abs=2e-3)
         assert r["stop_reason"] == o.stop_reason.value
         times = P.token_times(llm.trace, o.request_id)
         assert len(times) == len(o.token_ids) and times[0] == pytest.approx(r["ttft"])
@@ -234,7 +236,8 @@ def test_cache_monitor_reads_the_live_engine(tiny_llm):
     image = mon._image
     first = bytes(image.value)
     assert first[:4] == b"\x89PNG"
-    step_button = box.children[0].children[0]
+    step_button = mon._buttons["step"]
+    assert [b.description for b in box.children[0].children] == ["Add a request", "Step", "Step x10", "Refresh"]
     step_button.click()  # Step: one llm.step(), then a redraw
     assert llm.step_count == 2 and len(mon.data()) == 2
     assert bytes(image.value) != first
@@ -242,3 +245,33 @@ def test_cache_monitor_reads_the_live_engine(tiny_llm):
     llm.cancel(req.request_id)
     mon.refresh()
     assert "0 of 64 blocks" in mon._html.value
+    # nothing left to run: Step is greyed out and the monitor says why
+    assert step_button.disabled and mon._buttons["step10"].disabled
+    assert "Nothing left to run" in mon._note.value and "Add a request" in mon._note.value
+    mon._buttons["add"].click()  # a new request with a fresh id: Step works again
+    assert not step_button.disabled and "1 request(s) still to run" in mon._note.value
+    new = [r for r in llm.requests.values() if r.is_live]
+    assert len(new) == 1 and new[0].request_id != req.request_id
+    mon._buttons["step10"].click()
+    assert llm.step_count == 12 and new[0].num_tokens > len(new[0].prompt_token_ids)
+    while llm.has_unfinished():
+        step_button.click()
+    assert step_button.disabled and llm.cache_stats().used_blocks == 0
+    # displayed before any kernel runs: a static snapshot and a readable line, not a raw repr
+    bundle = mon._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"].startswith("CacheMonitor: after step") and "VBox(" not in bundle["text/plain"]
+    assert "<img" in bundle["text/html"] and "Add a request" in bundle["text/html"]
+
+
+def test_cache_monitor_makes_its_own_engine_and_rejects_bad_sizes():
+    mon = P.CacheMonitor(prompt_tokens=8, max_tokens=3)
+    assert mon.stats().total_blocks == 64 and not mon.can_step()
+    req = mon.add_request()
+    assert len(req.prompt_token_ids) == 8 and mon.can_step()
+    assert mon.step(100) == 3 and not mon.can_step() and req.state.value == "RELEASED"
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_tokens"):
+            P.CacheMonitor(mon.llm, max_tokens=bad)
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        P.CacheMonitor(mon.llm, prompt_tokens=0)
