@@ -243,29 +243,131 @@ def _length_gate(text: str, limit: int, m: Marks, what: str = "your answer") -> 
 TASK2_LIMIT = 100
 
 
+# the task's own words: an answer that mostly repeats them is not an explanation
+TASK2_PROMPTS = [
+    "Explain the KV cache in at most 100 characters",
+    "it avoids recomputing the keys and values of the tokens already processed (that is where decode's speed "
+    "comes from)",
+    "it costs memory that grows — with every token of context and every live request (memory pressure)",
+    "写一段 100 字以内的 KV Cache 解释",
+]
+TASK4_PROMPTS = [
+    "Explain why sampling belongs to the request's execution semantics, not to the presentation of its output",
+    "the sampled token becomes part of the request's history (its context), and the next decode step is computed "
+    "from it",
+    "解释 sampling 为什么属于请求执行语义的一部分",
+]
+
+
+def _say(lang: str, en: str, zh: str) -> str:
+    return zh if lang == "zh" else en
+
+
+_HINTS = {  # what to think about when an idea is missing; never the idea's wording itself
+    "no_recompute": ("Missing: what the cache saves. Without it, what would each decode step have to do again "
+                     "for the tokens already seen?",
+                     "缺少：缓存省下了什么。如果没有它，每一步解码要对已经处理过的 token 再做什么？"),
+    "memory_cost": ("Missing: what the cache costs. What happens to it as the context gets longer and more "
+                    "requests run at once?",
+                    "缺少：缓存的代价。上下文越来越长、同时运行的请求越来越多时，它会怎样？"),
+    "token_to_history": ("Missing: where the sampled token goes. What happens to it after it is picked?",
+                         "缺少：采样出的 token 去了哪里。它被选出之后发生了什么？"),
+    "next_step_depends": ("Missing: what follows from it. What is the next decode step computed from?",
+                          "缺少：它带来的后果。下一步解码是基于什么计算的？"),
+    "request_state": ("The reason does not say what the cache is: whose data does it hold, and for how long?",
+                      "理由没有说清缓存是什么：它保存的是谁的数据，保存多久？"),
+    "sampling_picks": ("The reason does not say what sampling does to the request's next steps.",
+                       "理由没有说清采样对请求后续步骤的作用。"),
+    "prefill_builds": ("The reason does not say how the two phases are connected: what does decode start from?",
+                       "理由没有说清两个阶段的联系：decode 从什么开始？"),
+}
+_WEAK = {
+    "no_recompute": ("You say it is faster; say where the speed comes from.", "你说它更快了；请说明快在哪里。"),
+    "memory_cost": ("You mention memory; say what happens to it.", "你提到了显存；请说明它会怎样。"),
+    "token_to_history": ("You mention the history; say what the sampled token has to do with it.",
+                         "你提到了历史；请说明采样出的 token 和它的关系。"),
+}
+
+
+def _hint(key: str, lang: str) -> str:
+    en, zh = _HINTS.get(key, ("Missing idea: " + key, "缺少要点：" + key))
+    return _say(lang, en, zh)
+
+
+def _explain_ideas(reading, ideas, m: Marks, spoiled: set) -> float:
+    """One point per idea present and not spoiled by a misconception; feedback for each."""
+    lang, points = reading.lang, 0.0
+    for item in ideas:
+        state = reading.ideas[item.key]
+        label = _say(lang, item.label_en, item.label_zh)
+        if state == "present" and item.key not in spoiled:
+            m.ok(_say(lang, f"you say that {label}", f"你说到了：{label}"))
+            points += 1
+        elif state == "present":
+            m.missing(_say(lang, f"you say that {label}, but the misconception below cancels it",
+                           f"你说到了：{label}，但下面的误解抵消了这一点"))
+        elif state == "negated":
+            m.wrong(_say(lang, f"your answer says the opposite of: {label} — check it against the chapter",
+                         f"你的回答否定了：{label}——请对照章节再想一想"))
+            m.flag()
+        elif state == "weak":
+            en, zh = _WEAK.get(item.key, (_hint(item.key, "en"), _hint(item.key, "zh")))
+            m.missing(_say(lang, en, zh))
+            m.flag()
+        else:
+            m.missing(_hint(item.key, lang))
+    return points
+
+
+def _report_misconceptions(reading, m: Marks) -> set:
+    spoiled = set()
+    for item, phrase in reading.misconceptions:
+        m.wrong(_say(reading.lang, f"misconception ('{phrase.strip()}'): {item.feedback_en}",
+                     f"误解（“{phrase.strip()}”）：{item.feedback_zh}"))
+        spoiled.update(item.spoils)
+    return spoiled
+
+
+def _short_answer(text: str, m: Marks, ideas, misconceptions, prompts, limit: float, name: str) -> None:
+    """Task 2 and task 4: ideas by meaning, misconceptions, salad, copied task text, a length rule."""
+    from .concepts import length_units, read
+
+    r = read(text, ideas, misconceptions, prompts)
+    lang = r.lang
+    if r.copied:
+        m.wrong(_say(lang, "this repeats the task's own words; explain it in yours",
+                     "这是在重复题目里的话；请用自己的话解释"))
+        m.flag()
+        return
+    if r.salad:
+        m.wrong(_say(lang, "this is a list of keywords, not a statement: connect them into a sentence "
+                           "(what it does, and what follows from it)",
+                     "这是一串关键词，不是一句话：请把它们连成句子（它做了什么，带来了什么）"))
+        return
+    spoiled = _report_misconceptions(r, m)
+    points = _explain_ideas(r, ideas, m, spoiled)
+    units = length_units(text)
+    if units > limit:
+        m.warn(_say(lang, f"over the limit: about {units:.0f} of {limit:g} characters (Chinese characters count one "
+                          f"each, Latin letters one per {2.5:g}) — one point off; cut it down",
+                    f"超出字数：约 {units:.0f} 字，上限 {limit:g} 字（汉字每个算一字，拉丁字母每 2.5 个算一字）——扣一分，请精简"))
+        points = max(0.0, points - 1)
+        m.flag()
+    m.score += points
+    if points == len(ideas) and units < 12:
+        m.flag(_say(lang, "very short: a person should confirm this explains the mechanism",
+                    "非常短：需要人工确认它确实解释了机制"))
+
+
 @register("task2_kv_explain", "Task 2 · the KV cache in ≤ 100 characters", "§3 KV cache", 2)
 @_wrong_type
 def grade_task2(answer, m: Marks) -> None:
-    """Both ideas: avoids recomputing past tokens, and costs memory that grows."""
+    """Both ideas: it avoids recomputing past tokens, and it costs memory that grows."""
+    from . import ideas as I
+
     text = _as_text(answer, "task2_kv_explain")
-    scratch = Marks()
-    found = _grade_ideas(text, scratch, [RECOMPUTE, MEMORY], 1)
-    misread = [c for c in (HIT_MISS, SAVES_MEMORY, STORES_WEIGHTS) if c.find(text)]
-    if found == 0 and KV_TOPIC.find(text) is None and not misread and RECOMPUTE.find(text) is None:
-        m.wrong("this does not seem to be about the KV cache: say what it stores, what it saves and what it costs")
-        return
-    fits = _length_gate(text, TASK2_LIMIT, m)
-    sentence = _sentence_gate(text, m)
-    bad = _misconceptions(text, m, misread)
-    if fits and sentence and not bad:
-        m.score += scratch.score
-    for f in scratch.feedback:
-        m.feedback.append(f)
-    m.review = m.review or scratch.review
-    if fits and sentence and not bad and found == 2 and KV_TOPIC.find(text) is None:
-        m.info("tip: also say what it stores — the keys and values of the tokens already processed")
-    if fits and sentence and not bad and found == 2 and char_count(text) < 25:
-        m.flag("very short: a person should confirm this explains the mechanism")
+    _short_answer(text, m, [I.RECOMPUTE, I.MEMORY], [I.HIT_MISS, I.SAVES_MEMORY, I.STORES_WEIGHTS],
+                  TASK2_PROMPTS, TASK2_LIMIT, "task2_kv_explain")
 
 
 # =============================================================================================
@@ -292,7 +394,11 @@ SCENARIO_KINDS = [
         r"(very\s+)?(long|large|big|huge|grows?|growing)",
         r"multi-?turn", r"\brag\b", r"retriev\w*", r"large\s+(context|prompt|input)",
         r"(many|thousands of|lots of|more)\s+(prompt|input|context)\s+tokens", r"context\s+(length|window)",
-        r"长上下文|长文本|长文档|长提示|长输入|长对话|多轮|上下文[^。；;]{0,4}长|历史[^。；;]{0,4}长|长会话|RAG|检索|长 ?prompt"]),
+        r"长上下文|长文本|长文档|长提示|长输入|长对话|多轮|上下文[^。；;]{0,4}长|历史[^。；;]{0,4}长|长会话|RAG|检索|长 ?prompt",
+        r"(huge|big|large|very long|enormous|massive|lengthy|giant|long)\s+(\w+\s+){0,2}(prompts?|context|inputs?|documents?|"
+        r"history|pdfs?|codebases?|files?|books?|transcripts?)", r"system\s+prompt", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
+        r"(book|document|file|codebase|report)",
+        r"超长|长[^。；;]{0,3}(提示|系统提示|prompt)|(提示词|系统提示|prompt)[^。；;]{0,4}(长|大)|大文档|整本书|整份|很长的(文档|输入|提示)"]),
     _kind("high_concurrency", "high concurrency (many live requests at once)", [
         r"concurren\w*", r"parallel\s+(requests|users|sessions)", rf"many\s+{W}{{0,2}}(requests|users|sessions|"
         r"clients|sequences|conversations|chats)", r"high\s+(traffic|load|qps|throughput)", r"(large|big)\s+batch",
@@ -304,7 +410,11 @@ SCENARIO_KINDS = [
         r"reasoning|decod\w*)", rf"(output|generation|response|answer|completion)s?\s+{W}{{0,3}}(very\s+)?(long|lengthy)",
         r"max_?tokens", r"(many|more|lots of|thousands of)\s+(output|generated|new|decode)\s+tokens",
         rf"generat\w*\s+{W}{{0,3}}(many|thousands|lots|long|a lot)", r"chain[- ]of[- ]thought",
-        r"长输出|长回答|长回复|长生成|生成[^。；;]{0,4}长|输出[^。；;]{0,4}长|max_tokens|生成大量|长篇|长文章|长推理"]),
+        r"长输出|长回答|长回复|长生成|生成[^。；;]{0,4}长|输出[^。；;]{0,4}长|max_tokens|生成大量|长篇|长文章|长推理",
+        r"(writ\w*|generat\w*|produc\w*|draft\w*|compos\w*)\s+(\w+\s+){0,3}(long|lengthy|big|huge|entire|whole|full)",
+        r"long\s+(reports?|articles?|essays?|story|stories|novels?|summar\w*|translations?|chapters?)",
+        r"(each|every)\s+(generated|new|output|decoded)\s+token",
+        r"(写|生成|输出|撰写)[^。；;]{0,6}(长|报告|文章|小说|论文)", r"每生成一个"]),
     _kind("parallel_sampling", "several sequences per request (beam search, n > 1)", [
         r"beam\s*search", r"parallel\s+sampling", r"\bn\s*>\s*1\b", r"multiple\s+(candidates|samples|completions|beams)",
         r"best[- ]of", r"束搜索|并行采样|多个候选|多路采样"]),
@@ -431,29 +541,18 @@ def grade_task3(answer, m: Marks) -> None:
 # =============================================================================================
 # Task 4 — why sampling is part of the request's execution semantics
 # =============================================================================================
-TASK4_LIMIT = 400
+TASK4_LIMIT = 160  # in the units of concepts.length_units (about 70 English words)
 
 
 @register("task4_sampling", "Task 4 · why sampling is part of the request", "§4 sampling", 2)
 @_wrong_type
 def grade_task4(answer, m: Marks) -> None:
     """The sampled token joins the history, and every later step builds on it."""
+    from . import ideas as I
+
     text = _as_text(answer, "task4_sampling")
-    scratch = Marks()
-    found = _grade_ideas(text, scratch, [TOKEN_TO_HISTORY, NEXT_STEP_DEPENDS], 1)
-    misread = [c for c in (RANDOM_ONLY, NO_EFFECT_LATER) if c.find(text)]
-    if found == 0 and not misread and not any(k in text.lower() for k in ("sampl", "token", "采样", "temperature")):
-        m.wrong("this does not seem to be about sampling: say what happens to the token it picks")
-        return
-    fits = _length_gate(text, TASK4_LIMIT, m)
-    sentence = _sentence_gate(text, m)
-    bad = _misconceptions(text, m, misread)
-    if fits and sentence and not bad:
-        m.score += scratch.score
-    m.feedback.extend(scratch.feedback)
-    m.review = m.review or scratch.review
-    if fits and sentence and not bad and found == 2 and PARAMS_TRAVEL.find(text) is None:
-        m.info("worth adding: that is why temperature, top-k and top-p travel with the request")
+    _short_answer(text, m, [I.TOKEN_TO_HISTORY, I.NEXT_STEP_DEPENDS], [I.RANDOM_ONLY, I.NO_EFFECT_LATER],
+                  TASK4_PROMPTS, TASK4_LIMIT, "task4_sampling")
 
 
 # =============================================================================================
@@ -533,6 +632,29 @@ QUIZ = [
 ]
 
 
+_CUE = re.compile(r"(answer|option|choice|pick|choose|select|go with|i think|i'd say|it's|it is|is)\s*[:：]?\s*\(?$|"
+                  r"(选|选项|答案是?|答|是)\s*[:：]?\s*$", re.I)
+
+
+def parse_choice(value: str, options) -> tuple[str | None, str]:
+    """The one option letter an answer names ("B", "Answer: D", "选C", "I think d", "(b)"), or
+    (None, why not): no letter, or more than one ("B or D" is not an answer)."""
+    t = normalize(value)
+    letters = "".join(options)
+    upper = {m.group(1) for m in re.finditer(f"(?<![A-Za-z])([{letters}])(?![A-Za-z])", t)}
+    if not upper:
+        low = [m for m in re.finditer(f"(?<![A-Za-z])([{letters.lower()}])(?![A-Za-z])", t)]
+        cued = {m.group(1).upper() for m in low if _CUE.search(t[:m.start()]) or not t[:m.start()].strip(" ([")}
+        upper = cued
+    if len(upper) == 1:
+        return upper.pop(), ""
+    if len(upper) > 1:
+        return None, f"give one letter, not several ({', '.join(sorted(upper))})"
+    if re.fullmatch(f"[{letters}{letters.lower()}]{{2,}}", t.strip(" .()[]")):
+        return None, "give one letter, not several"
+    return None, f"answer with one letter, {', '.join(options)}; got {value!r}"
+
+
 def _register_question(q: Question) -> None:
     @register(q.id, f"Self-check · {q.text[:48].rstrip()}…", q.section, 1, kind="quiz")
     def grader(answer, m: Marks, q=q) -> None:
@@ -542,9 +664,9 @@ def _register_question(q: Question) -> None:
         if not isinstance(letter, str):
             m.wrong(f"{q.id} should be one letter such as \"B\", got {answer!r}")
             return
-        letter = normalize(letter).strip("()[]. ").upper()[:1]
-        if letter not in q.options:
-            m.wrong(f"{q.id} should be one of {', '.join(q.options)}, got {answer!r}")
+        letter, problem = parse_choice(letter, q.options)
+        if letter is None:
+            m.wrong(f"{q.id}: {problem}")
             return
         if letter == q.answer:
             m.ok(f"{letter} is right. {q.options[letter][1]}", 1)
@@ -614,7 +736,7 @@ PITFALLS = [
 
 _TRUE = {"true", "t", "yes", "y", "1", "对", "正确", "是", "真", "√", "✓"}
 _FALSE = {"false", "f", "no", "n", "0", "错", "错误", "否", "假", "不对", "×", "✗"}
-PITFALL_REASON_LIMIT = 300
+PITFALL_REASON_LIMIT = 120  # concepts.length_units (about 55 English words)
 
 
 def _verdict(value) -> bool | None:
@@ -662,38 +784,58 @@ def _pitfall_reason_level(p: Pitfall, reason: str) -> str | None:
     return "weak" if hits == 1 else None
 
 
+def _pitfall_reason(p: Pitfall, reason: str):
+    """(reading, present) for a pitfall's reason, by the concept matcher."""
+    from . import ideas as I
+    from .concepts import read
+
+    wanted = {"pitfall1_kv_not_hit_cache": [I.REQUEST_STATE],
+              "pitfall2_sampling_not_ui": [I.TOKEN_TO_HISTORY, I.NEXT_STEP_DEPENDS, I.SAMPLING_PICKS],
+              "pitfall3_one_lifecycle": [I.PREFILL_BUILDS, I.DECODE_CONTINUES]}[p.id]
+    bad = [I.HIT_MISS, I.RANDOM_ONLY] + ([I.NO_EFFECT_LATER] if p.id == "pitfall2_sampling_not_ui" else [])
+    r = read(reason, wanted, bad)
+    return r, wanted, any(r.ideas[i.key] == "present" for i in wanted)
+
+
+_PITFALL_HINT = {"pitfall1_kv_not_hit_cache": "request_state", "pitfall2_sampling_not_ui": "sampling_picks",
+                 "pitfall3_one_lifecycle": "prefill_builds"}
+
+
 def _register_pitfall(p: Pitfall) -> None:
     @register(p.id, f"Pitfall · {p.statement[:44].rstrip()}…", "pitfalls", 2, kind="text")
     @_wrong_type
     def grader(answer, m: Marks, p=p) -> None:
+        from .concepts import is_salad, language, length_units
+
         verdict, reason = _pitfall_answer(answer, p.id)
+        lang = language(reason) if reason else "en"
         if verdict is None:
-            m.wrong(f"the first item of {p.id} should be True or False")
+            m.wrong(_say(lang, f"the first item of {p.id} should be True or False",
+                         f"{p.id} 的第一项应为 True 或 False"))
         elif verdict == p.truth:
-            m.ok(f"{'true' if p.truth else 'false'} is right", 1)
+            m.ok(_say(lang, f"{'true' if p.truth else 'false'} is right", f"判断正确：{'对' if p.truth else '错'}"), 1)
         else:
-            m.wrong(f"the statement is {'true' if p.truth else 'false'}, not {'true' if verdict else 'false'}")
+            m.wrong(_say(lang, f"the statement is not {'true' if verdict else 'false'}: read it again, clause by clause",
+                         f"这个说法并不是{'对' if verdict else '错'}的：请逐句再读一遍"))
         if not reason:
-            m.missing("give the reason, in a sentence")
-            return
-        if not _length_gate(reason, PITFALL_REASON_LIMIT, m, "the reason"):
-            return
-        if keyword_list(reason) == "list":
-            m.wrong("the reason is a keyword list; write it as a sentence")
-            return
-        bad = _misconceptions(reason, m, [HIT_MISS, RANDOM_ONLY, NO_EFFECT_LATER]
-                              if p.truth is False else [HIT_MISS, RANDOM_ONLY])
-        if verdict != p.truth or bad:
-            return
-        level = _pitfall_reason_level(p, reason)
-        if level == "strong":
-            m.ok("the reason names the mechanism", 1)
-        elif level == "weak":
-            m.missing(f"the reason is close but thin: {p.why}")
-            m.score += 0.5
+            m.missing(_say(lang, "give the reason, in a sentence", "请用一句话给出理由"))
             m.flag()
+            return
+        if length_units(reason) > PITFALL_REASON_LIMIT:
+            m.warn(_say(lang, "the reason is over the limit; keep it to a sentence or two", "理由超出字数，请控制在一两句话"))
+            m.flag()
+            return
+        if is_salad(reason):
+            m.wrong(_say(lang, "the reason is a keyword list; write it as a sentence", "理由是一串关键词，请写成句子"))
+            return
+        r, wanted, ok = _pitfall_reason(p, reason)
+        spoiled = _report_misconceptions(r, m)
+        if verdict != p.truth or spoiled:
+            return
+        if ok:
+            m.ok(_say(lang, "the reason names the mechanism", "理由说清了机制"), 1)
         else:
-            m.missing(f"the reason does not say why: {p.why}")
+            m.missing(_hint(_PITFALL_HINT[p.id], lang))
             m.flag()
 
 

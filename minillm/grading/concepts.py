@@ -1,0 +1,313 @@
+"""A small concept matcher for short answers in English, Chinese, or both at once.
+
+An answer is cut into clauses (at punctuation and at "but / so / 但 / 所以 …"). An *idea* is
+found in a clause when the clause holds a word from each of its parts — for "it costs memory",
+a memory word (memory, VRAM, 显存, 内存…) and a cost word (uses, grows, pressure, 占用, 增长…) —
+in either language and in any order, so "memory 占用随 context 增长" counts. Typos are
+forgiven by snapping unknown English words to the domain vocabulary with ``rapidfuzz``
+("memroy" → "memory") before matching.
+
+Negation is read per clause. A plain negator (not, n't, no, 不, 没, 未…) negates the idea whose
+predicate follows it closely; a wide one (without, instead of, no need, never, 无需, 不必, 不用…)
+reaches over the whole rest of the clause. Some ideas are themselves negative: "no
+recomputation", "never redone", "无需重算" *express* the idea of not recomputing, so an idea
+may have an *inverted* part that counts only when negated. Each idea reports ``present``,
+``negated`` (the answer says the opposite) or ``absent``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+
+from rapidfuzz import fuzz, process
+from rapidfuzz.distance import DamerauLevenshtein
+
+CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_RE = re.compile(f"[{CJK}]")
+_LATIN_WORD = re.compile(r"[a-z][a-z'’]*")
+_I = re.IGNORECASE
+
+# --- text basics ---------------------------------------------------------------------------------
+
+
+def normalize(text: str) -> str:
+    text = unicodedata.normalize("NFKC", str(text)).replace("’", "'")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def cjk_chars(text: str) -> int:
+    return len(_CJK_RE.findall(text))
+
+
+def latin_words(text: str) -> list[str]:
+    return _LATIN_WORD.findall(text.lower())
+
+
+def language(text: str) -> str:
+    """'zh' when Chinese characters outnumber English words, else 'en' (feedback follows it)."""
+    return "zh" if cjk_chars(text) >= max(2, len(latin_words(text))) else "en"
+
+
+LATIN_PER_UNIT = 2.5
+
+
+def length_units(text: str) -> float:
+    """Length as the chapter's 字 count it: one per Chinese character, one per 2.5 Latin
+    letters or digits (so 100 units hold about 45 English words); spaces and punctuation free."""
+    t = normalize(text)
+    latin = len(re.findall(r"[A-Za-z0-9]", t))
+    return cjk_chars(t) + latin / LATIN_PER_UNIT
+
+
+# --- typos ----------------------------------------------------------------------------------------
+VOCAB = sorted(set("""
+memory memories vram context contexts recompute recomputes recomputing recomputed recomputation
+recalculate recalculates recalculating recalculated recalculation calculate calculating calculated calculation
+compute computes computing computed computation previous history histories sampled sample samples sampling
+append appends appended appending token tokens cache cached caching values value keys length lengths
+sequence sequences decode decoding decoded next later step steps grows growing increase increases increasing
+increased reuse reuses reused reusing avoid avoids avoided avoiding skip skips skipped redundant attention
+conversation prompt prompts becomes become depends depend dependent conditioned conditions following
+subsequent generation generated generates concurrency concurrent requests request throughput footprint
+occupies occupy consumes consume proportional linearly linear chosen selected picked added appended
+earlier already processed process processing again twice scratch pressure expensive because instead
+without doesn't don't never nothing output outputs input inputs future every store stores stored keeps
+kept storing sequence prefill release released finished waiting running
+""".split()))
+_VOCAB_SET = set(VOCAB)
+COMMON = set("""
+the and that this with from have will would should could there their they them then than what when which
+while where about after before other some such only also into over more most much many very just your
+yours ours here each every does done make makes made like want need needs uses used using time times
+same different way ways less least because since until each both either whose first last long short large
+small big huge high low fast faster slow slower speed quick quickly model models engine user users answer
+text word words part parts thing things work works world every cost costs price pay pays still keep
+""".split())
+
+
+def fix_typos(text: str) -> str:
+    """Snap misspelt domain words to the vocabulary ('memroy' -> 'memory'); others stay."""
+
+    def repl(m: re.Match) -> str:
+        w = m.group(0)
+        low = w.lower()
+        if low in _VOCAB_SET or low in COMMON or len(low) < 3:
+            return w
+        max_edits = 1 if len(low) <= 6 else 2
+        same_start = [v for v in VOCAB if v[0] == low[0]]
+        hit = process.extractOne(low, same_start, scorer=DamerauLevenshtein.distance, score_cutoff=max_edits)
+        return w if hit is None else hit[0]
+
+    return re.sub(r"[A-Za-z][A-Za-z']*", repl, text)
+
+
+# --- clauses and negation ---------------------------------------------------------------------------
+_CLAUSE_SPLIT = re.compile(
+    r"[.;!?。；！？:：\n,，、()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
+    r"\bso that\b|\bso\b|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
+    r"\bdownside\b|\bthe catch\b|但是|但|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
+
+
+def clauses(text: str) -> list[tuple[int, str]]:
+    """(offset, clause) pairs; the separators themselves are dropped."""
+    out, last = [], 0
+    for m in _CLAUSE_SPLIT.finditer(text):
+        if m.start() > last:
+            out.append((last, text[last:m.start()]))
+        last = m.end()
+    if last < len(text):
+        out.append((last, text[last:]))
+    return [(o, c) for o, c in out if c.strip()]
+
+
+_NEG_WIDE = re.compile(r"\bwithout\b|\binstead of\b|\brather than\b|\bno need\b|\bnever\b|\bneedn't\b|"
+                       r"\bno longer\b|\bnothing\b|\bnone\b|\bnor\b|\bneither\b|\bavoid(?:s|ed|ing)?\b|"
+                       r"无需|无须|不必|不用|不需要|无需再|不再|免去|省去|省掉|省了|避免|没有必要|从不|永远不", _I)
+_NEG_NEAR = re.compile(r"\bnot\b|n't\b|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
+                       r"\bcannot\b|\bhardly\b|\bbarely\b|\bfails? to\b|"
+                       r"(?<!得)不(?!断|同|少|过|仅|只|止|单|管|停|久|然|但|论|得不|够)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
+NEAR_WINDOW_EN = 24  # characters before the predicate (about four words)
+NEAR_WINDOW_ZH = 5
+
+
+def negated_at(clause: str, pos: int) -> bool:
+    """Is the word at ``pos`` in ``clause`` negated (a wide negator anywhere before it in the
+    clause, or a plain one just before it)?"""
+    before = clause[:pos]
+    if _NEG_WIDE.search(before):
+        return True
+    window_start = max(0, pos - (NEAR_WINDOW_ZH if _CJK_RE.search(clause[max(0, pos - 1):pos + 1]) else NEAR_WINDOW_EN))
+    near = clause[window_start:pos]
+    return bool(_NEG_NEAR.search(near))
+
+
+NEG_AFTER_EN = 18
+NEG_AFTER_ZH = 4
+
+
+def negated_after(clause: str, end: int) -> bool:
+    """A subject followed by its negated verb: "later steps do not depend on it", "后续计算不依赖它"."""
+    after_zh = clause[end:end + NEG_AFTER_ZH]
+    if _CJK_RE.search(after_zh[:1] or "") and _NEG_NEAR.search(after_zh):
+        return True
+    after = clause[end:end + NEG_AFTER_EN]
+    return bool(re.match(r"\s+(\w+\s+){0,1}?(do|does|did|is|are|was|were|will|would|can|could|should)\s*(not|n't)\b"
+                         r"|\s+(\w+\s+){0,1}?(never|don't|doesn't|won't|can't|isn't|aren't)\b", after, _I))
+
+
+def _rx(words) -> re.Pattern:
+    return re.compile("|".join(words), _I)
+
+
+# --- ideas ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Idea:
+    """``present`` when a clause holds a match of every part of ``parts`` (the last one is the
+    predicate that negation attaches to), or a match of ``inverted`` that *is* negated."""
+
+    key: str
+    parts: tuple = ()  # tuple of tuples of compiled patterns: any of each group
+    inverted: tuple = ()  # patterns that express the idea only under negation ("not recomputed")
+    standalone: tuple = ()  # phrases that express the idea alone ("reuse", "复用")
+    weak: tuple = ()  # phrasings that only hint at the idea
+    label_en: str = ""
+    label_zh: str = ""
+
+    def find(self, text: str) -> str:
+        """'present', 'negated', 'weak' or 'absent'."""
+        state = "absent"
+        for _, clause in clauses(text):
+            s = self._in_clause(clause)
+            if s == "present":
+                return "present"
+            if s == "negated":
+                state = "negated"
+            elif s == "weak" and state == "absent":
+                state = "weak"
+        return state
+
+    def _in_clause(self, clause: str) -> str:
+        result = "absent"
+        for pattern in self.standalone:
+            for m in pattern.finditer(clause):
+                return "negated" if negated_at(clause, m.start()) or negated_after(clause, m.end()) else "present"
+        if self.parts:
+            hits = []
+            for group in self.parts:
+                ms = [m for p in group for m in p.finditer(clause)]
+                if not ms:
+                    hits = None
+                    break
+                hits.append(ms)
+            if hits:
+                predicate = min(hits[-1], key=lambda m: m.start())
+                return "negated" if negated_at(clause, predicate.start()) else "present"
+        for p in self.inverted:
+            for m in p.finditer(clause):
+                if negated_at(clause, m.start()):
+                    return "present"
+        for p in self.weak:
+            if p.search(clause):
+                result = "weak"
+        return result
+
+
+def idea(key, label_en, label_zh, parts=(), inverted=(), standalone=(), weak=()) -> Idea:
+    """``parts``: a list of groups, each a list of alternative patterns (the last group is the
+    predicate); ``inverted``, ``standalone``, ``weak``: lists of patterns."""
+    return Idea(key, tuple((_rx(g),) for g in parts), tuple(_rx([p]) for p in inverted),
+                tuple(_rx([p]) for p in standalone), tuple(_rx([p]) for p in weak), label_en, label_zh)
+
+
+@dataclass(frozen=True)
+class Misconception:
+    key: str
+    patterns: tuple
+    spoils: tuple = ()  # the ideas whose point it cancels
+    feedback_en: str = ""
+    feedback_zh: str = ""
+
+    def find(self, text: str) -> str | None:
+        """The offending phrase when stated (not negated), else None."""
+        for _, clause in clauses(text):
+            for p in self.patterns:
+                for m in p.finditer(clause):
+                    if not negated_at(clause, m.start()):
+                        return m.group(0)
+        return None
+
+
+def misconception(key, patterns, spoils, feedback_en, feedback_zh) -> Misconception:
+    return Misconception(key, tuple(_rx([p]) for p in patterns), tuple(spoils), feedback_en, feedback_zh)
+
+
+# --- sentence or salad? -------------------------------------------------------------------------------
+_GLUE_EN = set("""the a an is are was were be been being it its it's they them their this that these those so
+because but and or of to for with by in on at as from which when while than then if has have had does do did
+can could will would must should may might we you each every instead without not no never only just per into
+there here what who whose how one ones once until since yet thus hence therefore whatever whichever""".split())
+_GLUE_ZH = re.compile(r"的|了|是|会|把|让|但|所以|因为|就|时|也|不|没|而|被|在|从|随|要|能|可以|很|越|得|它|这|那|和|与|并|使|"
+                      r"将|以|只|都|每|再|还|又|才|即|则|若|如果|由于|因此|于是|需要|之|其|着|过|给|对|后|成|到|为|后|前|里|上|中")
+
+
+def is_salad(text: str) -> bool:
+    """Key words strung together with nothing to tie them into a statement."""
+    t = normalize(text)
+    en = latin_words(t)
+    if any(w in _GLUE_EN for w in en):
+        return False
+    zh = "".join(_CJK_RE.findall(t))
+    if zh and _GLUE_ZH.search(zh):
+        return False
+    return len(en) + (len(re.findall(f"[{CJK}]+", t))) >= 2
+
+
+def _grams(text: str) -> list:
+    t = normalize(text).lower()
+    words = re.findall(r"[a-z0-9']+", t)
+    zh = re.findall(f"[{CJK}]", t)
+    return [tuple(words[i:i + 3]) for i in range(len(words) - 2)] + ["".join(zh[i:i + 3]) for i in range(len(zh) - 2)]
+
+
+def copied_from(text: str, prompts) -> bool:
+    """Does the answer mostly repeat the task's own words (75 % of its word triples, or a
+    near-verbatim stretch)?"""
+    t = normalize(text).lower()
+    if len(t) < 12:
+        return False
+    mine = _grams(t)
+    theirs = {g for p in prompts for g in _grams(p)}
+    if len(mine) >= 4 and sum(g in theirs for g in mine) >= 0.75 * len(mine):
+        return True
+    for p in list(prompts) + [" ".join(prompts)]:
+        q = normalize(p).lower()
+        if fuzz.partial_ratio(t, q) >= 90 and len(t) <= len(q) * 1.15:
+            return True
+    return False
+
+
+@dataclass
+class Reading:
+    """What the matcher found in one answer."""
+
+    text: str
+    lang: str
+    ideas: dict = field(default_factory=dict)  # key -> state
+    misconceptions: list = field(default_factory=list)  # (Misconception, phrase)
+    salad: bool = False
+    copied: bool = False
+
+
+def read(text: str, ideas, misconceptions=(), prompts=()) -> Reading:
+    t = normalize(text)
+    fixed = fix_typos(t)
+    r = Reading(t, language(t), salad=is_salad(t), copied=copied_from(t, prompts))
+    for i in ideas:
+        r.ideas[i.key] = i.find(fixed)
+    for m in misconceptions:
+        phrase = m.find(fixed)
+        if phrase:
+            r.misconceptions.append((m, phrase))
+    return r

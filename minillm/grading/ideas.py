@@ -1,0 +1,156 @@
+"""The chapter's ideas and misconceptions, as the concept matcher reads them (see :mod:`concepts`).
+
+Each idea carries how feedback *names* it in both languages, and a hint that points at it
+without stating it: the feedback must teach, not hand out the model answer.
+"""
+
+from __future__ import annotations
+
+from .concepts import idea, misconception
+
+_COMPUTE = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bcomput\w*", r"\bcalculat\w*", r"\bwork\b", r"\bflops\b",
+            r"\bmath\b", r"计算", r"重算", r"运算", r"(?<![打清])算"]
+_AVOID = [r"\bavoid\w*", r"\bskip\w*", r"\bsav(e|es|ed|ing)\b", r"\bspar\w*", r"\beliminat\w*", r"\bprevent\w*",
+          r"\breduc\w*", r"\bcut\w*", r"\bless\b", r"\bfewer\b", r"\bsidestep\w*", r"\bbypass\w*", r"\bspare\w*",
+          r"\bomit\w*", r"\bdrop\w*", r"省去", r"避免", r"减少", r"节省", r"节约", r"免去", r"省掉", r"省了", r"(?<![节])省", r"跳过",
+          r"降低"]
+_RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r"\bredid\b", r"\bre-?run\w*",
+           r"\bre-?process\w*", r"\bre-?encod\w*",
+           r"\b(comput|calculat|process|encod|run|work)\w*\s+(\w+\s+){0,3}?(again|twice|from scratch|each time|"
+           r"every time|over and over|repeatedly)", r"\b(comput|calculat)\w*\s+(\w+\s+){0,3}?(anew)",
+           r"\bredundant\w*", r"\brepeat\w*\s+(\w+\s+){0,1}(comput\w*|work|calculat\w*)", r"\bwasted?\s+work",
+           r"重复计算", r"重新计算", r"重算", r"从头(计算|算)", r"再算", r"再次计算", r"反复计算", r"重复运算", r"冗余计算",
+           r"重新算", r"重复算", r"再计算", r"(重新|重复|再次?)[^，。；,;]{0,6}(计算|算)"]
+_REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"重用", r"重复利用", r"直接用", r"直接使用",
+          r"\bonly\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
+          r"只(需|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前)", r"每(一)?步只(需|要)?(计算|算|处理)"]
+
+RECOMPUTE = idea(
+    "no_recompute", "it avoids recomputing the tokens already processed", "它避免了对已处理 token 的重复计算",
+    parts=[_COMPUTE, _AVOID], inverted=_RECOMP, standalone=_REUSE,
+    weak=[r"\b(fast\w*|speed\w*|quick\w*|accelerat\w*|latency|efficien\w*)\b", r"加速|更快|提速|加快|速度|快"])
+
+_MEM = [r"\bmemory\b", r"\bvram\b", r"\bhbm\b", r"\bram\b", r"\bstorage\b", r"\bfootprint\b", r"\bspace\b",
+        r"\bcapacity\b", r"显存", r"内存", r"存储空间", r"(?<![上时])空间", r"容量"]
+_COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|ing)\b", r"\boccup\w*", r"\beat\w*",
+         r"\bgrow\w*", r"\bincreas\w*", r"\bris(e|es|ing)\b", r"\bclimb\w*", r"\bheav\w*", r"\bpressure\b",
+         r"\bexpensive\b", r"\bburden\w*", r"\bbound\b", r"\blimit\w*", r"\bfill\w*", r"\bmore\b", r"\blots\b",
+         r"\blarge\w*", r"\bbig\w*", r"\bscal\w*", r"\blinear\w*", r"\bproportional\b", r"\bbottleneck\w*",
+         r"\bbudget\b", r"\bspend\w*", r"\bprice\b", r"\btrad(e|es|ing)\b", r"\btrade-?off\b", r"\bhungry\b",
+         r"\bintensive\b", r"\bdemand\w*", r"\bneed\w*", r"\brequir\w*", r"\bhog\w*", r"\baccumulat\w*",
+         r"\bballoon\w*", r"\bexpand\w*", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
+         r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
+         r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
+         r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨",
+         r"换", r"越多", r"越大", r"耗"]
+MEMORY = idea(
+    "memory_cost", "it costs memory that grows", "它要占用显存，而且随长度和请求数增长",
+    parts=[_MEM, _COST],
+    standalone=[r"\bmemory[- ]bound\b", r"\bmemory pressure\b", r"显存压力", r"以显存换", r"用显存换",
+                r"\b(cache|it|kv)\s+(\w+\s+){0,2}(grows?|growing|gets? (bigger|larger)|balloons?|expands?)\b",
+                r"(缓存|KV)[^，。；,;]{0,8}(越来越大|增长|变大|膨胀)"],
+    weak=_MEM)
+
+_TOKEN = [r"\btokens?\b", r"\bwords?\b", r"\bchoice\b", r"\bresult\b", r"\boutput\b", r"\bsampl\w*", r"\bchos\w*",
+          r"\bpick\w*", r"\bselect\w*", r"\bit\b", r"\bthat\b", r"token", r"词", r"结果", r"采样", r"选", r"输出", r"它"]
+_JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
+         r"\bgo(es)?\s+(back\s+)?in(to)?\b", r"\benter\w*", r"\bwritten\b", r"\bwrit\w*", r"\bconcatenat\w*",
+         r"\bpart of\b", r"\binsert\w*", r"\bextend\w*", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",
+         r"\bused as\b", r"\bserves? as\b", r"\battach\w*", r"\bstays? in\b",
+         r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
+         r"接到", r"接入", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进"]
+_HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
+         r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bback\b",
+         r"历史", r"上下文", r"序列", r"输入", r"状态", r"前缀", r"KV", r"缓存", r"context", r"history"]
+TOKEN_TO_HISTORY = idea(
+    "token_to_history", "the sampled token is appended to the request's history", "采样出的 token 会加入请求的历史（上下文）",
+    parts=[_TOKEN, _HIST, _JOIN],
+    weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"])
+
+_NEXT = [r"\b(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|"
+         r"iterations?|forward|pass(es)?|generation|outputs?|predictions?|distributions?|computation|continuation)",
+         r"\b(later|next|following|subsequent)\s+(one|ones)\b", r"\blater\b\s+(steps?|on)\b",
+         r"\b(path|trajectory|direction|branch)\b", r"\bautoregress\w*", r"\bfeedback loop\b",
+         r"\bfrom then on\b", r"\bafterwards\b", r"\bthereafter\b", r"\bdownstream\b", r"\bwhat comes (next|after)\b",
+         r"\beverything after\b", r"\bcondition\w*\b", r"\bdepend\w*", r"\bbuilds?\s+on\b", r"\bbased on\b",
+         r"\brel(y|ies)\s+on\b", r"\battends? to\b", r"\bsteer\w*", r"\bdiverg\w*", r"\bcontinuation\b",
+         r"下一(轮|步|个|次)", r"后续", r"之后", r"以后", r"后面", r"接下来", r"路径", r"走向", r"轨迹", r"方向", r"自回归",
+         r"依赖", r"基于", r"为条件", r"depend", r"next step"]
+NEXT_STEP_DEPENDS = idea(
+    "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",
+    standalone=_NEXT)
+
+REQUEST_STATE = idea(
+    "request_state", "it is execution state that belongs to one live request", "它是属于某一个活跃请求的执行状态",
+    standalone=[r"\b(per|each|every|its own|their own|one|a specific|the specific|bound|tied|belong\w*|owned|attached|"
+                r"specific|that|this|the|running|live|active)\W+(\w+\W+){0,3}?(live\s+|active\s+|running\s+)?"
+                r"(requests?|sequences?)('s)?\b(?!\s+(with|for)\s+the same)",
+                r"\bexecution state\b", r"\bworking state\b", r"\bintermediate\s+(state|results?|activations?)",
+                r"\bactivations?\b", r"\battention state\b", r"\bits own tokens\b",
+                r"每个(活跃)?请求", r"绑定", r"执行状态", r"请求(自己|自身|本身)", r"自己的", r"属于[^，。；,;]{0,6}请求",
+                r"中间状态", r"活跃请求", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求"])
+SAMPLING_PICKS = idea(
+    "sampling_picks", "sampling picks every token", "采样决定每一个 token",
+    standalone=[r"\b(picks?|chooses?|selects?|decides?|determin\w*)\s+(\w+\s+){0,3}?(every|each|the next|which)\s+"
+                r"(\w+\s+){0,2}?tokens?", r"每一?个 ?token", r"决定[^，。；,;]{0,6}(token|哪个|下一)"])
+PREFILL_BUILDS = idea(
+    "prefill_builds", "prefill builds the request's state", "prefill 建立请求的状态",
+    standalone=[r"prefill\w*\s+(\w+\s+){0,5}?(build\w*|creat\w*|fill\w*|writ\w*|wrote|produc\w*|populat\w*|set\w*\s+up|"
+                r"comput\w*|prepar\w*|establish\w*|stor\w*|generat\w*)",
+                r"(that|which)\s+prefill\s+(wrote|built|created|filled|computed|produced)",
+                r"prefill[^。；;]{0,14}(建立|构建|生成|写入|写好|填充|准备|计算|得到|算好)"])
+DECODE_CONTINUES = idea(
+    "decode_continues", "decode continues from that same state", "decode 在同一份状态上继续",
+    standalone=[r"decod\w*\s+(\w+\s+){0,5}?(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
+                r"resum\w*|append\w*|mov\w*|picks? up|carr\w*)",
+                r"decode[^。；;]{0,14}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一)",
+                r"\b(same|one|single)\s+(\w+\s+){0,2}?(request|lifecycle|life cycle|sequence|state machine|path|cache)",
+                r"\bthis very request\b", r"同一(个|条|份)?(请求|生命周期|状态机|缓存|状态)", r"一条(生命周期|链路)"])
+
+HIT_MISS = misconception(
+    "hit_miss",
+    [r"\bhits?\s*(/|or|and|-)\s*miss", r"\b(cache|on a|a|the)\s+(hit|miss)(es)?\b", r"\bhit\s+(rate|ratio)",
+     r"\b(look\w*\s+up|lookup)\s+(\w+\s+){0,3}?(answers?|responses?|replies|completions?|queries|questions)",
+     r"(stor|sav|remember|reus|return|serv)\w*\s+(\w+\s+){0,3}?(previous|past|earlier|old|prior|cached|stored)\s+"
+     r"(answers?|responses?|replies|completions?)",
+     r"(same|identical|repeated)\s+(prompts?|questions?|query|queries|requests?)\b[^.;!?]{0,40}(return|serv|answer|"
+     r"skip|fast|instant)",
+     r"\blru\b", r"命中", r"缓存(了)?[^。；;，,]{0,6}(答案|回答|回复)", r"(返回|复用)[^。；;，,]{0,6}(之前|以前)的?(答案|回答|回复)",
+     r"(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)", r"查表"],
+    ["no_recompute"],
+    "the KV cache is not a hit/miss cache of answers: it exists only while its own request runs",
+    "KV Cache 不是按命中/未命中查答案的缓存：它只在自己的请求运行时存在")
+SAVES_MEMORY = misconception(
+    "saves_memory",
+    [r"\b(sav\w*|reduc\w*|lower\w*|decreas\w*|cut\w*|shrink\w*|conserv\w*|less|lighter)\s+(\w+\s+){0,2}?(gpu\s+)?"
+     r"(memory|vram)\b(?!\s*(traffic|bandwidth|reads|access|transfer))",
+     r"(节省|节约|减少|降低|省)[^。；;，,]{0,3}(显存|内存)(?!带宽)"],
+    ["memory_cost"],
+    "the KV cache does not save memory: think about what it spends to save work",
+    "KV Cache 并不节省显存：想一想它用什么换来了更少的计算")
+STORES_WEIGHTS = misconception(
+    "stores_weights",
+    [r"(cach|stor|keep|sav)\w*\s+(\w+\s+){0,3}?(model\s+)?(weights|parameters)\b",
+     r"(缓存|保存|存储|存)[^。；;]{0,4}(模型)?(权重|参数)"],
+    ["no_recompute"],
+    "the KV cache does not hold the model's weights: think about what is computed per token",
+    "KV Cache 存的不是模型权重：想一想每个 token 会算出什么")
+RANDOM_ONLY = misconception(
+    "random_only",
+    [r"\b(only|just|merely|simply|purely|mainly|mostly)\s+(\w+\s+){0,5}?(random\w*|creativ\w*|divers\w*|variet\w*|"
+     r"style|cosmetic|\bui\b|flavou?r|spice|decorat\w*|look\w*)",
+     r"\b(ui|cosmetic|front-?end|presentation|display|product[- ]layer)\s+(knob|setting|parameter|option|feature|"
+     r"layer|detail|concern|tweak|choice)", r"\bpost-?process\w*",
+     r"(?<!不)只是[^。；;]{0,8}(随机|多样|创意|风格|花样|UI|界面)", r"(?<!不)仅仅[^。；;]{0,8}(随机|多样|UI)",
+     r"(UI|界面|前端|产品层)[^。；;]{0,4}(参数|旋钮|选项|设置|细节)", r"后处理", r"只是显示", r"only shown"],
+    ["token_to_history", "next_step_depends", "sampling_picks"],
+    "sampling is not only about how random the text looks: think about where the picked token goes",
+    "采样不只是让文字更随机：想一想选出的 token 去了哪里")
+NO_EFFECT_LATER = misconception(
+    "no_effect_later",
+    [r"\b(doesn't|does not|don't|do not|never|won't|will not|cannot|can't)\s+(\w+\s+){0,2}?(affect|change|influence|alter|"
+     r"matter)\w*\s+(\w+\s+){0,4}?(later|next|following|subsequent|history|context|future|computation|what the engine)",
+     r"(不|并不|不会)影响[^。；;]{0,8}(后续|下一|历史|上下文|计算|之后)"],
+    ["next_step_depends"],
+    "the sampled token does matter for later steps: think about what they are computed from",
+    "采样出的 token 会影响后续步骤：想一想它们是基于什么计算的")
