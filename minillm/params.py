@@ -34,11 +34,17 @@ _MUTATION_HINT = ("SamplingParams is immutable once built; make a changed copy w
 
 
 def _is_int(value) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
+    kind = type(value)
+    if kind is int:  # the common case, without the slower ABC check
+        return True
+    return kind is not bool and isinstance(value, Integral)
 
 
 def _is_real(value) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool)
+    kind = type(value)
+    if kind is float or kind is int:
+        return True
+    return kind is not bool and isinstance(value, Real)
 
 
 def _is_bool(value) -> bool:
