@@ -8,7 +8,8 @@ detokenisation idea: decode a short sliding window of ids twice per token, the p
 shown (``ids[prefix:read]``) and the whole window (``ids[prefix:]``), and show only what the
 second adds. The window starts primed with the last ``PROMPT_WINDOW`` prompt tokens, so the
 first output token is decoded in context, and the output text equals
-``tokenizer.decode(prompt + output)`` minus ``tokenizer.decode(prompt)`` for every family.
+``tokenizer.decode(prompt + output)`` minus ``tokenizer.decode(prompt)`` for every family
+(for a prompt that ends on a whole character: otherwise that difference is not defined).
 
 Rules, with vLLM's meanings:
 
