@@ -290,3 +290,49 @@ def test_sigterm_cancels_live_streams_and_exits_0():
         srv.stop()
     assert "stopped cleanly" in srv.stdout_tail and "KV used 0/" in srv.stdout_tail
     assert "server shutting down: cancelled in the engine" in srv.log()
+
+
+def test_streamed_text_with_a_stop_string_equals_the_non_streamed_text(oai):
+    kw = dict(model=MODEL, prompt=PROMPT, max_tokens=60, temperature=0, stop=[" named"])
+    full = oai.completions.create(**kw).choices[0]
+    streamed = "".join(c.choices[0].text for c in oai.completions.create(stream=True, **kw))
+    assert full.finish_reason == "stop" and streamed == full.text and " named" not in streamed
+    kept = oai.completions.create(extra_body={"include_stop_str_in_output": True}, **kw).choices[0].text
+    assert kept == full.text + " named"  # vLLM's field, passed through to the engine
+
+
+def test_a_client_that_leaves_a_non_streaming_request_cancels_it(server, http):
+    body = {"prompt": PROMPT, "max_tokens": 900, "temperature": 0, "ignore_eos": True}
+    with httpx.Client(base_url=server.url, trust_env=False, timeout=0.3) as impatient:
+        with pytest.raises(httpx.ReadTimeout):
+            impatient.post("/v1/completions", json=body)  # the client gives up and closes the socket
+    snap = _wait_idle(http, timeout=2.0)
+    assert snap["requests"] == [] and snap["kv_cache"]["used_blocks"] == 0
+    time.sleep(0.2)
+    assert "client disconnected: cancelled in the engine" in server.log()
+
+
+def test_server_engine_limits_are_passed_when_the_engine_has_them():
+    from minillm.serve.server import SERVER_ENGINE_LIMITS, engine_limits
+
+    assert engine_limits(LLM) == {k: v for k, v in SERVER_ENGINE_LIMITS.items()
+                                  if k in __import__("inspect").signature(LLM).parameters}
+
+    class Old:
+        def __init__(self, model=None, *, max_num_seqs=1):
+            pass
+
+    assert engine_limits(Old) == {}
+
+
+@pytest.mark.parametrize("args,needle", [(["--port", "70000"], "--port"), (["--max-waiting", "0"], "--max-waiting"),
+                                         (["--max-num-seqs", "0"], "max_num_seqs"),
+                                         (["/no/such/model/folder"], "no/such")])
+def test_bad_command_line_is_a_clear_error(args, needle):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "minillm.serve", *args], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert "minillm serve: error:" in r.stderr and needle in r.stderr
