@@ -3,6 +3,7 @@
     from minillm.grading import check
     check("task2_kv_explain")          # reads the variable task2_kv_explain from the notebook
     check("task2", "my answer")         # or grade an answer given directly; a unique prefix works
+    show_solution("task2")             # the model answer, on request (recorded in the notebook)
 
 Exercise ids (stable; the notebook lists them):
 
@@ -23,6 +24,7 @@ from . import coding as _coding  # noqa: F401  (registers the coding tasks and t
 from .coding import PRESSURE_SCENARIOS, show_scenarios
 from .registry import EXERCISES, Marks, NotAttempted, check, check_all, summary
 from .result import Feedback, Result, Summary
+from .solutions import show_solution
 
 # the order of the notebook (and of reports)
 ORDER = ["task1_diagram", "task2_kv_explain", "task3_pressure", "task3_kv_bytes", "task4_sampling",
@@ -35,11 +37,11 @@ EXERCISES.clear()
 EXERCISES.update((k, _registered[k]) for k in ORDER)
 
 __all__ = ["check", "check_all", "summary", "EXERCISES", "ORDER", "Result", "Summary", "Feedback", "Marks",
-           "NotAttempted", "DiagramEditor", "cli_grade", "PRESSURE_SCENARIOS", "show_scenarios"]
+           "NotAttempted", "DiagramEditor", "cli_grade", "PRESSURE_SCENARIOS", "show_scenarios", "show_solution"]
 
 
 def cli_grade(argv: list[str]) -> int:
-    """``minillm grade NOTEBOOK [--json PATH]``: run a notebook, grade it, print a table."""
+    """``minillm grade NOTEBOOK|FOLDER [--json PATH] [--review]``: grade submissions (see ``notebook.py``)."""
     from .notebook import cli_grade as run
 
     return run(argv)

@@ -363,8 +363,11 @@ ROLES: dict[str, tuple[str, str]] = {
             r"进入请求|新请求|到达|接收|提交|进入系统", "NEW / ARRIVED"),
     "tokenize": (r"tokeni[sz]\w*|分词", "TOKENIZE"),
     "enqueue": (r"\bqueue\w*|\benqueue\w*|\bwait\w*|\bpending\b|\badmi\w*|入队|排队|等待|队列|待调度", "WAITING / QUEUED / 入队"),
-    "prefill": (r"pre-?\s?fill\w*|prompt process\w*|process\w* (the )?prompt|context encod\w*|预填充|预填", "PREFILL"),
-    "decode": (r"\bdecod\w*|\bactive\b|\brunning\b|\bgenerat\w*|活跃|解码|生成|运行中|运行", "DECODE / ACTIVE"),
+    "prefill": (r"pre-?\s?fill\w*|prompt process\w*|process\w* (the )?prompt|context encod\w*|context[ _]?init\w*|"
+                r"context (phase|stage)|prompt (phase|stage)|first token|encode prompt|预填充|预填|首 ?token|提示处理|"
+                r"prompt ?(处理|计算)|上下文(阶段|计算|编码)|首轮", "PREFILL"),
+    "decode": (r"\bdecod\w*|\bactive\b|\brunning\b|\bgenerat\w*|in[ _]progress|活跃|解码|生成|运行中|运行|逐 ?token|增量",
+               "DECODE / ACTIVE"),
     "sample": (r"\bsampl\w*|采样", "SAMPLE"),
     "update": (r"update\w* (the )?(history|context)|\bappend\w*|更新历史|更新上下文|追加", "UPDATE HISTORY"),
     "preempted": (r"preempt\w*|\bswapp?\w*|\bevict\w*|抢占|换出", "PREEMPTED"),
@@ -396,8 +399,9 @@ def roles_of(name: str, label: str = "") -> set[str]:
         found.discard("enqueue")  # "preempted, waiting" is a preemption state
     if "decode" in found and "prefill" in found and not re.search(r"\band\b|/|\+|&|和|与", text):
         found.discard("decode")  # "prefill (generate the first token)"
-    if "finish" in found and "decode" in found and re.search(r"stop condition|停止条件", text, re.I):
-        found.discard("decode")
+    if "finish" in found and "decode" in found and re.search(r"stop condition|停止条件|complet|\bdone\b|finish|完成", text, re.I) \
+            and not re.search(r"\band\b|/|\+|&|和|与", text):
+        found.discard("decode")  # TensorRT-LLM's GENERATION_COMPLETE
     return found
 
 
@@ -448,6 +452,37 @@ class _Graph:
         return False
 
 
+def _holds_kv(note: str) -> bool:
+    """Does the note say the state holds KV (and not that it holds none)?"""
+    from .concepts import clauses, negated_at
+
+    for _, clause in clauses(note):
+        m = _KV.search(clause)  # the clause's first mention decides: "还没有 KV 块" is one negated mention
+        if m and not negated_at(clause, m.start()) and not re.search(
+                r"\b(freed|released|returned|back in|back to|given back|to the pool|in the pool)\b|释放|归还|回收|还回|"
+                r"回到|放回|池中|池里", clause, re.I):
+            return True
+    return False
+
+
+def _contradictions(d: Diagram, have: dict, dec: list, merged: list) -> list[str]:
+    """Notes that contradict the engine: KV held while waiting or after release, none while decoding."""
+    out = []
+    for s in have["enqueue"]:
+        if s in have["preempted"] or s in dec or s in have["prefill"]:
+            continue
+        if _holds_kv(d.states.get(s, "")):
+            out.append(f"{s}: a waiting request holds no KV block yet — blocks are allocated when it is scheduled")
+    for s in have["release"]:
+        if s not in merged and _holds_kv(d.states.get(s, "")):
+            out.append(f"{s}: a released request holds nothing — its KV blocks are back in the pool")
+    for s in dec:
+        h = d.states.get(s, "")
+        if h and not _holds_kv(h) and (_KV.search(h) or re.search(r"^\s*(nothing|none|无|没有)", h, re.I)):
+            out.append(f"{s}: a decoding request does hold KV blocks — it reads them at every step")
+    return out
+
+
 def _names(states) -> str:
     return ", ".join(sorted(states))
 
@@ -479,8 +514,9 @@ def grade_task1(answer, m: Marks) -> None:
                       f"waits in a queue (WAITING / QUEUED / 入队) until the scheduler admits it")
             m.score += 0.5
         elif role == "release" and merged:
-            m.missing(f"FINISH and RELEASE are one state here ({_names(merged)}); chapter §6 separates 'the logic "
-                      f"is done' from 'the resources are back' — split it into FINISHED → RELEASED")
+            m.ok(f"RELEASED state: {_names(merged)} finishes and releases in one step (the chapter's 完成释放)", 1)
+            m.info("§6 treats 'the logic is done' and 'the resources are back' as two moments; drawing FINISHED → "
+                   "RELEASED apart shows where a leak would sit")
         else:
             m.missing(f"no state for {ROLES[role][1]} (named e.g. {ROLES[role][1]})")
     for s, r in g.roles.items():
@@ -525,6 +561,8 @@ def grade_task1(answer, m: Marks) -> None:
         else:
             m.missing(f"no transition leaves {_names(dec)} for {_names(fin)} when a stop condition is met "
                       f"(EOS, max_tokens, stop string)")
+    if merged and (not rel or set(rel) <= set(merged)) and dec and g.reach(dec, merged):
+        m.ok(f"{_names(merged)} ends the request (finish, then release)", 1)
     if fin and rel and not set(rel) <= set(merged):
         sep_fin = [s for s in fin if s not in merged] or fin
         sep_rel = [s for s in rel if s not in merged] or rel
@@ -547,24 +585,21 @@ def grade_task1(answer, m: Marks) -> None:
 
     # --- 5. resource notes -------------------------------------------------------------------
     bare = [s for s, h in d.states.items() if not h or h.strip(" .?…-") in ("", "TODO", "todo")]
-    if not bare:
+    contradictions = _contradictions(d, have, dec, merged)
+    for text in contradictions:
+        m.wrong(text)
+    if not bare and not contradictions:
         m.ok("every state says what it holds", 1)
+    elif not bare:
+        m.missing("every state has a note, but the notes above contradict what the engine does")
     else:
         m.missing(f"no resource note on: {_names(bare)} — say what each state holds (prompt tokens, KV blocks, "
                   f"a batch slot, nothing…)")
     noted = [s for s in dec if d.states.get(s)]
-    if noted and any(_KV.search(d.states[s]) for s in noted):
+    if noted and any(_holds_kv(d.states[s]) for s in noted):
         m.ok("the decode state's note names the KV cache it holds", 1)
     elif dec:
         m.missing(f"{_names(dec)}'s note should say it holds KV blocks (the cache grows by one token per step)")
-    for s in rel:
-        h = d.states.get(s, "")
-        if h and _KV.search(h) and not _NOTHING.search(h) and s not in merged:
-            m.warn(f"{s} should hold nothing: its KV blocks are back in the pool")
-    for s in have["enqueue"]:
-        h = d.states.get(s, "")
-        if h and _KV.search(h) and not _NOTHING.search(h):
-            m.warn(f"a {s} request holds no KV block yet: blocks are allocated when it is scheduled for prefill")
 
     # --- bonus: preemption and cancel --------------------------------------------------------
     live = dec + pre + have["sample"] + have["update"]

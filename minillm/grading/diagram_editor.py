@@ -7,8 +7,11 @@ Add states (a name and what the state holds — prompt tokens, KV blocks, a batc
 add transitions (from, to, label), and press **Check my diagram** for the grader's feedback.
 Everything the buttons do is also a method (``add_state``, ``add_transition``, …), so the
 editor can be driven from Python. With ``save_to`` the diagram is written to a JSON file on
-every change and read back when the editor is created again — that is how ``minillm grade``,
-which re-runs the notebook from the top, sees a diagram drawn with the mouse.
+every change and read back when the editor is created again. The diagram is also stored in
+the notebook itself: next to the widget the editor shows one small output (mime type
+``application/vnd.minillm.diagram+json``) that it rewrites after every change, so a saved
+``.ipynb`` submitted alone carries the diagram, and ``minillm grade`` reads it from there
+without running anything.
 
 The picture is drawn by Graphviz. Without the ``dot`` program the editor shows the DOT text
 and a one-line hint instead; grading never needs the picture.
@@ -24,6 +27,7 @@ import re
 import ipywidgets as widgets
 
 from .diagram import Diagram, from_data, render_svg, to_dot
+from .extract import DIAGRAM_MIME
 
 RESOURCE_CHOICES = (
     "prompt text", "prompt token ids", "sampling params", "KV blocks for the prompt",
@@ -214,6 +218,29 @@ class DiagramEditor(widgets.VBox):
         if name in self._d.states and not self.state_holds.value:
             self.state_holds.value = self._d.states[name]
 
+    # --- stored in the notebook ------------------------------------------------------------------
+    def _stored_bundle(self) -> dict:
+        data = self.to_data()
+        plain = (f"(diagram stored in this notebook for minillm grade: {len(data['states'])} states, "
+                 f"{len(data['transitions'])} transitions — save the notebook to keep it)")
+        return {"text/plain": plain, DIAGRAM_MIME: data}
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(super()._repr_mimebundle_(), raw=True)
+        self._display_id = getattr(self, "_display_id", None) or f"minillm-diagram-{id(self)}"
+        display(self._stored_bundle(), raw=True, display_id=self._display_id)
+
+    def _update_stored(self) -> None:
+        if getattr(self, "_display_id", None):
+            try:
+                from IPython.display import update_display
+
+                update_display(self._stored_bundle(), raw=True, display_id=self._display_id)
+            except Exception:  # no front end (plain Python): the JSON file still has it
+                pass
+
     # --- drawing and saving ----------------------------------------------------------------------
     def _say(self, text: str, error: bool = False) -> None:
         colour = "#cf222e" if error else "#57606a"
@@ -229,6 +256,8 @@ class DiagramEditor(widgets.VBox):
         self.transition_list.options = [(f"{s} → {t}" + (f"  ({lab})" if lab else ""), i)
                                         for i, (s, t, lab) in enumerate(self._d.transitions)]
         self.view.value = self._render()
+        if save:
+            self._update_stored()
         if save and self.save_to:
             try:
                 with open(self.save_to, "w", encoding="utf-8") as f:

@@ -177,10 +177,27 @@ def grade(ex: Exercise, answer: Any) -> Result:
             "wrong", f"the grader itself failed ({type(exc).__name__}: {exc} at "
                      f"{last.filename.rsplit('/', 1)[-1]}:{last.lineno}); please report this")],
             needs_human_review=True, bonus_max=ex.bonus_max)
+    _flag_copy_of_model(ex, answer, marks)
     score = min(max(marks.score, 0.0), ex.max_score)
     bonus = min(max(marks.bonus, 0.0), ex.bonus_max)
     return Result(ex.id, ex.title, score, ex.max_score, GRADED, marks.feedback, marks.review, bonus,
                   ex.bonus_max)
+
+
+def _flag_copy_of_model(ex: Exercise, answer: Any, marks: Marks) -> None:
+    """A text answer that is a near copy of the model answer goes to a person."""
+    if ex.kind not in ("text",):
+        return
+    parts = answer if isinstance(answer, (list, tuple)) else [answer]
+    text = " ".join(p if isinstance(p, str) else " ".join(x for x in p if isinstance(x, str))
+                    if isinstance(p, (list, tuple)) else "" for p in parts)
+    try:
+        from .solutions import close_to_model
+
+        if close_to_model(ex.id, text):
+            marks.flag("this is very close to the model answer (show_solution): a person should look")
+    except Exception:  # never let the copy check break grading
+        pass
 
 
 def check_all(namespace: dict | None = None) -> Summary:
