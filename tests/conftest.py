@@ -142,3 +142,4 @@ def check_block_invariants(llm):
     for b in range(alloc.num_blocks):
         assert alloc.ref_count[b] == holders.get(b, 0), (b, alloc.ref_count[b], holders.get(b, 0))
     assert alloc.num_used + alloc.num_free == alloc.num_blocks
+    alloc.check_invariants()  # free list, hash index and counters agree with each other
