@@ -19,6 +19,8 @@ from typing import Iterator, Sequence
 import torch
 
 from . import trace as tracemod
+from .detokenizer import IncrementalDetokenizer
+from .engine_args import check_engine_options, plan_kv_cache
 from .interrupts import StepInterrupts
 from .kv_cache import KVCache
 from .models import load_config, load_model, load_tokenizer, resolve_model_dir
@@ -28,51 +30,6 @@ from .runner import ModelRunner
 from .sampler import Sampler, make_generator
 from .scheduler import Scheduler
 from .trace import Event
-
-try:  # one incremental detokeniser per request
-    from .detokenizer import IncrementalDetokenizer as _Detokenizer
-except ImportError:  # pragma: no cover - until minillm.detokenizer lands
-    from .textwindow import WindowDetokenizer as _Detokenizer
-
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
-           "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-CPU_KV_BUDGET_BYTES = 256 << 20
-
-
-def pick_device(device: str | torch.device) -> torch.device:
-    if isinstance(device, torch.device):
-        return device
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if not isinstance(device, str):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked for but no CUDA device is available; use device='cpu'")
-    return dev
-
-
-def pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be 'auto' or one of {sorted(_DTYPES)}, got {dtype!r}")
-    return _DTYPES[dtype]
-
-
-def _positive_int(name: str, value, minimum: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-def _optional_count(name: str, value) -> int | None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-        raise ValueError(f"{name} must be None (keep everything) or an int >= 0, got {value!r}")
-    return value
-
 
 def _locked(method):
     """Run ``method`` holding the engine's lock (re-entrant: methods call each other)."""
@@ -118,64 +75,41 @@ class LLM:
                  enable_prefix_caching: bool = True, enable_chunked_prefill: bool = True,
                  scheduling: str = "continuous", seed: int = 0, max_history: int | None = None,
                  trace_limit: int | None = None):
-        self.device = pick_device(device)
-        self.dtype = pick_dtype(dtype, self.device)
-        _positive_int("block_size", block_size)
-        _positive_int("max_num_seqs", max_num_seqs)
-        _positive_int("max_num_batched_tokens", max_num_batched_tokens)
-        if not isinstance(enable_chunked_prefill, bool):
-            raise ValueError(f"enable_chunked_prefill must be True or False, got {enable_chunked_prefill!r}")
-        self.max_history = _optional_count("max_history", max_history)
-        _optional_count("trace_limit", trace_limit)
-        if num_kv_blocks is not None and kv_cache_tokens is not None:
-            raise ValueError("give the KV budget as num_kv_blocks or kv_cache_tokens, not both")
+        opts = check_engine_options(
+            device, dtype, block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_tokens=kv_cache_tokens,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+            enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
+            scheduling=scheduling, seed=seed, max_history=max_history, trace_limit=trace_limit)
+        self.options = opts
+        self.device, self.dtype, self.max_history = opts.device, opts.dtype, opts.max_history
         self.model_path = resolve_model_dir(model)
-        self.model_config = load_config(self.model_path)
-        limit = self.model_config.max_position_embeddings
-        if max_model_len is None:
-            max_model_len = limit
-        _positive_int("max_model_len", max_model_len, minimum=2)
-        if max_model_len > limit:
+        self.model_config = cfg = load_config(self.model_path)
+        limit = cfg.max_position_embeddings
+        if opts.max_model_len is not None and opts.max_model_len > limit:  # before loading any weight
             raise ValueError(f"max_model_len must be <= the model's max_position_embeddings ({limit}), "
-                             f"got {max_model_len}")
-        self.max_model_len = max_model_len
+                             f"got {opts.max_model_len}")
         self.tokenizer = load_tokenizer(self.model_path)
-        self.model = load_model(self.model_path, self.model_config, self.dtype, self.device, max_model_len)
-
-        cfg = self.model_config
-        elem = torch.empty((), dtype=self.dtype).element_size()
-        bytes_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * elem
-        if kv_cache_tokens is not None:
-            _positive_int("kv_cache_tokens", kv_cache_tokens)
-            num_kv_blocks = -(-kv_cache_tokens // block_size)
-        elif num_kv_blocks is None:
-            if self.device.type == "cuda":
-                budget = torch.cuda.mem_get_info(self.device)[0] // 2
-            else:
-                budget = CPU_KV_BUDGET_BYTES
-            want = max_num_seqs * max_model_len
-            tokens = min(want, budget // bytes_per_token)
-            num_kv_blocks = max(-(-tokens // block_size), 1)
-        _positive_int("num_kv_blocks", num_kv_blocks)
-        self.kv_cache = KVCache(cfg.num_hidden_layers, num_kv_blocks, block_size, cfg.num_key_value_heads,
-                                cfg.head_dim, self.dtype, self.device, enable_prefix_caching)
+        self.max_model_len = opts.max_model_len or limit
+        self.model = load_model(self.model_path, cfg, self.dtype, self.device, self.max_model_len)
+        plan = plan_kv_cache(opts, cfg)  # after the weights are on the device: what is left is the budget
+        self.kv_cache = KVCache(cfg.num_hidden_layers, plan.num_kv_blocks, opts.block_size, cfg.num_key_value_heads,
+                                cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching)
         self.runner = ModelRunner(self.model, self.kv_cache, self.device)
         self.sampler = Sampler()
-        self._generation_config = _read_generation_config(self.model_path)
-        eos = set(cfg.eos_token_ids) | set(_ids_of(self._generation_config.get("eos_token_id")))
+        eos = set(cfg.eos_token_ids)  # config.json's and generation_config.json's
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
-        self.scheduler = Scheduler(self.kv_cache, max_num_seqs, max_num_batched_tokens, scheduling,
-                                   self._transition, emit=self._emit, chunked_prefill=enable_chunked_prefill,
-                                   eos_token_ids=eos, max_model_len=max_model_len,
+        self.scheduler = Scheduler(self.kv_cache, opts.max_num_seqs, opts.max_num_batched_tokens, opts.scheduling,
+                                   self._transition, emit=self._emit, chunked_prefill=opts.enable_chunked_prefill,
+                                   eos_token_ids=eos, max_model_len=self.max_model_len,
                                    on_release=self._forget_old)
         self.requests: dict[str, Request] = {}
-        self.trace: list[Event] | deque[Event] = [] if trace_limit is None else deque(maxlen=trace_limit)
+        self.trace: list[Event] | deque[Event] = [] if opts.trace_limit is None else deque(maxlen=opts.trace_limit)
         self.step_count = 0
         self._step_events: list[Event] | None = None  # collects the events of the step under way
         self._released_ids: deque[str] = deque()
         self._ids = itertools.count()
-        self._seed_rng = random.Random(seed)
+        self._seed_rng = random.Random(opts.seed)
         self._lock = threading.RLock()
 
     @property
@@ -194,10 +128,11 @@ class LLM:
         self.trace.append(event)
         if self._step_events is not None:
             self._step_events.append(event)
+        return event
 
-    def _transition(self, req: Request, new_state: RequestState, **data) -> None:
+    def _transition(self, req: Request, new_state: RequestState, **data) -> Event:
         old = req.move_to(new_state)
-        self._emit(req.request_id, "transition", **{"from": old.value, "to": new_state.value}, **data)
+        return self._emit(req.request_id, "transition", **{"from": old.value, "to": new_state.value}, **data)
 
     @_locked
     def clear_trace(self) -> None:
@@ -276,14 +211,13 @@ class LLM:
         budget) raises, and the request is gone again: not in ``llm.requests``, not in the trace."""
         try:
             ids = self._tokenize_and_check(req)
-            req._detokenizer = _Detokenizer(self.tokenizer, ids, req.params)
+            req._detokenizer = IncrementalDetokenizer(self.tokenizer, ids, req.params)
         except BaseException:
             self.requests.pop(req.request_id, None)
             self._unemit(req.request_id)
             raise
         req.prompt_token_ids = ids
-        req.arrival_time = time.monotonic()
-        self._transition(req, RequestState.WAITING, prompt_tokens=len(ids))
+        req.arrival_time = self._transition(req, RequestState.WAITING, prompt_tokens=len(ids)).time
         self.scheduler.add(req)
         return req
 
@@ -513,13 +447,7 @@ class LLM:
     def default_sampling_params(self, **overrides) -> SamplingParams:
         """``SamplingParams`` with the values the model's ``generation_config.json`` recommends
         (temperature, top_p, top_k, ...; vLLM's ``generation_config="auto"``), then ``overrides``."""
-        from .models import config as model_config
-
-        values = {}
-        if self._generation_config and hasattr(model_config, "generation_defaults"):
-            values = model_config.generation_defaults(self._generation_config)
-        values.update(overrides)
-        return SamplingParams(**values)
+        return SamplingParams(**{**self.model_config.generation_defaults, **overrides})
 
     # --- looking inside ------------------------------------------------------------------
     @_locked
@@ -567,17 +495,3 @@ def _all_ints(values) -> bool:
         return False
     import numbers
     return all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in values)
-
-
-def _read_generation_config(model_path) -> dict:
-    from .models import config as model_config
-
-    reader = getattr(model_config, "load_generation_config", None)
-    return reader(model_path) if reader is not None else {}
-
-
-def _ids_of(value) -> list[int]:
-    if value is None:
-        return []
-    values = value if isinstance(value, (list, tuple)) else [value]
-    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]

@@ -42,6 +42,11 @@ from .request import Request, RequestState, StopReason
 from .stopping import check_stop
 
 
+def _time_of(event) -> float:
+    """A request's timestamps are its events' times, so metrics from either always agree."""
+    return event.time if event is not None else time.monotonic()
+
+
 @dataclass
 class ScheduledBatch:
     """One step's plan. ``prefill_chunks[i]`` is how many tokens of ``prefills[i]`` are
@@ -185,10 +190,10 @@ class Scheduler:
             req.num_computed_tokens = cached
             if req.state == RequestState.WAITING:
                 req.num_cached_prompt_tokens = cached
+            event = self._transition(req, RequestState.PREFILL, cached_tokens=cached,
+                                     blocks=len(req.block_table), chunk_tokens=n)
             if req.first_scheduled_time is None:
-                req.first_scheduled_time = time.monotonic()
-            self._transition(req, RequestState.PREFILL, cached_tokens=cached, blocks=len(req.block_table),
-                             chunk_tokens=n)
+                req.first_scheduled_time = _time_of(event)
             self.running.append(req)
             batch.prefills.append(req)
             batch.prefill_chunks.append(n)
@@ -245,7 +250,6 @@ class Scheduler:
 
     def _append_token(self, req: Request, token: int, logprobs: torch.Tensor | None) -> None:
         req.output_token_ids.append(token)
-        now = time.monotonic()
         data = {"token_id": token, "index": len(req.output_token_ids) - 1}
         if logprobs is not None:
             n = req.params.logprobs
@@ -254,7 +258,7 @@ class Scheduler:
                      "top": [] if top is None else [(int(t), float(lp)) for lp, t in zip(*top)]}
             req.logprobs.append(entry)
             data["logprob"], data["top"] = entry["logprob"], entry["top"]
-        self._emit(req.request_id, "token", **data)
+        now = _time_of(self._emit(req.request_id, "token", **data))
         if req.first_token_time is None:
             req.first_token_time = now
         req.last_token_time = now
@@ -274,21 +278,22 @@ class Scheduler:
         """The request's logic is done: out of the queues, FINISHED with ``reason``; released
         at once when it auto-releases."""
         self.dequeue(req)
+        if req._detokenizer is not None and error is None:
+            req._detokenizer.finish()  # text held back for a character still incomplete
+            req.text = req._detokenizer.text
         req.stop_reason = reason
-        req.finished_time = time.monotonic()
         data = {"stop_reason": reason.value}
         if error is not None:
             req.error = error
             data["error"] = error
-        self._transition(req, RequestState.FINISHED, **data)
+        req.finished_time = _time_of(self._transition(req, RequestState.FINISHED, **data))
         if req.auto_release:
             self.release(req)
 
     def release(self, req: Request) -> int:
         """FINISHED -> RELEASED: blocks back to the pool. Returns the number of blocks freed."""
         freed = self._free(req)
-        req.released_time = time.monotonic()
-        self._transition(req, RequestState.RELEASED, blocks=freed)
+        req.released_time = _time_of(self._transition(req, RequestState.RELEASED, blocks=freed))
         self._on_release(req)
         return freed
 
