@@ -332,3 +332,105 @@ def test_unreleased_finished_requests_stall_with_a_clear_error(tiny_llama):
     assert llm.cache_stats().used_blocks == len(held.block_table)  # the failed request holds nothing
     llm.release(held.request_id)
     assert llm.generate(["the robot found a shiny key"], greedy(4))[0].stop_reason is not None
+
+
+# --- stop reasons that tell the truth, and no orphans (issue 10) ------------------------------
+def test_finished_unreleased_holders_make_a_lone_request_wait_not_context_full(tiny_llama):
+    llm = LLM(str(tiny_llama[0]), block_size=4, num_kv_blocks=6)
+    held = llm.add_request(prompt_token_ids=[3] * 7, params=greedy(1, ignore_eos=True), auto_release=False)
+    run_to_end(llm)
+    assert held.state == S.FINISHED and len(held.block_table) == 2
+    lone = llm.add_request(prompt_token_ids=[4] * 5, params=greedy(15, ignore_eos=True))  # 5 blocks of 6
+    for _ in range(40):
+        llm.step()
+    # the pool is full, but of blocks a FINISHED request keeps: the lone request waits
+    assert lone.is_live and lone.stop_reason is None and lone.state == S.PREEMPTED
+    with pytest.raises(RuntimeError, match=rf"never released \({held.request_id}\)"):
+        llm.generate(["the fox"], greedy(2))
+    llm.release(held.request_id)
+    run_to_end(llm)
+    assert lone.stop_reason == StopReason.MAX_TOKENS and len(lone.output_token_ids) == 15
+    assert llm.cache_stats().used_blocks == 0
+
+
+def test_a_tokenization_failure_leaves_no_request_and_no_event(tiny_llm, monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("tokenizer exploded")
+
+    monkeypatch.setattr(tiny_llm.tokenizer, "encode", broken)
+    with pytest.raises(RuntimeError, match="exploded"):
+        tiny_llm.add_request("the fox", greedy())
+    assert not tiny_llm.requests and not tiny_llm.trace
+    monkeypatch.setattr(tiny_llm.tokenizer, "encode", lambda *a, **k: [])
+    with pytest.raises(ValueError, match="non-empty"):
+        tiny_llm.add_request("the fox", greedy())
+    assert not tiny_llm.requests and not tiny_llm.trace and not tiny_llm.has_unfinished()
+
+
+def test_a_rejected_prompt_leaves_no_new_event(tiny_llama):
+    llm = LLM(str(tiny_llama[0]), block_size=4, num_kv_blocks=64, max_model_len=8)
+    with pytest.raises(ValueError, match="max_model_len"):
+        llm.add_request(prompt_token_ids=[5] * 8, params=greedy())
+    assert not llm.requests and not llm.trace
+
+
+def test_prompt_and_prompt_token_ids_together_are_refused(tiny_llm):
+    with pytest.raises(ValueError, match="not both"):
+        tiny_llm.add_request("the fox", greedy(), prompt_token_ids=[5, 6])
+    assert not tiny_llm.requests and not tiny_llm.trace
+
+
+def test_numpy_token_ids_are_accepted(tiny_llm):
+    np = pytest.importorskip("numpy")
+    req = tiny_llm.add_request(prompt_token_ids=np.array([5, 6, 7]), params=greedy(2))
+    assert req.prompt_token_ids == [5, 6, 7] and all(type(t) is int for t in req.prompt_token_ids)
+
+
+def test_detokenisation_failure_ends_only_that_request(tiny_llm, monkeypatch):
+    good = tiny_llm.add_request("the fox", greedy(6, ignore_eos=True))
+    bad = tiny_llm.add_request("the robot", greedy(6, ignore_eos=True))
+
+    def broken(token_id, *, hidden=False):
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "broken tokenizer")
+
+    monkeypatch.setattr(bad._detokenizer, "update", broken)
+    run_to_end(tiny_llm)
+    assert bad.stop_reason == StopReason.CANCELLED and "broken tokenizer" in bad.error
+    assert good.stop_reason == StopReason.MAX_TOKENS and len(good.output_token_ids) == 6
+    assert tiny_llm.cache_stats().used_blocks == 0
+
+
+# --- chat and generation config (issue 11) ---------------------------------------------------
+def test_chat_uses_the_template_with_one_bos(default_llm_factory):
+    from minillm.chat import encode_conversation
+
+    llm = default_llm_factory(block_size=16, num_kv_blocks=64)
+    conv = [{"role": "user", "content": "Tell me a story about a fox."}]
+    out = llm.chat(conv, greedy(8))
+    assert len(out) == 1 and out[0].prompt_token_ids == encode_conversation(llm.tokenizer, conv)
+    bos = llm.tokenizer.bos_token_id
+    if bos is not None:
+        assert out[0].prompt_token_ids.count(bos) <= 1
+    two = llm.chat([conv, [{"role": "user", "content": "Hi"}]], greedy(8))
+    assert [o.token_ids for o in two][0] == out[0].token_ids and len(two) == 2
+    with pytest.raises(ValueError):
+        llm.chat([])
+
+
+def test_generation_config_eos_stops_greedy_decoding(tiny_llama, tmp_path):
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_llama[0], folder)
+    base = LLM(str(folder), block_size=4, num_kv_blocks=64)
+    first = base.generate(["the fox"], greedy(12, ignore_eos=True))[0].token_ids
+    fresh = [t for t in first[2:] if t not in first[:2] and t != 1]
+    assert fresh
+    stop = fresh[0]
+    (folder / "generation_config.json").write_text(json.dumps(
+        {"eos_token_id": [1, stop], "temperature": 0.6, "top_p": 0.9}))
+    llm = LLM(str(folder), block_size=4, num_kv_blocks=64)
+    out = llm.generate(["the fox"], greedy(12))[0]
+    assert out.stop_reason == StopReason.EOS and out.token_ids == first[:first.index(stop) + 1]
+    defaults = llm.default_sampling_params(max_tokens=5)
+    assert defaults.temperature == 0.6 and defaults.top_p == 0.9 and defaults.max_tokens == 5
