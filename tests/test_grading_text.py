@@ -304,15 +304,23 @@ def test_pitfalls_fail(ex_id, answer):
 
 
 def test_quiz_right_wrong_and_bad_input():
-    right = check("quiz2_kv_tradeoff", "d")
+    letter_only = check("quiz2_kv_tradeoff", "d")
+    assert letter_only.score == 1 and "add why" in str(letter_only)
+    right = check("quiz2_kv_tradeoff", ("d", "it spares recomputing past tokens, but that memory grows with context"))
     assert right.passed and "A:" in str(right) and "pitfall 1" in str(right)  # every option explained
+    thin = check("quiz2_kv_tradeoff", ("D", "it is the best option"))
+    assert thin.score == 1 and thin.needs_human_review
+    zh = check("quiz3_sampling_interface", ("选C", "因为采样出的 token 会加入历史，后续每一步都基于它"))
+    assert zh.passed and "正确" in str(zh)
     for letter in "ABC":
         wrong = check("quiz2_kv_tradeoff", letter)
         assert wrong.score == 0 and "Try again" in str(wrong)
         assert "Right" not in str(wrong)  # a wrong pick does not give the answer away
-    assert check("quiz1", "(B)").passed and check("quiz3", ["C"]).passed
+    assert check("quiz1", "(B)").score == 1 and check("quiz3", ["C"]).score == 1
+    for text, letter in (("Answer: D", 1), ("I think D", 1), ("选D", 1), ("B or D", 0), ("BD", 0)):
+        assert check("quiz2", text).score == letter, text
     assert "one letter, A, B, C, D" in str(check("quiz4", "E"))
-    assert "one letter" in str(check("quiz4", 4))
+    assert "a letter such as" in str(check("quiz4", 4))
     assert not check("quiz4", None).attempted
 
 

@@ -136,7 +136,8 @@ def negated_at(clause: str, pos: int) -> bool:
     """Is the word at ``pos`` in ``clause`` negated (a wide negator anywhere before it in the
     clause, or a plain one just before it)?"""
     before = clause[:pos]
-    if _NEG_WIDE.search(before):
+    joins = [m.end() for m in re.finditer(r"\band\b|\bor\b|和|并且|而且", before, _I)]
+    if _NEG_WIDE.search(before[joins[-1]:] if joins else before):  # "avoids X and costs Y": the scope ends at "and"
         return True
     window_start = max(0, pos - (NEAR_WINDOW_ZH if _CJK_RE.search(clause[max(0, pos - 1):pos + 1]) else NEAR_WINDOW_EN))
     near = clause[window_start:pos]

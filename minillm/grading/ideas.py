@@ -154,3 +154,15 @@ NO_EFFECT_LATER = misconception(
     ["next_step_depends"],
     "the sampled token does matter for later steps: think about what they are computed from",
     "采样出的 token 会影响后续步骤：想一想它们是基于什么计算的")
+
+HOLDS_RESOURCES = idea(
+    "holds_resources", "each request holds state and resources until it is released", "每个请求从进入到释放都占着状态和资源",
+    standalone=[r"\b(holds?|holding|occup\w*|owns?|keeps?)\b\s+(\w+\s+){0,3}?(resources?|state|kv|blocks?|slots?|memory|"
+                r"tokens)", r"\b(resources?|state|states)\b", r"\bkv blocks?\b", r"\bstate machines?\b",
+                r"资源", r"状态", r"占用", r"持有", r"KV ?块", r"槽位"])
+MIXED_STATES = idea(
+    "mixed_states", "a batch mixes requests in different, changing states", "一个批次里的请求处于不同且不断变化的状态",
+    standalone=[r"\bdifferent\s+(\w+\s+){0,1}?(states?|phases?|stages?)", r"\bstate\s+(transitions?|changes?)",
+                r"\b(join|leave|enter|exit|finish)\w*\b[^.;]{0,40}\b(batch|step)", r"\b(mix|mixes|mixed|mixing)\b",
+                r"\bchang\w*\s+(\w+\s+){0,2}?(every|each)\s+step", r"\b(transition|move)\w*\b",
+                r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)", r"(加入|离开|进出|进进出出)", r"混合", r"每一?步[^，。；]{0,6}变"])

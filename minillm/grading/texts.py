@@ -572,65 +572,72 @@ class Question:
 QUIZ = [
     Question("quiz1_live_requests", "§1 look from the request",
              "Why does an inference engine manage live requests, not just model computation?", {
-                 "A": ("Because every request runs the same forward pass, so only the number of requests matters.",
+                 "A": ("Because every request runs the same forward pass, so the engine only has to count how many "
+                       "requests it has.",
                        "The forward pass is shared code, but what each request holds (its tokens, its KV blocks, "
                        "its state) differs, and that is what the engine has to track."),
-                 "B": ("Because each request is a state machine that holds resources — prompt tokens, KV blocks, a "
-                       "batch slot — from admission until release, and the engine decides who runs, who waits and "
-                       "what to free.",
+                 "B": ("Because each request holds resources until it is released, and the engine decides who runs, "
+                       "who waits, who is freed.",
                        "Right: state plus resource occupation. Scheduling is deciding how many of these live, "
                        "resource-holding objects can coexist."),
-                 "C": ("Because requests must be processed one at a time, in arrival order.",
+                 "C": ("Because requests must be processed strictly one at a time, in the order in which they "
+                       "arrived at the server.",
                        "Engines run many live requests together (batching); order is a policy, not the reason."),
-                 "D": ("Because the model weights are copied into every request.",
+                 "D": ("Because the model weights are copied into every request, so each request needs its own "
+                       "private copy of the model.",
                        "Weights are loaded once and shared; what is per request is its context and KV cache."),
              }, "B"),
     Question("quiz2_kv_tradeoff", "§3 KV cache",
              "Why is the KV cache both a benefit and a source of pressure?", {
-                 "A": ("It stores answers to earlier prompts, so repeated questions are fast, but a low hit rate "
-                       "wastes memory.",
+                 "A": ("It stores the answers to earlier prompts, so that repeated questions are fast, but a low hit "
+                       "rate wastes its memory.",
                        "This is pitfall 1: the KV cache is not a hit/miss cache of answers, it is the execution "
                        "state of live requests."),
-                 "B": ("It makes prefill faster but decode slower.",
+                 "B": ("It makes the prefill of long prompts faster, but it makes every later decode step slower "
+                       "than before.",
                        "It is decode that it speeds up; prefill writes the cache, decode reads it every step."),
-                 "C": ("It compresses the model weights: memory goes down, accuracy goes down a little.",
+                 "C": ("It compresses the model weights: memory use goes down, and the accuracy of the model goes "
+                       "down a little.",
                        "That describes quantization. The KV cache holds activations (keys and values), not weights."),
-                 "D": ("It keeps the keys and values of past tokens so decode does not recompute them, and that "
-                       "storage grows with context length, output length and the number of live requests.",
+                 "D": ("It spares decode from redoing past tokens' keys and values, and that storage grows with "
+                       "tokens and live requests.",
                        "Right: saved compute is paid for in memory, per token and per live request."),
              }, "D"),
     Question("quiz3_sampling_interface", "§4 sampling",
              "Why do sampling parameters belong in the service interface and the request's state, not only in "
              "the product layer?", {
-                 "A": ("Because they only change how creative the final text looks, which the user should choose.",
+                 "A": ("Because they only change how creative the final text looks, which is a choice the user "
+                       "should make.",
                        "This is pitfall 2: sampling is not a cosmetic knob, it picks every token."),
-                 "B": ("Because sampling runs once, before prefill.",
+                 "B": ("Because sampling runs once, before prefill, to decide how long the answer to the prompt is "
+                       "allowed to be.",
                        "Sampling runs after every forward pass: once after prefill for the first token, then in "
                        "each decode step."),
-                 "C": ("Because the token chosen at each decode step is appended to the request's history and "
-                       "conditions every later step, so temperature, top-k, top-p and the seed must travel with the "
-                       "request into the decode loop.",
+                 "C": ("Because each sampled token joins the request's history and conditions every later step, "
+                       "inside the decode loop.",
                        "Right: sampling moves the request's state forward, so its parameters are part of the "
                        "request's execution semantics."),
-                 "D": ("Because the API has to validate the parameters before accepting a request.",
+                 "D": ("Because the API has to validate every parameter before it accepts a request, and that "
+                       "happens at the service.",
                        "Validation is good practice, but it could happen anywhere; it is not why the engine must "
                        "carry the parameters."),
              }, "C"),
     Question("quiz4_states_before_batching", "§5 scheduling preview",
              "Why must you think in request state machines before studying batching?", {
-                 "A": ("Because batching only works for requests with identical prompts.",
+                 "A": ("Because batching only works for requests whose prompts are identical, which the states "
+                       "help to detect.",
                        "Batching mixes requests with different prompts and lengths; that is what makes it hard."),
-                 "B": ("Because state machines make the model's outputs more accurate.",
+                 "B": ("Because state machines make the model's outputs more accurate, and accurate outputs are what "
+                       "batching needs to work.",
                        "States describe the engine's bookkeeping; they do not change the model's numbers."),
-                 "C": ("Because a batch is a static list of tasks fixed when the requests arrive.",
+                 "C": ("Because a batch is a static list of tasks that is fixed once, when all the requests have "
+                       "arrived.",
                        "With continuous batching the batch changes every step as requests join and finish."),
-                 "D": ("Because a batch groups live requests that are in different states — some prefilling, some "
-                       "decoding, some finished and waiting to be released — and every scheduling decision is a "
-                       "state transition.",
+                 "D": ("Because a batch mixes requests in different states, and every scheduling decision moves "
+                       "one of them to a new state.",
                        "Right: batching operates on a set of changing states, not on static tasks."),
              }, "D"),
 ]
-
 
 _CUE = re.compile(r"(answer|option|choice|pick|choose|select|go with|i think|i'd say|it's|it is|is)\s*[:：]?\s*\(?$|"
                   r"(选|选项|答案是?|答|是)\s*[:：]?\s*$", re.I)
@@ -655,26 +662,74 @@ def parse_choice(value: str, options) -> tuple[str | None, str]:
     return None, f"answer with one letter, {', '.join(options)}; got {value!r}"
 
 
+def _quiz_why_ideas(q: Question):
+    from . import ideas as I
+
+    return {"quiz1_live_requests": ([I.HOLDS_RESOURCES], False),
+            "quiz2_kv_tradeoff": ([I.RECOMPUTE, I.MEMORY], True),
+            "quiz3_sampling_interface": ([I.TOKEN_TO_HISTORY, I.NEXT_STEP_DEPENDS], False),
+            "quiz4_states_before_batching": ([I.MIXED_STATES], False)}[q.id]
+
+
+def _quiz_answer(answer, q: Question) -> tuple:
+    """(letter text, why text) from "D", ["D"], ("D", "because …") or "D, because …"."""
+    if isinstance(answer, (list, tuple)) and len(answer) == 2 and all(isinstance(a, str) or a is None for a in answer):
+        return answer[0] or "", answer[1] or ""
+    if isinstance(answer, (list, tuple, set)) and len(answer) == 1:
+        answer = next(iter(answer))
+    if not isinstance(answer, str):
+        raise _TypeProblem(f"{q.id} should be a letter such as \"B\", or (\"B\", \"why, in one sentence\"), "
+                           f"got {answer!r}")
+    t = normalize(answer)
+    m = re.match(r"^\W*(?:answer|option|选项?|答案是?)?\W*([A-Da-d])(?![A-Za-z])[\s,，.。:：;；—-]*(because\b|since\b|"
+                 r"as\b|因为|由于)(.*)$", t, re.I)
+    if m:
+        return m.group(1), m.group(2) + m.group(3)
+    return t, ""
+
+
 def _register_question(q: Question) -> None:
-    @register(q.id, f"Self-check · {q.text[:48].rstrip()}…", q.section, 1, kind="quiz")
+    @register(q.id, f"Self-check · {q.text[:48].rstrip()}…", q.section, 2, kind="quiz")
+    @_wrong_type
     def grader(answer, m: Marks, q=q) -> None:
-        letter = answer
-        if isinstance(letter, (list, tuple, set)) and len(letter) == 1:
-            letter = next(iter(letter))
-        if not isinstance(letter, str):
-            m.wrong(f"{q.id} should be one letter such as \"B\", got {answer!r}")
-            return
-        letter, problem = parse_choice(letter, q.options)
+        from .concepts import is_salad, language, length_units, read
+
+        letter_text, why = _quiz_answer(answer, q)
+        lang = language(why) if why else language(letter_text)
+        if is_unanswered(letter_text) and is_unanswered(why):
+            raise NotAttempted(f"{q.id} is still empty")
+        letter, problem = parse_choice(letter_text, q.options)
         if letter is None:
             m.wrong(f"{q.id}: {problem}")
             return
         if letter == q.answer:
-            m.ok(f"{letter} is right. {q.options[letter][1]}", 1)
-            for other, (_, why) in q.options.items():
+            m.ok(_say(lang, f"{letter} is right. {q.options[letter][1]}", f"{letter} 正确。{q.options[letter][1]}"), 1)
+            for other, (_, expl) in q.options.items():
                 if other != letter:
-                    m.info(f"{other}: {why}")
+                    m.info(f"{other}: {expl}")
         else:
-            m.wrong(f"{letter} is not the best answer: {q.options[letter][1]} Try again.")
+            m.wrong(_say(lang, f"{letter} is not the best answer: {q.options[letter][1]} Try again.",
+                         f"{letter} 不是最佳答案：{q.options[letter][1]} 再试一次。"))
+            return
+        if not why.strip():
+            m.missing(_say(lang, "add why, in one sentence: answer (\"B\", \"because …\") for the second point",
+                           "请用一句话说明理由：写成 (\"B\", \"因为……\") 可得第二分"))
+            return
+        if length_units(why) > 80 or is_salad(why):
+            m.wrong(_say(lang, "the why should be one sentence (not a keyword list, not a paragraph)",
+                         "理由应是一句话（不是关键词列表，也不是一大段）"))
+            m.flag()
+            return
+        wanted, need_all = _quiz_why_ideas(q)
+        r = read(why, wanted, [])
+        found = [i for i in wanted if r.ideas[i.key] == "present"]
+        if (need_all and len(found) == len(wanted)) or (not need_all and found):
+            m.ok(_say(lang, "the why names the mechanism", "理由说清了机制"), 1)
+        else:
+            missing = [i for i in wanted if i not in found]
+            m.missing(_hint(missing[0].key, lang) if missing[0].key in _HINTS else
+                      _say(lang, f"the why does not yet say: {missing[0].label_en}", f"理由还没有说到：{missing[0].label_zh}"))
+            m.flag()
 
 
 for _q in QUIZ:
