@@ -19,6 +19,9 @@ template included. Requires the ``gguf`` package (``pip install 'minillm[gguf]'`
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -166,13 +169,40 @@ def read_gguf_tensors(path: Path, config: ModelConfig) -> dict[str, torch.Tensor
     return out
 
 
+def tokenizer_cache_dir(path: Path) -> Path:
+    """Where the tokenizer built from ``path`` is kept (keyed by name, size and mtime)."""
+    st = path.stat()
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minillm" / "gguf-tokenizers"
+    return root / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}"
+
+
 def load_gguf_tokenizer(path: Path):
-    """The tokenizer (and chat template) transformers builds from the GGUF's metadata."""
+    """The tokenizer (and chat template) transformers builds from the GGUF's metadata.
+
+    Building it means parsing ~50k tokens and merges in Python (tens of seconds on a busy
+    machine), so the result is saved once as an ordinary tokenizer folder in the user's cache
+    and read from there afterwards; a cache that cannot be written is simply not used."""
     _gguf()
     from transformers import AutoTokenizer
 
+    cached = tokenizer_cache_dir(path)
+    if (cached / "tokenizer.json").is_file():
+        try:
+            return AutoTokenizer.from_pretrained(str(cached), local_files_only=True, trust_remote_code=False)
+        except Exception:  # noqa: BLE001 - a damaged cache entry: rebuild it below
+            shutil.rmtree(cached, ignore_errors=True)
     try:
-        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - name the file whatever the converter raised
         raise ValueError(f"{path}: could not build the tokenizer from the GGUF metadata "
                          f"({type(exc).__name__}: {exc})") from None
+    tmp = None
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=cached.parent, prefix=".building-"))
+        tokenizer.save_pretrained(str(tmp))
+        os.replace(tmp, cached)  # atomic: a reader never sees a half-written folder
+    except OSError:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return tokenizer

@@ -220,19 +220,24 @@ def _pack(config: ModelConfig, hf: dict[str, torch.Tensor]) -> dict[str, torch.T
 
 def build_model(config: ModelConfig, hf: dict[str, torch.Tensor], dtype: torch.dtype, device: torch.device,
                 max_positions: int, source: str, origin: dict[str, Path] | None = None) -> LlamaForCausalLM:
-    """Our model from checked Hugging Face-named tensors. The module is built and cast on the
-    meta device, so the only memory ever allocated on ``device`` is the final weights in
-    ``dtype`` (no float32 copy first)."""
+    """Our model from checked Hugging Face-named tensors. The module is built on the meta
+    device and the checkpoint's tensors become its parameters (cast on the host, then moved):
+    the only memory ever allocated on ``device`` is the final weights in ``dtype``, with no
+    float32 copy first and no second copy on the host."""
     check_tensors(config, hf, source, origin)
     state = _pack(config, hf)
+    for name, tensor in state.items():
+        state[name] = tensor.to(dtype=dtype).to(device)
+    if config.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
     with torch.device("meta"):
         model = LlamaForCausalLM(config, max_positions)
-    model = model.to(dtype).to_empty(device=device)
-    with torch.no_grad():
-        for name, tensor in state.items():
-            model.get_parameter(name).copy_(tensor)
+    model.load_state_dict(state, strict=False, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
+    left = [n for n, p in model.named_parameters() if p.is_meta]
+    if left:  # cannot happen after check_tensors; a loud error beats a silent meta weight
+        raise ValueError(f"{source}: no weights loaded for {', '.join(left)}")
     # rotary tables are computed, not stored: built in float32 on the target device
     model.rotary.reset(device)
     model.eval()
