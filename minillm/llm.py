@@ -18,6 +18,7 @@ from typing import Iterator, Sequence
 
 import torch
 
+from . import intake
 from . import trace as tracemod
 from .detokenizer import IncrementalDetokenizer
 from .engine_args import check_engine_options, plan_kv_cache
@@ -150,36 +151,23 @@ class LLM:
                 del self.requests[old.request_id]
 
     # --- adding requests ----------------------------------------------------------------
-    def _checked(self, prompt, params, prompt_token_ids, request_id) -> tuple[SamplingParams, list[int] | None, str]:
-        """Everything about a new request that can be wrong, checked before anything is registered."""
-        params = SamplingParams() if params is None else params
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-        ids = None
-        if prompt_token_ids is None:
-            if not isinstance(prompt, str) or not prompt:
-                raise ValueError(f"prompt must be a non-empty string, got {prompt!r}")
-        else:
-            if prompt is not None:
-                raise ValueError("give prompt or prompt_token_ids, not both")
-            vocab = self.model_config.vocab_size
-            ids = [int(t) for t in prompt_token_ids] if _all_ints(prompt_token_ids) else None
-            if not ids or not all(0 <= t < vocab for t in ids):
-                raise ValueError(f"prompt_token_ids must be a non-empty list of ints in [0, {vocab})")
+    def _new_id(self, request_id) -> str:
         if request_id is None:
             request_id = str(next(self._ids))
             while request_id in self.requests:
                 request_id = str(next(self._ids))
         elif not isinstance(request_id, str) or request_id in self.requests:
             raise ValueError(f"request_id must be a new string, got {request_id!r}")
-        return params, ids, request_id
+        return request_id
 
     @_locked
     def new_request(self, prompt: str | None = None, params: SamplingParams | None = None, *,
                     prompt_token_ids: Sequence[int] | None = None, request_id: str | None = None,
                     auto_release: bool = True) -> Request:
         """Validate and register a request in state NEW (not tokenized, not queued yet)."""
-        params, ids, request_id = self._checked(prompt, params, prompt_token_ids, request_id)
+        params = intake.check_params(params)
+        ids = intake.check_prompt(prompt, prompt_token_ids, self.model_config.vocab_size)
+        request_id = self._new_id(request_id)
         seed = params.seed if params.seed is not None else self._seed_rng.getrandbits(63)
         req = Request(request_id=request_id, prompt=prompt, params=params, auto_release=auto_release)
         if ids is not None:
@@ -189,28 +177,15 @@ class LLM:
         self._emit(request_id, "transition", **{"from": None, "to": RequestState.NEW.value})
         return req
 
-    def _tokenize_and_check(self, req: Request) -> list[int]:
-        ids = req.prompt_token_ids or self.tokenizer.encode(req.prompt)
-        n, vocab = len(ids), self.model_config.vocab_size
-        if n == 0 or not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
-            raise ValueError(f"the tokenizer turned prompt {req.prompt!r} into {n} ids, not a non-empty "
-                             f"list of ids in [0, {vocab})")
-        if n >= self.max_model_len:
-            raise ValueError(f"prompt has {n} tokens but max_model_len is {self.max_model_len}: shorten the "
-                             f"prompt to at most {self.max_model_len - 1} tokens")
-        if self.kv_cache.allocator.blocks_needed(n + 1) > self.kv_cache.num_blocks:
-            cap = self.kv_cache.num_blocks * self.kv_cache.block_size
-            raise ValueError(f"prompt has {n} tokens but the whole KV budget holds {cap} tokens: shorten the "
-                             f"prompt or raise num_kv_blocks / kv_cache_tokens")
-        return list(ids)
-
     @_locked
     def enqueue(self, req: Request) -> Request:
         """Tokenize (NEW -> WAITING) and queue for the scheduler. A prompt that cannot be
         tokenized or can never run (longer than max_model_len allows, larger than the whole KV
         budget) raises, and the request is gone again: not in ``llm.requests``, not in the trace."""
         try:
-            ids = self._tokenize_and_check(req)
+            ids = intake.check_fits(req.prompt_token_ids or self.tokenizer.encode(req.prompt), req.prompt,
+                                    self.model_config.vocab_size, self.max_model_len,
+                                    self.kv_cache.num_blocks, self.kv_cache.block_size)
             req._detokenizer = IncrementalDetokenizer(self.tokenizer, ids, req.params)
         except BaseException:
             self.requests.pop(req.request_id, None)
@@ -267,7 +242,7 @@ class LLM:
                     try:
                         with interrupts.deliverable():
                             logits = self.runner.run(batch.decodes, batch.prefills, batch.prefill_chunks)
-                            token_ids, logprobs, errors = self._sample(logits, sampled, rngs)
+                            token_ids, logprobs, errors = self.runner.sample(self.sampler, logits, sampled, rngs)
                     except BaseException:
                         for r, state in rngs:
                             r._generator.set_state(state)
@@ -284,32 +259,6 @@ class LLM:
         finally:
             self._step_events = None
         return events
-
-    def _sample(self, logits: torch.Tensor, reqs: list[Request], rngs):
-        """Tokens for ``reqs`` (one row of ``logits`` each), their log-probabilities when any
-        request asked for them, and {row: error} for rows whose parameters made sampling raise:
-        those rows are sampled again one by one, so one bad request cannot sink the others."""
-        if not reqs:
-            return [], None, {}
-        errors: dict[int, str] = {}
-        try:
-            token_ids, raw = self.sampler(logits, reqs)
-        except Exception:  # noqa: BLE001 - find the request(s) it came from
-            for r, state in rngs:
-                r._generator.set_state(state)
-            token_ids, rows = [], []
-            for i, r in enumerate(reqs):
-                try:
-                    ids, row = self.sampler(logits[i:i + 1], [r])
-                    token_ids.append(ids[0])
-                    rows.append(row[0])
-                except Exception as exc:  # noqa: BLE001
-                    errors[i] = f"sampling failed: {type(exc).__name__}: {exc}"
-                    token_ids.append(None)
-                    rows.append(logits[i])
-            raw = torch.stack(rows)
-        logprobs = raw.log_softmax(-1) if any(r.params.logprobs is not None for r in reqs) else None
-        return token_ids, logprobs, errors
 
     # --- finishing from outside ----------------------------------------------------------
     @_locked
@@ -486,12 +435,3 @@ class LLM:
         s = self.cache_stats()
         return (f"LLM({self.model_config.architecture} from {self.model_path.name}, device={self.device}, "
                 f"dtype={str(self.dtype).replace('torch.', '')}, kv_blocks={s.total_blocks}x{s.block_size})")
-
-
-def _all_ints(values) -> bool:
-    try:
-        values = list(values)
-    except TypeError:
-        return False
-    import numbers
-    return all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in values)

@@ -161,3 +161,31 @@ class ModelRunner:
         in_order = not prefills and all(row == i for i, row in enumerate(logits_rows))
         rows = None if in_order else torch.tensor(logits_rows, dtype=torch.long, device=self.device)
         return self.model(input_ids, batch, self.kv, logits_rows=rows)
+
+    def sample(self, sampler, logits: torch.Tensor, reqs: list[Request], rng_states=()):
+        """Tokens for ``reqs`` (one row of ``logits`` each), their log-probabilities when any
+        request asked for them, and {row: error} for rows whose parameters made sampling raise.
+        Those rows are found by sampling again one row at a time from the generators' saved
+        ``rng_states`` (request, state), so one bad request cannot sink the others."""
+        if not reqs:
+            return [], None, {}
+        errors: dict[int, str] = {}
+        try:
+            token_ids, raw = sampler(logits, reqs)
+        except Exception:  # noqa: BLE001 - find the request(s) it came from
+            for r, state in rng_states:
+                r._generator.set_state(state)
+            token_ids, rows = [], []
+            for i, r in enumerate(reqs):
+                try:
+                    ids, row = sampler(logits[i:i + 1], [r])
+                    token_ids.append(ids[0])
+                    rows.append(row[0])
+                except Exception as exc:  # noqa: BLE001
+                    errors[i] = f"sampling failed: {type(exc).__name__}: {exc}"
+                    token_ids.append(None)
+                    rows.append(logits[i])
+            raw = torch.stack(rows)
+        logprobs = raw.log_softmax(-1) if any(r.params.logprobs is not None for r in reqs) else None
+        return token_ids, logprobs, errors
+
