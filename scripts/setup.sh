@@ -159,5 +159,5 @@ if [ "$(uname -s)" = Linux ] && [ "${MINILLM_ALLOW_ANY_TORCH:-0}" != 1 ]; then
     cuda="$("$VPY" -c 'import importlib.metadata as m; print(any(d.metadata["Name"].startswith("nvidia-") for d in m.distributions()))' 2>/dev/null || echo False)"
     [ "$cuda" = False ] || warn "CUDA libraries (nvidia-* packages) are in $VENV: was a CUDA build of torch installed by hand?"
 fi
-bash "$ROOT/scripts/fetch_test_models.sh" || warn "scripts/fetch_test_models.sh failed: the GGUF tests will be skipped"
+MINILLM_PYTHON="$VPY" bash "$ROOT/scripts/fetch_test_models.sh" || warn "scripts/fetch_test_models.sh failed: the GGUF tests will be skipped"
 say "done. Start the course: bash scripts/lab.sh   |   run all tests: bash scripts/test.sh"
