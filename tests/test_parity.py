@@ -175,3 +175,43 @@ def test_untied_and_tied_embeddings(tmp_path):
     assert llm.model.lm_head.weight.data_ptr() == llm.model.model.embed_tokens.weight.data_ptr()
     ids = prompts(1, seed=9)[0]
     assert (tied(torch.tensor([ids])).logits[0] - llm.model.full_logits(ids)).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["natural-split", "forced-4-groups"])
+def test_multi_group_decode_matches_transformers(tmp_path, monkeypatch, forced):
+    """Decode rows of very different context lengths are attended in several groups (one
+    gather + one attention call each, see ``runner.split_by_length``): every step's logits
+    still equal transformers'. ``natural-split``: contexts of ~1500 and of a few tokens, which
+    the default cost model splits; ``forced-4-groups``: a zero group cost, so short contexts
+    are split into the most groups too."""
+    import minillm.runner as runner
+
+    hf = make_model(tmp_path / "long", "llama", max_position_embeddings=2048)
+    lengths = (1500, 1390, 37, 30, 9, 2) if not forced else (40, 33, 21, 12, 6, 2)
+    if forced:
+        monkeypatch.setattr(runner, "GROUP_COST_SLOTS", 0)
+    splits = []
+    real_split = runner.split_by_length
+
+    def recording_split(ctx, *args, **kwargs):
+        splits.append(real_split(ctx, *args, **kwargs))
+        return splits[-1]
+
+    monkeypatch.setattr(runner, "split_by_length", recording_split)
+    llm = LLM(str(tmp_path / "long"), block_size=4, num_kv_blocks=1024, max_model_len=2048)
+    llm.sampler = CapturingSampler(llm.sampler)
+    batch = prompts(len(lengths), seed=11, lengths=lengths)
+    reqs = [llm.add_request(prompt_token_ids=ids, params=SamplingParams(max_tokens=5, temperature=0, ignore_eos=True))
+            for ids in batch]
+    run_to_end(llm)
+    groups = max(len(s) for s in splits)
+    assert groups >= (4 if forced else 2), splits
+    for req in reqs:
+        full = req.prompt_token_ids + req.output_token_ids
+        with torch.no_grad():
+            ref = hf(torch.tensor([full])).logits[0]
+        rows = [logits[ids.index(req.request_id)] for logits, ids in llm.sampler.seen if req.request_id in ids]
+        assert len(rows) == 5
+        for k, row in enumerate(rows):
+            pos = len(req.prompt_token_ids) - 1 + k
+            assert (ref[pos] - row).abs().max().item() < 1e-4, (req.request_id, k)
