@@ -192,7 +192,9 @@ def test_dropped_stream_is_cancelled_and_frees_its_blocks(server, http):
     metrics = http.get("/metrics").text
     assert 'minillm_requests_finished_total{stop_reason="CANCELLED"} 1.0' in metrics
     time.sleep(0.2)  # the log line is written by the engine thread
-    assert f"{rid} client disconnected: cancelled in the engine" in server.log()
+    line = next(l for l in server.log().splitlines() if f"{rid} client disconnected: cancelled in the engine" in l)
+    late = int(line.split(" step(s) after it was asked for")[0].rsplit(" ", 1)[1])
+    assert late <= 1, line  # the cancel lands at the next step boundary
 
 
 async def _one_stream(client, i):

@@ -107,6 +107,7 @@ class _Live:
     sent_tokens: int = 0
     blocks: int = 0  # what its release gave back (from the RELEASED event, or counted at cancel)
     cancel_reason: str | None = None
+    steps_late: int | None = None  # engine steps between the cancel being asked for and applied
 
 
 class EngineLoop:
@@ -162,7 +163,7 @@ class EngineLoop:
 
     def cancel(self, request_id: str, why: str = "client disconnected") -> None:
         """Cancel in the engine (between two steps): its blocks go back to the pool."""
-        self._commands.put(("cancel", request_id, why))
+        self._commands.put(("cancel", request_id, why, self.steps))  # steps: to log how late it landed
 
     def begin_shutdown(self) -> None:
         """Stop accepting; cancel every live request at the next step boundary."""
@@ -218,7 +219,7 @@ class EngineLoop:
                 added += 1
                 self._add(*cmd[1:])
             elif kind == "cancel":
-                self._cancel(cmd[1], cmd[2])
+                self._cancel(cmd[1], cmd[2], cmd[3])
             try:
                 cmd = self._commands.get_nowait()
             except queue.Empty:
@@ -231,17 +232,20 @@ class EngineLoop:
         try:
             req = self.llm.add_request(prompt, params, prompt_token_ids=prompt_token_ids,
                                        request_id=stream.request_id)
-        except ValueError as exc:
+        except Exception as exc:  # ValueError: the client's fault (HTTP 400); anything else: 500
+            if not isinstance(exc, ValueError):
+                log.exception("add_request failed for %s", stream.request_id)
             stream._reject(exc)
             return
         self._live[stream.request_id] = _Live(req, stream)
         stream._accept(len(req.prompt_token_ids))
 
-    def _cancel(self, request_id: str, why: str) -> None:
+    def _cancel(self, request_id: str, why: str, asked_at_step: int | None = None) -> None:
         live = self._live.get(request_id)
         if live is None:  # finished already, or never admitted: nothing is held
             return
         live.cancel_reason = why
+        live.steps_late = None if asked_at_step is None else self.steps - asked_at_step
         live.blocks = len(live.req.block_table)
         self.llm.cancel(request_id)
         self._deliver(live)
@@ -285,8 +289,9 @@ class EngineLoop:
         req = live.req
         stats = self.llm.cache_stats()
         if live.cancel_reason:
-            log.info("%s %s: cancelled in the engine after %d tokens; released %d blocks "
-                     "(KV used %d/%d)", req.request_id, live.cancel_reason, len(req.output_token_ids),
+            late = "" if live.steps_late is None else f", {live.steps_late} step(s) after it was asked for"
+            log.info("%s %s: cancelled in the engine after %d tokens%s; released %d blocks "
+                     "(KV used %d/%d)", req.request_id, live.cancel_reason, len(req.output_token_ids), late,
                      live.blocks, stats.used_blocks, stats.total_blocks)
         else:
             log.info("%s finished: %s after %d tokens; released %d blocks (KV used %d/%d)",
