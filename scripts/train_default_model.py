@@ -496,6 +496,15 @@ def main(argv=None):
     plot_losses(history, out / "loss_curve.png")
 
     samples = make_samples(model, hf_tok, eos_id, langs=list(corpus))
+    checks = zh_stats = None
+    if "zh" in corpus:
+        checks = language_checks(model, hf_tok, eos_id, list(corpus))
+        zh_stats = chinese_stats(tok, corpus["zh"][1])
+        for lang, c in checks.items():
+            print(f"check {lang}: {c['eos']}/{c['n']} sampled stories end with EOS, {c['same_language']}/{c['n']} "
+                  f"stay in the language; next-token entropy after {c['prompt']!r}: {c['entropy_bits']:.2f} bits")
+        print(f"check zh: {zh_stats['tokens_per_char']:.3f} tokens per character, "
+              f"{zh_stats['sentences_over_n']} of {zh_stats['sentences']} sentences with more tokens than characters")
     total_time = time.time() - t_start
     write_card(out, args, dict(
         n_params=n_params, vocab=vocab, n_train=len(train_texts), n_val=len(val_texts),
@@ -503,6 +512,7 @@ def main(argv=None):
         train_time=train_time, total_time=total_time, final_train=final_train,
         final_val=final_val, bos_id=bos_id, eos_id=eos_id, bf16=use_bf16, samples=samples,
         history=history, final_val_by_lang=final_val_by_lang, n_chars_zh=n_chars_zh,
+        checks=checks, zh_stats=zh_stats,
     ))
     for f in out.iterdir():
         if f.is_file():
@@ -554,6 +564,36 @@ def make_samples(model, tok, eos_id, langs=("en",)):
     return out
 
 
+CHECK_PROMPTS = {"en": "Once upon a time", "zh": "从前有一只小狐狸，它"}
+
+
+@torch.no_grad()
+def language_checks(model, tok, eos_id, langs, n=50, temperature=0.8):
+    """Issue 14's numbers per language: of *n* stories sampled at *temperature*, how many
+    end with EOS and how many stay in the prompt's language; and the entropy (bits) of the
+    next-token distribution right after the prompt."""
+    han = re.compile(r"[\u4e00-\u9fff]")
+    out = {}
+    for i, lang in enumerate(langs):
+        prompt = CHECK_PROMPTS[lang]
+        ids = tok(prompt, return_tensors="pt").input_ids
+        p = model(input_ids=ids).logits[0, -1].float().softmax(-1)
+        entropy = -(p * p.clamp_min(1e-30).log2()).sum().item()
+        torch.manual_seed(100 + i)
+        batch = ids.repeat(n, 1)
+        g = model.generate(batch, attention_mask=torch.ones_like(batch), do_sample=True, temperature=temperature,
+                           top_k=0, top_p=1.0, max_new_tokens=256, pad_token_id=eos_id)[:, ids.shape[1]:]
+        texts = tok.batch_decode(g, skip_special_tokens=True)
+        ended = sum(bool((row == eos_id).any()) for row in g)
+        if lang == "zh":
+            same = sum(bool(han.search(t)) and not re.search(r"[A-Za-z]", t) for t in texts)
+        else:
+            same = sum(not han.search(t) for t in texts)
+        out[lang] = dict(prompt=prompt, entropy_bits=entropy, eos=ended, same_language=same, n=n,
+                         temperature=temperature)
+    return out
+
+
 def write_card(out, args, r):
     cmd = "python scripts/train_default_model.py --out minillm/assets/stories-3m"
     defaults = vars(parse_args([]))
@@ -586,6 +626,26 @@ children's names (小明, 小红, ...), {len(story_corpus_zh.PET_NAMES)} pet nam
 and {len(story_corpus_zh.CREATURES)} creatures with their measure words, {len(story_corpus_zh.PLACES)} places,
 {len(story_corpus_zh.OBJECTS)} objects and the same {len(story_corpus_zh.PLOTS)} plot shapes, written with 他/她/它
 and full-width punctuation, {story_corpus_zh.MIN_CHARS}-{story_corpus_zh.MAX_CHARS} characters each."""
+    checks_section = ""
+    if r.get("checks"):
+        rows = "\n".join(
+            f"| `{c['prompt']}` | {c['eos']}/{c['n']} | {c['same_language']}/{c['n']} | {c['entropy_bits']:.2f} |"
+            for c in r["checks"].values())
+        t = next(iter(r["checks"].values()))["temperature"]
+        zs = r["zh_stats"]
+        checks_section = f"""
+## Checks
+
+Stories sampled at temperature {t} (transformers `generate`, at most 256 new tokens), and the
+entropy of the next-token distribution right after the prompt:
+
+| prompt | end with EOS | stay in the prompt's language | next-token entropy (bits) |
+|---|---|---|---|
+{rows}
+
+Chinese validation stories: {zs['tokens_per_char']:.3f} tokens per character; {zs['sentences_over_n']} of
+{zs['sentences']:,} sentences have more tokens than characters; {zs['byte_fallback_tokens']} byte-fallback tokens.
+"""
     if len(r.get("final_val_by_lang", {})) > 1:
         val_rows = "".join(f"\n| final validation, { {'en': 'English', 'zh': 'Chinese'}[k]} stories | {v:.3f} |"
                            for k, v in r["final_val_by_lang"].items())
@@ -665,7 +725,7 @@ takes about 10 minutes; on a busy shared machine it can take two or three times 
 Validation loss during training (step: loss): {vals}.
 
 ![loss curve](loss_curve.png)
-
+{checks_section}
 ## Samples
 
 {samples}
