@@ -18,6 +18,18 @@ from pathlib import Path
 _READY = re.compile(r"ready at (http://\S+)")
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGTERM the server if its parent dies without stopping it (a killed kernel).
+    The kernel tracks the *thread* that started it: start servers from a long-lived thread."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
 class ServerProcess:
     """``with ServerProcess(["--max-num-seqs", "4"]) as srv: httpx.get(srv.url + "/health")``
 
@@ -59,7 +71,7 @@ class ServerProcess:
         t0 = time.monotonic()
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self._command(), stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     env=self.env)
+                                     env=self.env, preexec_fn=_die_with_parent)
         atexit.register(self.stop)
         deadline = t0 + self.startup_timeout
         while time.monotonic() < deadline:
