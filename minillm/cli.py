@@ -51,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("grade", help="grade a submitted exercises notebook", add_help=False)
     sub.add_parser("bench", help="run the benchmarks against transformers", add_help=False)
     sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API", add_help=False)
+    sub.add_parser("chat", help="chat with a model in the terminal (streams; Ctrl-C stops a reply)", add_help=False)
 
+    if argv and argv[0] == "chat":
+        from .chat_repl import main as chat_main
+        return chat_main(argv[1:])
     if argv and argv[0] == "serve":
         from .serve.server import serve
         return serve(argv[1:])
