@@ -10,7 +10,7 @@ Exercise ids (stable; the notebook lists them):
     task1_diagram, task2_kv_explain, task3_pressure, task3_kv_bytes, task4_sampling,
     quiz1_live_requests, quiz2_kv_tradeoff, quiz3_sampling_interface, quiz4_states_before_batching,
     pitfall1_kv_not_hit_cache, pitfall2_sampling_not_ui, pitfall3_one_lifecycle,
-    code_top_p, code_kv_bytes, code_stop_check
+    code_top_p, code_kv_bytes, code_stop_check, code_chat_kv, task5_trim_policy
 
 The engine's model is loaded only by the check that runs it (``task3_kv_bytes``), and
 ipywidgets only when ``DiagramEditor`` is first used.
@@ -30,7 +30,7 @@ from .solutions import show_solution
 ORDER = ["task1_diagram", "task2_kv_explain", "task3_pressure", "task3_kv_bytes", "task4_sampling",
          "quiz1_live_requests", "quiz2_kv_tradeoff", "quiz3_sampling_interface", "quiz4_states_before_batching",
          "pitfall1_kv_not_hit_cache", "pitfall2_sampling_not_ui", "pitfall3_one_lifecycle",
-         "code_top_p", "code_kv_bytes", "code_stop_check"]
+         "code_top_p", "code_kv_bytes", "code_stop_check", "code_chat_kv", "task5_trim_policy"]
 assert sorted(ORDER) == sorted(EXERCISES), "every registered exercise must have its place in ORDER"
 _registered = dict(EXERCISES)
 EXERCISES.clear()

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from .texts import PITFALLS, QUIZ
+from .texts import PITFALLS, QUIZ, TASK5_SCENARIO
 
 REPO = Path(__file__).resolve().parents[2]
 STUDENT = REPO / "exercises" / "ch04_exercises.ipynb"
@@ -39,7 +39,7 @@ def solved_answers() -> dict:
 
 STUDENT_ANSWERS = {
     "task1_diagram": "# Your answer: the editor above (default), Python data, or DOT text.\ntask1_diagram = editor",
-    "task2_kv_explain": 'task2_kv_explain = ""   # at most 100 characters',
+    "task2_kv_explain": 'task2_kv_explain = ""   # at most 100 字 (see above)',
     "task3_pressure": '''task3_pressure = [
     ("", ""),   # (scenario, why it makes requests hold more state)
     ("", ""),
@@ -51,7 +51,7 @@ STUDENT_ANSWERS = {
 
 task3_kv_bytes = scenario_kv_bytes''',
     "task4_sampling": 'task4_sampling = ""',
-    **{q.id: f'{q.id} = None   # "A", "B", "C" or "D"' for q in QUIZ},
+    **{q.id: f'{q.id} = (None, "")   # ("A", "B", "C" or "D", "why, in one sentence")' for q in QUIZ},
     **{p.id: f'{p.id} = (None, "")   # (True or False, "why, in a sentence")' for p in PITFALLS},
     "code_top_p": '''import torch
 
@@ -67,6 +67,11 @@ def my_top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 def my_check_stop(token_id, output_ids, text, params, eos_token_id, prompt_len, max_model_len):
     """Called right after token_id was sampled and appended; returns a StopReason or None."""
     raise NotImplementedError("write the checks, in the engine's order")''',
+    "code_chat_kv": '''def chat_kv_bytes(turn, system_tokens, user_tokens, reply_tokens, bytes_per_token, keep_last=None):
+    """KV bytes the request of turn `turn` (1, 2, …) holds once its reply is generated.
+    keep_last=None re-sends the whole history; keep_last=N re-sends only the last N earlier turns."""
+    raise NotImplementedError("your formula here")''',
+    "task5_trim_policy": 'task5_trim_policy = ("", "")   # ("summary" or "last_n", "why, in a sentence")',
 }
 
 
@@ -113,16 +118,24 @@ diagram, in a few sentences, and in small pieces of code that are compared with 
    minillm grade exercises/ch04_exercises.ipynb --json report.json
    ```
 
-   It runs the notebook from the top in a fresh kernel, grades every exercise and prints a table
-   (the JSON file has every piece of feedback). Answers must therefore live in cells; a diagram
-   drawn with the editor is saved to a file next to the notebook (see exercise 1).
+   It reads your answers from the cells as data, runs your code in a sandbox only where an
+   answer is code, grades everything outside your kernel and prints a table (the JSON file has
+   every piece of feedback). Answers must therefore live in cells, and the diagram you draw with
+   the editor is stored in the notebook itself — save the notebook before you submit it.
+4. Stuck? `check()` names the idea that is missing without giving the answer away.
+   `show_solution("task2")` shows a model answer; it is recorded in the notebook, and the
+   instructor's report lists it.
 
-> **The text graders are heuristics.** Written answers (tasks 2–4 and the pitfall reasons) are
-> graded by looking for each required idea in its common English and Chinese phrasings. The
-> graders reject answers over the length limit, lists of keywords without a sentence, and the
-> chapter's misconceptions. They do not understand your text: an unusual but correct answer can be
-> missed. When the evidence is thin the result says **flagged for human review** — a person should
-> then read it. Write plainly, one idea per clause, and you will rarely meet that flag."""),
+> **The text graders are heuristics.** Written answers (tasks 2–5, the quiz's "why" and the
+> pitfall reasons) are read clause by clause for each required idea, in English, Chinese or a mix
+> of both, forgiving small typos and reading negation ("does *not* save memory", "无需重算").
+> Lists of keywords, copies of the task's own words and the chapter's misconceptions earn nothing.
+> The graders do not understand your text: an unusual but correct answer can be missed, so when
+> the evidence is thin the result says **flagged for human review** and a person reads it.
+> Feedback is given in the language you answer in.
+>
+> 中文作答会得到中文反馈。评分器按子句识别要点（中英文及混写均可，能容忍小的拼写错误，也能识别否定），
+> 关键词堆砌、照抄题目和章节中的误解不得分；拿不准时会标记为“需要人工复核”。"""),
         md("""| exercise id | what you do | points | chapter |
 |---|---|---|---|
 | `task1_diagram` | draw the request lifecycle, with what each state holds | 12 (+2 bonus) | §1, lifecycle diagram |
@@ -130,11 +143,13 @@ diagram, in a few sentences, and in small pieces of code that are compared with 
 | `task3_pressure` | three cache-pressure scenarios, each with its reason | 6 | §3, key table |
 | `task3_kv_bytes` | the KV bytes of three scenarios, checked by running them | 3 | §3 |
 | `task4_sampling` | why sampling is part of the request's execution | 2 | §4 |
-| `quiz1_live_requests` … `quiz4_states_before_batching` | the self-check questions | 4 × 1 | §1, §3, §4, §5 |
+| `quiz1_live_requests` … `quiz4_states_before_batching` | the self-check questions, each with a why | 4 × 2 | §1, §3, §4, §5 |
 | `pitfall1_kv_not_hit_cache` … `pitfall3_one_lifecycle` | the pitfalls: true or false, and why | 3 × 2 | pitfalls |
 | `code_top_p` | a top-p filter, compared with `minillm.sampler.top_p_filter` | 3 | §4 |
 | `code_kv_bytes` | KV bytes per token, compared with `minillm.kv_cache.kv_bytes_per_token` | 2 | §3 |
 | `code_stop_check` | the stop-condition check, compared with the engine's semantics | 3 | §6 |
+| `code_chat_kv` | the long chat: KV bytes at turn k, full history or the last N turns | 2 | §3 scenario 1 |
+| `task5_trim_policy` | the long chat: pick a trimming policy, and why | 2 | §3 scenario 1 |
 
 `check("task1")` works too: a unique prefix of an id is enough."""),
         code("from minillm.grading import DiagramEditor, check, show_scenarios, summary"),
@@ -164,9 +179,15 @@ The grader reads the structure, never the picture (12 points, +2 bonus):
 
 **Using the editor.** Type a state name and what it holds, press **Add / update state**
 (the dropdown offers common resources). Pick *from* and *to*, type a label, press
-**Add transition**. Press **Check my diagram** whenever you like. The diagram is saved to
-`ch04_task1_diagram.json` next to this notebook after every change, and read back when this cell
-runs again — which is how `minillm grade` sees it."""),
+**Add transition**. Press **Check my diagram** whenever you like. After every change the diagram
+is stored in this cell's output (one grey line under the editor) — *save the notebook* and it
+travels with it; `minillm grade` reads it from there. It is also saved to `ch04_task1_diagram.json`
+next to the notebook and read back when this cell runs again.
+
+Names are matched generously: vLLM's WAITING / RUNNING, TensorRT-LLM's CONTEXT_INIT /
+GENERATION_IN_PROGRESS / GENERATION_COMPLETE, the chapter's 入队 / 预填充 / 解码 / 完成 / 释放, and
+a merged 完成释放 state are all fine. A note that contradicts the engine (KV blocks held while
+WAITING or after RELEASED, none while decoding) costs the note point."""),
         code("# NBVAL_IGNORE_OUTPUT (a live widget)\neditor = DiagramEditor(save_to=\"ch04_task1_diagram.json\")\neditor"),
         md("""Prefer typing? The answer may also be plain Python data, or DOT text:
 
@@ -188,17 +209,18 @@ task1_diagram = '''digraph {
 ### 任务 2：写一段 100 字以内的 KV Cache 解释
 *Task 2; §3 "Why the KV cache is the engine's core asset".*
 
-Explain the KV cache in **at most 100 characters** — every letter, space and punctuation mark
-counts, and so does every Chinese character. **The bar:** both ideas must be there:
+Explain the KV cache in **at most 100 字**: every Chinese character counts one, Latin letters and
+digits count one per 2.5 (so about 45 English words fit), spaces and punctuation are free.
+**The bar:** both ideas must be there:
 
 1. it *avoids recomputing* the keys and values of the tokens already processed (that is where
    decode's speed comes from), and
 2. it *costs memory that grows* — with every token of context and every live request (memory
    pressure).
 
-One point per idea. An answer over 100 characters, a list of keywords, or one of the chapter's
-misconceptions ("a cache that hits or misses", "it saves memory") scores 0 — the feedback still
-tells you which ideas it found."""),
+One point per idea. A misconception ("a cache that hits or misses", "it saves memory") cancels the
+idea it contradicts; a list of keywords or the task's own words score 0; an answer over the limit
+loses one point, with a warning."""),
         ans("task2_kv_explain"),
         chk("task2_kv_explain"),
 
@@ -245,8 +267,8 @@ One point per scenario."""),
 Explain why sampling belongs to the request's execution semantics, not to the presentation of its
 output. **The bar:** your answer says that the sampled token *becomes part of the request's
 history* (its context), and that *the next decode step is computed from it*. One point for each;
-at most 400 characters. "Sampling only makes the output more random" or "it is a UI knob" is the
-chapter's pitfall 2 and scores 0."""),
+at most 160 字 (about 70 English words). "Sampling only makes the output more random" or "it is
+a UI knob" is the chapter's pitfall 2 and cancels both points."""),
         ans("task4_sampling"),
         chk("task4_sampling"),
 
@@ -254,9 +276,11 @@ chapter's pitfall 2 and scores 0."""),
         md("""## Self-check quiz
 ### 自测问题
 
-The chapter's four self-check questions, each with one best answer (1 point each). Answer with a
-letter. A wrong pick tells you why it is wrong, so you can try again; the right one shows the
-explanation of every option."""),
+The chapter's four self-check questions, each with one best answer. Answer with a pair: the letter
+and **why, in one sentence** — `("B", "because …")` (2 points: one for the letter, one for the
+why). "Answer: B", "选B" or "I think B" are read as B; two letters are not an answer. A wrong pick
+tells you why it is wrong, so you can try again; the right one shows the explanation of every
+option."""),
     ]
     for i, q in enumerate(QUIZ, start=1):
         out += [md(_quiz_markdown(q, i)), ans(q.id), chk(q.id)]
@@ -265,8 +289,8 @@ explanation of every option."""),
 ### 常见误区
 
 Three statements drawn from the chapter's pitfalls. Say whether each is **true or false**, and
-**why**, in a sentence (2 points each: one for the verdict, one for the reason; reasons at most 300
-characters, graded heuristically)."""))
+**why**, in a sentence (2 points each: one for the verdict, one for the reason; reasons at most
+120 字, graded heuristically)."""))
     for i, p in enumerate(PITFALLS, start=1):
         out += [md(_pitfall_markdown(p, i)), ans(p.id), chk(p.id)]
 
@@ -322,6 +346,30 @@ Return a `StopReason`, or `None` to keep decoding. Check in the engine's order, 
 with the engine's semantics on 16 cases (3 points, in proportion)."""),
         ans("code_stop_check"),
         chk("code_stop_check"),
+        md(f"""## Exercise 5 — the long chat gets heavier
+### 任务 5：长对话越来越重
+*§3, scenario 1 "长对话越来越重"; notebook 03 measures it on the engine.*
+
+In a chat, every turn sends **one new request** whose prompt is the system prompt, the whole
+history so far, and the new user message; the model then generates its reply. So the KV cache one
+request holds grows turn after turn — unless the server trims the history: it can keep only the
+**last N turns** (`keep_last=N`), or replace the old turns with a short **summary**.
+
+**Part a.** Write `chat_kv_bytes(turn, system_tokens, user_tokens, reply_tokens, bytes_per_token,
+keep_last=None)`: the bytes of K and V held by the request of turn `turn` (1, 2, …) once its reply
+is generated, counting tokens (not blocks). Every earlier turn is one user message plus one reply.
+Compared with the exact count on 8 cases, with the shipped model's bytes per token (2 points, in
+proportion)."""),
+        ans("code_chat_kv"),
+        chk("code_chat_kv"),
+        md(f"""**Part b.** Pick a policy for this chat, and say why in a sentence (2 points: the policy, the
+reason):
+
+> {TASK5_SCENARIO}
+
+Answer `("summary", "why …")` or `("last_n", "why …")`."""),
+        ans("task5_trim_policy"),
+        chk("task5_trim_policy"),
         md("""## Your score
 ### 总分
 

@@ -541,3 +541,94 @@ def grade_task3_bytes(answer, m: Marks) -> None:
         if waste > 0.3:
             m.info(f"{name}: {waste:.0%} of the reserved blocks' room is empty — each of the {s.num_requests} short "
                    f"requests leaves its last block partly unused (chapter 05: paged attention and block size)")
+
+
+# =============================================================================================
+# The long chat (chapter scenario 1): KV bytes at turn k, full history or the last N turns
+# =============================================================================================
+@dataclass(frozen=True)
+class ChatCase:
+    name: str
+    turn: int
+    system_tokens: int
+    user_tokens: int
+    reply_tokens: int
+    keep_last: int | None
+
+
+def chat_cases() -> list[ChatCase]:
+    C = ChatCase
+    return [
+        C("turn 1 (no history yet)", 1, 40, 20, 30, None),
+        C("turn 2, full history", 2, 40, 20, 30, None),
+        C("turn 10, full history", 10, 40, 20, 30, None),
+        C("turn 25, a long system prompt", 25, 400, 15, 60, None),
+        C("turn 10, keep the last 3 turns", 10, 40, 20, 30, 3),
+        C("turn 2, keep the last 3 turns (fewer turns than N so far)", 2, 40, 20, 30, 3),
+        C("turn 8, keep the last 0 turns (only the new message)", 8, 40, 20, 30, 0),
+        C("turn 30, keep the last 5 turns", 30, 100, 25, 80, 5),
+    ]
+
+
+def expected_chat_tokens(c: ChatCase) -> int:
+    """Tokens of the one request that turn ``c.turn`` sends, once its reply is generated: the system
+    prompt, the earlier turns it re-sends (all of them, or the last ``keep_last``), the new user
+    message and the reply."""
+    earlier = c.turn - 1 if c.keep_last is None else min(c.turn - 1, c.keep_last)
+    return c.system_tokens + earlier * (c.user_tokens + c.reply_tokens) + c.user_tokens + c.reply_tokens
+
+
+@register("code_chat_kv", "Code · the long chat: KV bytes at turn k", "§3 scenario 1 (long chat)", 2,
+          answer_name="chat_kv_bytes", kind="code")
+def grade_chat_kv(fn, m: Marks) -> None:
+    try:
+        from minillm.kv_cache import kv_bytes_per_token
+    except Exception as exc:
+        raise CannotGrade(f"the engine's kv_cache module could not be imported ({type(exc).__name__}: {exc})")
+    if not callable(fn):
+        m.wrong(f"chat_kv_bytes should be a function, got {type(fn).__name__}")
+        return
+    shipped = shipped_config()
+    bpt = kv_bytes_per_token(*shipped[1:]) if shipped else kv_bytes_per_token(4, 4, 32, 4)
+    passed, problems, hints = 0, [], set()
+    cases = chat_cases()
+    for i, c in enumerate(cases):
+        out = safecall.call(fn, c.turn, c.system_tokens, c.user_tokens, c.reply_tokens, bpt, c.keep_last)
+        if i == 0:
+            _not_attempted_if_stub(out, "chat_kv_bytes")
+        if out.timed_out:
+            problems.append(f"{c.name}: {out.error}; stopped here")
+            break
+        if not out.ok:
+            problems.append(f"{c.name}: your function raised {out.error}")
+            continue
+        y, want = out.value, expected_chat_tokens(c) * bpt
+        if isinstance(y, bool) or type(y) not in (int, float):
+            problems.append(f"{c.name}: return a number of bytes (an int), got {type(y).__name__}")
+            continue
+        if y == want:
+            passed += 1
+            continue
+        problems.append(f"{c.name}: you get {y:,.0f} bytes, the request holds {want:,}")
+        tokens = y / bpt
+        earlier = c.turn - 1 if c.keep_last is None else min(c.turn - 1, c.keep_last)
+        if tokens == want / bpt - c.reply_tokens:
+            hints.add("count the reply too: its tokens' K and V are in the cache by the end of the turn")
+        elif tokens == want / bpt - c.system_tokens:
+            hints.add("every turn re-sends the system prompt: it is part of each request")
+        elif c.keep_last is not None and tokens == c.system_tokens + c.keep_last * (c.user_tokens + c.reply_tokens) \
+                + c.user_tokens + c.reply_tokens:
+            hints.add("with keep_last=N, early turns have fewer than N earlier turns to keep")
+        elif earlier and tokens == c.system_tokens + c.turn * (c.user_tokens + c.reply_tokens) + c.user_tokens \
+                + c.reply_tokens:
+            hints.add("at turn k there are k - 1 earlier turns, not k")
+    _fraction_points(m, passed, len(cases), 2)
+    if passed == len(cases):
+        m.ok(f"all {len(cases)} cases agree: at turn k one request holds the system prompt, the re-sent history, the "
+             f"new message and its reply, {bpt:,} bytes per token on the shipped model")
+    else:
+        m.missing(f"{passed} of {len(cases)} cases agree")
+        for p in problems[:3]:
+            m.wrong(p)
+    for h in sorted(hints):
+        m.info(h)

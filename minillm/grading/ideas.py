@@ -166,3 +166,15 @@ MIXED_STATES = idea(
                 r"\b(join|leave|enter|exit|finish)\w*\b[^.;]{0,40}\b(batch|step)", r"\b(mix|mixes|mixed|mixing)\b",
                 r"\bchang\w*\s+(\w+\s+){0,2}?(every|each)\s+step", r"\b(transition|move)\w*\b",
                 r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)", r"(加入|离开|进出|进进出出)", r"混合", r"每一?步[^，。；]{0,6}变"])
+
+EARLY_TURN_MATTERS = idea(
+    "early_turn", "the early turn the chat keeps needing would be dropped by a last-N window",
+    "只保留最近 N 轮会丢掉后面一直需要的早期内容",
+    standalone=[r"\b(turn|message|round)\s*(1|one)\b", r"\bfirst\s+(turn|message|round)", r"\b(early|earlier|old|older|"
+                r"original|initial)\s+(\w+\s+){0,2}?(turns?|messages?|context|exercise|problem|information|details?|"
+                r"content)", r"\b(exercise|problem statement|the task)\b[^.;]{0,60}\b(lost|dropp\w*|forg\w*|cut|gone|"
+                r"kept|keep\w*|preserv\w*|remain\w*|retain\w*)", r"\b(lose|loses|lost|drop\w*|forget\w*|cut\w* off)\b",
+                r"第一轮", r"第 ?1 ?轮", r"最早", r"开头", r"早期", r"之前的(题目|内容|信息)", r"(丢|丢失|丢掉|忘|遗忘|截掉|保留)"])
+BOUNDED_KV = idea(
+    "bounded_kv", "the KV each turn holds stays bounded", "每轮占用的 KV 保持有界",
+    standalone=[r"\b(bound\w*|budget|cap\w*|limit\w*|fixed|constant|stays? (small|flat)|fits?)\b", r"预算|上限|有界|固定|不再增长|受控"])

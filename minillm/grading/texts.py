@@ -896,3 +896,65 @@ def _register_pitfall(p: Pitfall) -> None:
 
 for _p in PITFALLS:
     _register_pitfall(_p)
+
+
+# =============================================================================================
+# Task 5 — the long chat: which trimming policy
+# =============================================================================================
+TRIM_POLICIES = {"last_n": ("last_n", "last n", "keep the last n turns", "keep_last", "最近n轮", "保留最近n轮", "截断"),
+                 "summary": ("summary", "summarize", "summarise", "replace old turns with a summary", "摘要", "总结")}
+TASK5_SCENARIO = ("A tutoring chat runs for 40 turns. In turn 1 the student pastes the exercise they are stuck "
+                  "on (about 300 tokens); in almost every later turn they refer back to it (\"as the exercise "
+                  "says …\"). The server must keep each request under a fixed KV budget.")
+
+
+def _policy(value: str) -> str | None:
+    v = normalize(value).lower().replace("-", " ").replace("_", " ")
+    found = {k for k, names in TRIM_POLICIES.items() if any(n.replace("_", " ") in v for n in names)}
+    return found.pop() if len(found) == 1 else None
+
+
+@register("task5_trim_policy", "Task 5 · the long chat: pick a trimming policy", "§3 scenario 1 (long chat)", 2)
+@_wrong_type
+def grade_task5(answer, m: Marks) -> None:
+    """1 point: the summary policy (the last-N window would drop turn 1, which every later turn needs);
+    1 point: a reason that says what each policy keeps or loses."""
+    from . import ideas as I
+    from .concepts import is_salad, language, read
+
+    if not (isinstance(answer, (list, tuple)) and len(answer) == 2):
+        raise _TypeProblem('task5_trim_policy should be a pair ("summary" or "last_n", "why, in a sentence")')
+    choice, why = answer
+    if is_unanswered(choice) and is_unanswered(why):
+        raise NotAttempted("task5_trim_policy is still empty")
+    if not isinstance(choice, str) or not isinstance(why, str):
+        raise _TypeProblem("both items of task5_trim_policy should be strings")
+    lang = language(why) if why.strip() else language(choice)
+    policy = _policy(choice)
+    if policy is None:
+        m.wrong(_say(lang, 'the first item should name one policy: "summary" or "last_n"',
+                     '第一项应只写一种策略："summary" 或 "last_n"'))
+        return
+    if policy == "summary":
+        m.ok(_say(lang, "summary is the better policy here", "这里摘要策略更合适"), 1)
+    else:
+        m.wrong(_say(lang, "last_n is not the best policy here: look at which turn the later turns keep needing",
+                     "这里 last_n 不是最佳策略：看看后面的轮次一直需要哪一轮的内容"))
+        return
+    if not why.strip():
+        m.missing(_say(lang, "give the reason, in a sentence", "请用一句话给出理由"))
+        return
+    if is_salad(why):
+        m.wrong(_say(lang, "the reason is a keyword list; write it as a sentence", "理由是一串关键词，请写成句子"))
+        return
+    r = read(why, [I.EARLY_TURN_MATTERS, I.BOUNDED_KV], [])
+    if r.ideas["early_turn"] == "present":
+        m.ok(_say(lang, "the reason says what a last-N window would lose", "理由说明了只保留最近 N 轮会丢掉什么"), 1)
+        if r.ideas["bounded_kv"] != "present":
+            m.info(_say(lang, "worth adding: both policies bound the KV each turn holds",
+                        "还可以补充：两种策略都能限制每轮占用的 KV"))
+    else:
+        m.missing(_say(lang, "the reason does not say which part of the history the later turns need, and what "
+                             "each policy does with it",
+                       "理由没有说明后面的轮次需要历史中的哪一部分，以及两种策略如何处理它"))
+        m.flag()

@@ -50,16 +50,24 @@ task3_kv_bytes = scenario_kv_bytes''',
     "task4_sampling": '''task4_sampling = ("Sampling picks the token that is appended to the request's history, and the next decode "
                   "step is computed from that context, so the choice steers every later step; that is why "
                   "temperature and top-p travel with the request.")''',
-    "quiz1_live_requests": 'quiz1_live_requests = "B"',
-    "quiz2_kv_tradeoff": 'quiz2_kv_tradeoff = "D"',
-    "quiz3_sampling_interface": 'quiz3_sampling_interface = "C"',
-    "quiz4_states_before_batching": 'quiz4_states_before_batching = "D"',
+    "quiz1_live_requests": 'quiz1_live_requests = ("B", "each request holds state and resources, KV blocks and a batch slot, until it is released")',
+    "quiz2_kv_tradeoff": 'quiz2_kv_tradeoff = ("D", "it avoids recomputing the keys and values of past tokens, but that memory grows with tokens and requests")',
+    "quiz3_sampling_interface": 'quiz3_sampling_interface = ("C", "the sampled token is appended to the history and every later step is computed from it")',
+    "quiz4_states_before_batching": 'quiz4_states_before_batching = ("D", "a batch mixes requests in different states that change every step")',
     "pitfall1_kv_not_hit_cache": '''pitfall1_kv_not_hit_cache = (False, "It is execution state bound to each live request: the keys and "
                                      "values of that request's own tokens, not answers looked up by prompt.")''',
     "pitfall2_sampling_not_ui": '''pitfall2_sampling_not_ui = (False, "Sampling picks every token, and the picked token is appended to the "
                                     "history that the next step is computed from, so it changes the path.")''',
     "pitfall3_one_lifecycle": '''pitfall3_one_lifecycle = (True, "Prefill builds the request's KV cache, and decode continues from that "
                                   "same cache, one token per step.")''',
+    "code_chat_kv": '''def chat_kv_bytes(turn, system_tokens, user_tokens, reply_tokens, bytes_per_token, keep_last=None):
+    """KV bytes the request of turn `turn` (1, 2, …) holds once its reply is generated.
+    keep_last=None re-sends the whole history; keep_last=N re-sends only the last N earlier turns."""
+    earlier = turn - 1 if keep_last is None else min(turn - 1, keep_last)
+    tokens = system_tokens + earlier * (user_tokens + reply_tokens) + user_tokens + reply_tokens
+    return tokens * bytes_per_token''',
+    "task5_trim_policy": '''task5_trim_policy = ("summary", "Keeping only the last N turns would drop turn 1, the exercise every later "
+                              "turn refers to; a summary keeps its gist while the KV per turn stays bounded.")''',
     "code_top_p": '''import torch
 
 def my_top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
