@@ -367,13 +367,13 @@ class LLM:
         cancels the request in the engine, so its KV blocks are freed at once."""
         req = self.add_request(prompt, params)
         sent = 0
-        hold = max((len(s) for s in req.params.stop_strings), default=1) - 1
         try:
             while req.is_live:
                 with self._lock:
                     if req.is_live and not self.step() and not self.scheduler.running:
                         self._raise_stalled()
-                safe = len(req.text) if not req.is_live else len(req.text) - hold
+                    # text that a stop string still being spelled out could take back is held
+                    safe = len(req.text) if not req.is_live else len(req._detokenizer.stable_text)
                 if safe > sent:
                     yield req.text[sent:safe]
                     sent = safe
