@@ -122,3 +122,61 @@ def test_solved_notebook_grades_to_full_marks(tmp_path):
         assert not entry["needs_human_review"], (ex_id, entry["feedback"])
     assert report["exercises"]["task1_diagram"]["bonus"] == 2
     assert report["total_score"] == report["total_max"]
+
+
+# =============================================================================================
+# The instructor's workflow: a folder, a gradebook, the review list, viewed solutions
+# =============================================================================================
+def test_a_folder_of_submissions_becomes_a_gradebook_and_flags_go_to_review(tmp_path, capsys):
+    import csv
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    cells = {
+        "alice": ['task2_kv_explain = "缓存历史K/V，无需重算；但显存占用随序列变长而增加。"',
+                  'quiz2_kv_tradeoff = ("D", "it avoids recomputing past tokens, but its memory grows")'],
+        "bob": ['task2_kv_explain = "It makes decoding faster."', "from minillm.grading import show_solution",
+                'show_solution("task4")', 'task4_sampling = "The sampled token is appended to the history and the '
+                'next step is computed from it."'],
+    }
+    for name, srcs in cells.items():
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in srcs]),
+                       subs / f"{name}.ipynb")
+    (subs / "broken.ipynb").write_text("{ nope")
+    assert cli_grade([str(subs)]) == 0
+    out = capsys.readouterr()
+    assert "alice.ipynb: 4/" in out.out and "unreadable" in out.out
+    book = json.loads((subs / "gradebook.json").read_text())
+    by_name = {Path(r["notebook"]).name: r for r in book["reports"]}
+    alice, bob = by_name["alice.ipynb"], by_name["bob.ipynb"]
+    assert alice["exercises"]["task2_kv_explain"]["score"] == 2
+    assert alice["exercises"]["task2_kv_explain"]["answer"].startswith("缓存历史")
+    assert "显存" in " ".join(alice["exercises"]["task2_kv_explain"]["feedback"]) or \
+        "说到了" in " ".join(alice["exercises"]["task2_kv_explain"]["feedback"])
+    assert alice["sandbox"].startswith("not needed") and alice["grader_version"] and alice["graded_at"]
+    assert bob["solutions_viewed"] == ["task4"] and "task4_sampling" in bob["needs_review"]
+    rows = list(csv.DictReader((subs / "gradebook.csv").open()))
+    assert {Path(r["notebook"]).name for r in rows} == {"alice.ipynb", "bob.ipynb", "broken.ipynb"}
+    assert "task4_sampling" in next(r for r in rows if r["notebook"].endswith("bob.ipynb"))["needs_review"]
+    assert cli_grade(["--review", str(subs / "gradebook.json")]) == 0
+    review = capsys.readouterr().out
+    assert "bob.ipynb · task4_sampling" in review and "answer: The sampled token" in review
+
+
+def test_an_editor_diagram_stored_in_the_notebook_is_graded_without_running_anything(tmp_path):
+    from minillm.grading.extract import DIAGRAM_MIME
+
+    data = {"states": {"WAITING": "prompt ids; no KV block yet", "PREFILL": "KV blocks for the prompt",
+                       "DECODE": "its KV blocks, one more per step", "FINISHED": "stop reason; blocks held",
+                       "RELEASED": "nothing: blocks back in the pool"},
+            "transitions": [["WAITING", "PREFILL", ""], ["PREFILL", "DECODE", ""], ["DECODE", "DECODE", ""],
+                            ["DECODE", "FINISHED", "EOS"], ["FINISHED", "RELEASED", ""]]}
+    editor_cell = nbformat.v4.new_code_cell("editor = DiagramEditor()\neditor")
+    editor_cell.outputs = [nbformat.v4.new_output("display_data", data={"text/plain": "(diagram)", DIAGRAM_MIME: data})]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from minillm.grading import DiagramEditor"),
+                                         editor_cell, nbformat.v4.new_code_cell("task1_diagram = editor")])
+    path = tmp_path / "lone.ipynb"
+    nbformat.write(nb, path)
+    rc, report = grade(tmp_path, path)
+    assert rc == 0 and report["exercises"]["task1_diagram"]["score"] == 12
+    assert report["sandbox"].startswith("not needed")
