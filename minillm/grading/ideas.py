@@ -20,7 +20,8 @@ _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r
            r"every time|over and over|repeatedly)", r"\b(comput|calculat)\w*\s+(\w+\s+){0,3}?(anew)",
            r"\bredundant\w*", r"\brepeat\w*\s+(\w+\s+){0,1}(comput\w*|work|calculat\w*)", r"\bwasted?\s+work",
            r"重复计算", r"重新计算", r"重算", r"从头(计算|算)", r"再算", r"再次计算", r"反复计算", r"重复运算", r"冗余计算",
-           r"重新算", r"重复算", r"再计算", r"(重新|重复|再次?)[^，。；,;]{0,6}(计算|算)"]
+           r"重新算", r"重复算", r"再计算", r"(重新|重复|再次?)[^，。；,;]{0,6}(计算|算)",
+           r"(重新|重复|再次?)\s*(re-?)?(comput\w*|calculat\w*|process\w*)"]
 _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"重用", r"重复利用", r"直接用", r"直接使用",
           r"\bonly\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
           r"只(需|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前)", r"每(一)?步只(需|要)?(计算|算|处理)"]
@@ -46,6 +47,8 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
 MEMORY = idea(
     "memory_cost", "it costs memory that grows", "它要占用显存，而且随长度和请求数增长",
     parts=[_MEM, _COST],
+    inverted=[r"\b(sav|reduc|lower|decreas|shrink|conserv)\w*\s+(\w+\s+){0,2}?(gpu\s+)?(memory|vram)\b",
+              r"(节省|节约|减少|降低)[^，。；,;]{0,3}(显存|内存)"],
     standalone=[r"\bmemory[- ]bound\b", r"\bmemory pressure\b", r"显存压力", r"以显存换", r"用显存换",
                 r"\b(cache|it|kv)\s+(\w+\s+){0,2}(grows?|growing|gets? (bigger|larger)|balloons?|expands?)\b",
                 r"(缓存|KV)[^，。；,;]{0,8}(越来越大|增长|变大|膨胀)"],
@@ -58,7 +61,8 @@ _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*
          r"\bpart of\b", r"\binsert\w*", r"\bextend\w*", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",
          r"\bused as\b", r"\bserves? as\b", r"\battach\w*", r"\bstays? in\b",
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
-         r"接到", r"接入", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进"]
+         r"接到", r"接入", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
+         r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回"]
 _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bback\b",
          r"历史", r"上下文", r"序列", r"输入", r"状态", r"前缀", r"KV", r"缓存", r"context", r"history"]

@@ -343,6 +343,8 @@ def _short_answer(text: str, m: Marks, ideas, misconceptions, prompts, limit: fl
         m.wrong(_say(lang, "this is a list of keywords, not a statement: connect them into a sentence "
                            "(what it does, and what follows from it)",
                      "这是一串关键词，不是一句话：请把它们连成句子（它做了什么，带来了什么）"))
+        if any(state == "present" for state in r.ideas.values()):
+            m.flag()  # terse notes that do carry the ideas: a person decides
         return
     spoiled = _report_misconceptions(r, m)
     points = _explain_ideas(r, ideas, m, spoiled)
@@ -483,13 +485,23 @@ def _scenario_items(answer) -> list[tuple[str, str]]:
 
 @register("task3_pressure", "Task 3 · three cache-pressure scenarios, with reasons", "§3 KV cache + key table", 6)
 @_wrong_type
+_KIND_ZH = {"long_context": "长上下文（长提示、长对话历史）", "high_concurrency": "高并发（同时有很多活跃请求）",
+            "long_output": "长输出（生成很多 token）", "parallel_sampling": "每个请求多条序列（beam search、n > 1）",
+            "not_released": "请求没有被释放（泄漏、释放过晚、取消没有传到引擎）",
+            "bigger_model": "层数或 KV 头更多的模型（每个 token 字节更多）"}
+
+
 def grade_task3(answer, m: Marks) -> None:
     """2 points per scenario: a recognised, distinct scenario, and a reason that says what state grows."""
     items = _scenario_items(answer)
     if not items:
         raise NotAttempted("task3_pressure is still empty")
+    from .concepts import language
+
+    lang = language(" ".join(f"{a} {b}" for a, b in items))
     if len(items) < 3:
-        m.missing(f"you give {len(items)} scenario(s); the task asks for three")
+        m.missing(_say(lang, f"you give {len(items)} scenario(s); the task asks for three",
+                       f"你给出了 {len(items)} 个场景；题目要求三个"))
     seen: dict[str, str] = {}
     reasons: list[str] = []
     for scen, reason in items[:3]:
@@ -499,38 +511,43 @@ def grade_task3(answer, m: Marks) -> None:
             kind = next((k for k in SCENARIO_KINDS if any(p.search(both) for p in k.patterns)), None)
         name = scen or reason[:30]
         if kind is None:
-            m.missing(f"'{name}': not a cache-pressure scenario the grader recognises (long context, "
-                      f"high concurrency, long outputs, …)")
+            m.missing(_say(lang, f"'{name}': not a cache-pressure scenario the grader recognises (long context, "
+                                 f"high concurrency, long outputs, …)",
+                           f"“{name}”：评分器没有识别出这是哪种缓存压力场景（长上下文、高并发、长输出……）"))
             m.flag()
         elif kind.key in seen:
-            m.wrong(f"'{name}' is the same kind of scenario as '{seen[kind.key]}' ({kind.label}); "
-                    f"give three different ones")
+            m.wrong(_say(lang, f"'{name}' is the same kind of scenario as '{seen[kind.key]}' ({kind.label}); "
+                               f"give three different ones",
+                         f"“{name}”和“{seen[kind.key]}”是同一类场景（{kind.label}）；请给出三种不同的场景"))
         else:
             seen[kind.key] = name
-            m.ok(f"'{name}' → {kind.label}", 1)
+            m.ok(_say(lang, f"'{name}' → {kind.label}", f"“{name}” → {_KIND_ZH.get(kind.key, kind.label)}"), 1)
         if not reason:
-            m.missing(f"'{name}': no reason given — say why it makes requests hold more state")
+            m.missing(_say(lang, f"'{name}': no reason given — say why it makes requests hold more state",
+                           f"“{name}”：没有给出理由——请说明它为什么让请求占用更多状态"))
             continue
         if not _length_gate(reason, TASK3_REASON_LIMIT, m, f"the reason for '{name}'"):
             continue
         if _misconceptions(reason, m, [HIT_MISS, SAVES_MEMORY]):
             continue
         if keyword_list(reason) == "list":
-            m.wrong(f"'{name}': the reason is a keyword list; write why as a sentence")
+            m.wrong(_say(lang, f"'{name}': the reason is a keyword list; write why as a sentence",
+                         f"“{name}”：理由是一串关键词，请写成句子"))
             continue
         level = _reason_level(reason)
         if level == "strong" and kind is not None:
-            m.ok(f"'{name}': the reason says what grows and why", 1)
+            m.ok(_say(lang, f"'{name}': the reason says what grows and why", f"“{name}”：理由说明了什么在增长、为什么增长"), 1)
         elif level == "strong":
-            m.ok(f"'{name}': the reason says what state grows", 1)
+            m.ok(_say(lang, f"'{name}': the reason says what state grows", f"“{name}”：理由说明了什么状态在增长"), 1)
         elif level == "weak":
-            m.missing(f"'{name}': the reason is thin — say what grows (KV entries per token, per "
-                      f"request, per step) and why this scenario makes it grow", )
+            m.missing(_say(lang, f"'{name}': the reason is thin — say what grows, and why this scenario makes it grow",
+                           f"“{name}”：理由太单薄——请说明什么在增长，以及这个场景为什么让它增长"))
             m.score += 0.5
             m.flag()
         else:
-            m.missing(f"'{name}': the reason does not say why the cache grows (more tokens → more "
-                      f"keys and values; more requests → more caches held at once; …)")
+            m.missing(_say(lang, f"'{name}': the reason does not say why the cache grows: what does this scenario "
+                                 f"add more of, and what does the engine keep for each one?",
+                           f"“{name}”：理由没有说明缓存为什么增长：这个场景让什么变多了？引擎为每一份保存了什么？"))
         reasons.append(reason.lower())
     if len(reasons) >= 2 and len(set(reasons)) < len(reasons):
         m.flag("the same reason is repeated for different scenarios")
