@@ -159,11 +159,13 @@ def test_bad_requests_through_the_openai_client(oai, http):
     with pytest.raises(openai.NotFoundError):
         oai.completions.create(model="gpt-4", prompt=PROMPT)
     for body, param in [({"prompt": ""}, "prompt"), ({"prompt": PROMPT, "n": 2}, "n"),
-                        ({"prompt": "word " * 2000}, "prompt")]:
+                        ({"prompt": "word " * 2000}, "prompt"), ({"prompt": [5] * 5000}, "prompt")]:
         r = http.post("/v1/completions", json=body)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     r = http.post("/v1/chat/completions", json={"messages": [{"role": "robot", "content": "x"}]})
     assert r.status_code == 400 and "role" in r.json()["error"]["message"]
+    r = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "word " * 2000}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
     r = http.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400
     assert _wait_idle(http)["kv_cache"]["used_blocks"] == 0  # nothing rejected held a block

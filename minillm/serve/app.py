@@ -86,8 +86,7 @@ class OpenAIServer:
     def client_gone(self, stream: Stream) -> None:
         """A client disconnected before its request finished: cancel it in the engine, so its
         KV blocks go back to the pool at the next step boundary."""
-        log.info("%s client disconnected after %s; cancelling in the engine", stream.request_id,
-                 "the end" if stream.finished else "a partial answer")
+        log.info("%s client disconnected before the end; cancelling in the engine", stream.request_id)
         self.engine.cancel(stream.request_id, "client disconnected")
 
     def _client_gone_once(self, stream: Stream) -> None:
@@ -118,13 +117,13 @@ class OpenAIServer:
                                   f"{self.model_name!r}", param="model", kind="not_found_error")
         return body
 
-    async def _admit(self, request_id: str, parsed: P.ParsedRequest) -> Stream:
+    async def _admit(self, kind: str, request_id: str, parsed: P.ParsedRequest) -> Stream:
         stream = self.engine.submit(request_id, parsed.params, prompt=parsed.prompt,
                                     prompt_token_ids=parsed.prompt_token_ids)
         try:
             await stream.accepted
         except ValueError as exc:  # the engine's verdict: a prompt that can never fit
-            raise P.BadRequest(str(exc), "prompt" if parsed.prompt is not None else "messages") from None
+            raise P.BadRequest(str(exc), "messages" if kind == "chat" else "prompt") from None
         return stream
 
     def _token_text(self, token_id: int) -> str:
@@ -190,7 +189,7 @@ class OpenAIServer:
         return "".join(parts), entries, n
 
     async def _serve(self, kind: str, request: Request, parsed: P.ParsedRequest, rid: str):
-        stream = await self._admit(rid, parsed)
+        stream = await self._admit(kind, rid, parsed)
         if parsed.stream:
             return CancellingStream(self._stream_events(kind, stream, parsed),
                                     lambda: self._client_gone_once(stream))
