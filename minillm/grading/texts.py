@@ -483,14 +483,14 @@ def _scenario_items(answer) -> list[tuple[str, str]]:
     return clean
 
 
-@register("task3_pressure", "Task 3 · three cache-pressure scenarios, with reasons", "§3 KV cache + key table", 6)
-@_wrong_type
 _KIND_ZH = {"long_context": "长上下文（长提示、长对话历史）", "high_concurrency": "高并发（同时有很多活跃请求）",
             "long_output": "长输出（生成很多 token）", "parallel_sampling": "每个请求多条序列（beam search、n > 1）",
             "not_released": "请求没有被释放（泄漏、释放过晚、取消没有传到引擎）",
             "bigger_model": "层数或 KV 头更多的模型（每个 token 字节更多）"}
 
 
+@register("task3_pressure", "Task 3 · three cache-pressure scenarios, with reasons", "§3 KV cache + key table", 6)
+@_wrong_type
 def grade_task3(answer, m: Marks) -> None:
     """2 points per scenario: a recognised, distinct scenario, and a reason that says what state grows."""
     items = _scenario_items(answer)
