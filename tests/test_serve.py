@@ -278,14 +278,17 @@ def test_queue_limit_gives_503_with_retry_after(small_server):
         assert _wait_idle(c)["kv_cache"]["used_blocks"] == 0
 
 
-def test_sigterm_cancels_live_streams_and_exits_0():
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_cancels_live_streams_and_exits_0(sig):
+    import signal
+
     srv = ServerProcess(["--max-num-seqs", "4"]).start()
     try:
         body = {"prompt": PROMPT, "max_tokens": 900, "temperature": 0, "ignore_eos": True, "stream": True}
         with _client(srv.url) as c, c.stream("POST", "/v1/completions", json=body) as r:
             lines = r.iter_lines()
             next(lines)
-            srv.proc.terminate()  # SIGTERM while the stream is live
+            srv.proc.send_signal(getattr(signal, sig))  # while the stream is live (SIGINT = Ctrl-C)
             reasons = [json.loads(line[5:])["choices"][0]["finish_reason"] for line in lines
                        if line.startswith("data:") and line != "data: [DONE]"]
         assert reasons[-1] == "abort"
