@@ -5,8 +5,10 @@ process waits until the server answers ``/api/status``, prints the URL to open (
 included), opens a browser unless ``--no-browser``, and then stays in the foreground until
 JupyterLab stops. Ctrl-C, SIGINT or SIGTERM stop JupyterLab (and its kernels) cleanly.
 
-Everything that would reach the internet is switched off: the news feed, the update check
-and the extension manager's PyPI listing. The browser tests (tests/browser) reuse
+Everything that would reach the internet is switched off: the news feed (and its pop-up),
+the update check and the extension manager's PyPI listing. ``tests/`` (where the solved
+exercises live) is not served, and the terminal stays free of per-kernel and per-notebook
+warnings (see ``COURSE_ARGS``). The browser tests (tests/browser) reuse
 :func:`jupyter_command` and :func:`jupyter_env` so they run the same server a learner does.
 """
 
@@ -36,6 +38,40 @@ OFFLINE_ARGS = (
     "--LabApp.extension_manager=readonly",
     "--ServerApp.open_browser=False",
 )
+
+
+#: Server options that make the course quiet and safe to hand to a learner:
+#: * JupyterLab settings shipped with the package (``assets/lab/settings/overrides.json``): the
+#:   "get notified about news?" pop-up is switched off;
+#: * ``tests/`` (the solved exercises) is neither listed nor served (``minillm.lab_contents``),
+#:   which also logs "Notebook ... is not trusted" at debug level instead of once per notebook;
+#: * kernels talk to the server over local IPC sockets instead of TCP (``kernel_transport_args``),
+#:   so no kernel prints "Kernel is running over TCP without encryption".
+LAB_SETTINGS_DIR = Path(__file__).resolve().parent / "assets" / "lab" / "settings"
+COURSE_ARGS = (
+    f"--LabApp.app_settings_dir={LAB_SETTINGS_DIR}",
+    "--ServerApp.contents_manager_class=minillm.lab_contents.CourseContentsManager",
+)
+#: A Unix socket path may be at most ~107 bytes; kernel IPC sockets live in the runtime dir.
+IPC_PATH_LIMIT = 100
+
+
+def kernel_transport_args(runtime_dir: str | None = None) -> list[str]:
+    """``--KernelManager.transport=ipc`` where local sockets work: a POSIX system whose Jupyter
+    runtime folder is short enough for the socket names put in it (``kernel-<uuid>-ipc-<n>``);
+    otherwise nothing (TCP on 127.0.0.1, and the kernel's warning about it)."""
+    if os.name != "posix":
+        return []
+    if runtime_dir is None:
+        runtime_dir = os.environ.get("JUPYTER_RUNTIME_DIR")
+        if not runtime_dir:
+            try:
+                from jupyter_core.paths import jupyter_runtime_dir
+            except ImportError:
+                return []
+            runtime_dir = jupyter_runtime_dir()
+    longest = os.path.join(runtime_dir, "kernel-" + "0" * 36 + "-ipc-99")
+    return ["--KernelManager.transport=ipc"] if len(longest.encode()) <= IPC_PATH_LIMIT else []
 
 
 def repo_root() -> Path:
@@ -76,7 +112,7 @@ def jupyter_command(*, port: int, notebook_dir: Path, ip: str = "127.0.0.1", def
            f"--ip={ip}", f"--port={port}", "--ServerApp.port_retries=0",
            f"--ServerApp.root_dir={notebook_dir}",
            f"--LabApp.default_url={default_url}",
-           *OFFLINE_ARGS]
+           *OFFLINE_ARGS, *COURSE_ARGS, *kernel_transport_args()]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     if log_level:

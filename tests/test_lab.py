@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -48,6 +49,8 @@ def isolated_env(tmp_path):
         d.mkdir()
         env[name] = str(d)
     env.pop("JUPYTER_TOKEN", None)
+    # kernel IPC sockets live in the runtime dir: a Unix socket path must stay short
+    env["JUPYTER_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="mlrt", dir="/tmp" if os.path.isdir("/tmp") else None)
     env["BROWSER"] = "true"  # in case a browser were opened anyway: a no-op command
     return env
 
@@ -145,6 +148,44 @@ def test_minillm_lab_starts_answers_and_stops(sig, isolated_env):
                                    page, re.S).group(1))
         assert cfg["news"] == {"disabled": True}
         assert cfg["extensionManager"]["name"] == "read-only"
+        # the news pop-up is switched off by the settings shipped with the package
+        status, body = _get(f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification", token)
+        props = json.loads(body)["schema"]["properties"]  # overrides.json becomes the schema's defaults
+        assert props["fetchNews"]["default"] == "false" and props["checkForUpdates"]["default"] is False
+        # tests/ (the solved exercises) is neither listed nor served, whatever the URL
+        status, body = _get(f"{base}/api/contents?content=1", token)
+        names = {m["name"] for m in json.loads(body)["content"]}
+        assert "notebooks" in names and "tests" not in names, names
+        solved = "tests/solved/ch04_exercises_solved.ipynb"
+        assert (lab.repo_root() / solved).is_file()
+        for hidden in (f"/api/contents/{solved}", "/api/contents/tests", f"/files/{solved}",
+                       "/api/contents/tests/solved/answers.py", f"/nbconvert/html/{solved}",
+                       "/api/contents/./tests/solved"):
+            try:
+                status, _ = _get(base + hidden, token)
+            except urllib.error.HTTPError as missing:
+                status = missing.code
+            assert status == 404, (hidden, status)
+        status, body = _get(f"{base}/api/contents/notebooks/README.ipynb", token)
+        assert status == 200 and json.loads(body)["type"] == "notebook"
+        # a kernel starts (over IPC: no "running over TCP without encryption" warning) and answers
+        req = urllib.request.Request(f"{base}/api/kernels", data=b'{"name": "python3"}', method="POST",
+                                     headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            kernel = json.loads(resp.read())
+        from jupyter_client import BlockingKernelClient
+
+        conn = Path(isolated_env["JUPYTER_RUNTIME_DIR"]) / f"kernel-{kernel['id']}.json"
+        kc = BlockingKernelClient(connection_file=str(conn))
+        kc.load_connection_file()
+        kc.start_channels(hb=False)  # no heartbeat: on a loaded machine it misses beats and cries "died"
+        try:
+            msg_id = kc.kernel_info()
+            reply = kc.get_shell_msg(timeout=90)  # the kernel answered over its sockets
+            assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
+            assert kc.transport == ("ipc" if lab.kernel_transport_args(isolated_env["JUPYTER_RUNTIME_DIR"]) else "tcp")
+        finally:
+            kc.stop_channels()
         # bound to the loopback address only
         listening = _listen_addresses(port)
         if listening is not None:
@@ -161,6 +202,8 @@ def test_minillm_lab_starts_answers_and_stops(sig, isolated_env):
     tail = _drain(lines, 5)
     assert rc == 0, f"exit code {rc} after {sig.name}:\n{tail}"
     assert "stopped" in tail
+    terminal = "".join(seen) + tail
+    assert "without encryption" not in terminal and "is not trusted" not in terminal, terminal
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         _get(f"{base}/api/status", token, timeout=3)
     assert started < 150
@@ -175,10 +218,24 @@ def test_lab_command_line_is_offline_and_local(tmp_path):
     assert "--LabApp.extension_manager=readonly" in joined
     assert "NeverCheckForUpdate" in joined
     assert "--ServerApp.open_browser=False" in joined
+    assert "--ServerApp.contents_manager_class=minillm.lab_contents.CourseContentsManager" in joined
+    assert lab.kernel_transport_args("/tmp/rt") == (["--KernelManager.transport=ipc"] if os.name == "posix" else [])
+    assert lab.kernel_transport_args("/" + "x" * 90) == []  # a socket path that long cannot be bound
+    assert (lab.LAB_SETTINGS_DIR / "overrides.json").is_file() and f"--LabApp.app_settings_dir={lab.LAB_SETTINGS_DIR}" in cmd
     assert ("--allow-root" in cmd) == (os.geteuid() == 0)
     assert not any("token" in c.lower() for c in cmd), "the token must not be on the command line (ps shows it)"
     env = lab.jupyter_env("abc", base={})
     assert env["JUPYTER_TOKEN"] == "abc"
+
+
+def test_course_hides_the_tests_folder():
+    pytest.importorskip("jupyter_server")
+    from minillm.lab_contents import is_course_hidden
+
+    for path in ("tests", "/tests/", "tests/solved/ch04_exercises_solved.ipynb", "./tests/solved", "tests\\solved"):
+        assert is_course_hidden(path), path
+    for path in ("", "notebooks", "notebooks/tests", "exercises/ch04_exercises.ipynb", "tests_notes.md"):
+        assert not is_course_hidden(path), path
 
 
 def test_start_page_and_missing_notebooks(tmp_path, capsys):
