@@ -6,9 +6,10 @@ front: they were admitted earlier). ``running`` holds admitted requests in admis
 Each step (continuous batching, vLLM v1's rule) spends one token budget,
 ``max_num_batched_tokens``:
 
-1. running requests first, in admission order: a decoding request needs one token, a
-   request still being prefilled (chunked prefill) needs the rest of its prompt, cut to what
-   is left of the budget. Each gets room in the KV cache for those tokens. When the pool is
+1. running requests first, in admission order: a decoding request needs one token (decodes
+   always run, even past the budget, so a small budget can never starve one), a request still
+   being prefilled (chunked prefill) needs the rest of its prompt, cut to what is left of the
+   budget. Each gets room in the KV cache for those tokens. When the pool is
    out of blocks, the most recently admitted running request is *preempted*: its blocks go
    back to the pool and it returns to the front of ``waiting``, to be recomputed later;
 2. then waiting requests, in order, while there is a free batch slot (``max_num_seqs``),
@@ -129,8 +130,8 @@ class Scheduler:
                 n = remaining
             else:
                 n = 1
-            if n <= 0 or (self.chunked_prefill and budget <= 0):
-                continue  # the budget is spent: this request waits a step, keeping its place
+            if n <= 0:
+                continue  # the budget is spent: this prefill waits a step, keeping its place
             if not self._make_room(req, req.num_computed_tokens + n, batch):
                 continue
             if prefilling:

@@ -111,3 +111,15 @@ def test_cancel_and_preempt_in_the_middle_of_a_chunked_prefill(folder):
 def test_chunked_prefill_option_is_checked(folder):
     with pytest.raises(ValueError, match="enable_chunked_prefill"):
         LLM(folder, enable_chunked_prefill="yes")
+
+
+def test_a_budget_smaller_than_the_batch_starves_nobody(folder):
+    llm = LLM(folder, block_size=4, num_kv_blocks=200, max_num_batched_tokens=3, max_num_seqs=8)
+    reqs = [llm.add_request(prompt_token_ids=[9 + i, 20], params=greedy(6)) for i in range(6)]
+    long = llm.add_request(prompt_token_ids=LONG[:20], params=greedy(3))
+    for _ in range(200):
+        if not llm.has_unfinished():
+            break
+        llm.step()
+        check_block_invariants(llm)
+    assert all(r.stop_reason == StopReason.MAX_TOKENS for r in reqs + [long])
