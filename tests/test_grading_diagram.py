@@ -308,3 +308,12 @@ def test_editor_survives_a_corrupt_save_file(tmp_path):
     ed = DiagramEditor(save_to=path)
     assert ed.to_data() == {"states": {}, "transitions": []}
     assert "Could not read" in ed.status.value
+
+
+def test_a_chinese_diagram_gets_chinese_feedback():
+    zh = {"states": {"入队": "prompt token 与采样参数，还没有 KV 块", "预填充": "整段 prompt 的 KV 块",
+                     "解码": "KV 块（每步多一个 token）", "完成": "停止原因", "释放": "无：KV 块归还"},
+          "transitions": [["入队", "预填充", "调度"], ["预填充", "解码", ""], ["解码", "完成", "EOS"], ["完成", "释放", ""]]}
+    r = check("task1_diagram", zh)
+    text = str(r)
+    assert r.score == 11 and "没有循环" in text and "路径 入队 → 预填充" in text, text

@@ -491,7 +491,63 @@ def _names(states) -> str:
           bonus_max=2, kind="diagram")
 def grade_task1(answer, m: Marks) -> None:
     """States (5), enqueue→prefill→decode (2), the decode loop (1), the way out to FINISH (1),
-    FINISH before RELEASE (1), resource notes (2); bonus: preemption (1), cancel (1)."""
+    FINISH before RELEASE (1), resource notes (2); bonus: preemption (1), cancel (1).
+    A diagram written in Chinese gets its feedback in Chinese."""
+    _grade_task1(answer, m)
+    try:
+        d = read_answer(answer)
+    except DiagramFormatError:
+        return
+    from .concepts import language
+
+    if language(" ".join(list(d.states) + list(d.states.values()))) == "zh":
+        for f in m.feedback:
+            f.text = to_chinese(f.text)
+
+
+_ZH = [(re.compile(p), r) for p, r in [
+    (r"^RELEASED state: (.+) finishes and releases in one step \(the chapter's 完成释放\)$", r"释放状态：\1 一步完成并释放（章节中的“完成释放”）"),
+    (r"^(WAITING|PREFILL|DECODE|FINISHED|RELEASED) state: (.+)$", r"\1 状态：\2"),
+    (r"^§6 treats .*$", "第 6 节把“逻辑完成”和“资源归还”看作两个时刻；把 FINISHED → RELEASED 分开画，能看出泄漏会出在哪里"),
+    (r"^no state for (.+?) \(named e\.g\. .+\)$", r"缺少状态：\1"),
+    (r"^state '(.+)' matches none of the chapter's states; .*$", r"状态“\1”不对应章节中的任何状态，作为中间步骤保留"),
+    (r"^path (.+) → (.+)$", r"路径 \1 → \2"),
+    (r"^the edge between (.+) and (.+) points the wrong way.*$", r"\1 与 \2 之间的边方向反了：请求先等待，再预填充"),
+    (r"^no transition leads from (.+) to (.+?) \(the scheduler admits the request\)$", r"没有从 \1 到 \2 的转移（调度器接纳请求）"),
+    (r"^no transition leads from (.+) to (.+?) \(after the first token.*$", r"没有从 \1 到 \2 的转移（第一个 token 之后请求进入活跃状态）"),
+    (r"^(.+) comes before (.+): prefill builds the state that decode continues from$", r"\1 出现在 \2 之前：decode 是在 prefill 建立的状态上继续的"),
+    (r"^(.+) loops \(one token per iteration\)$", r"\1 有循环（每轮一个 token）"),
+    (r"^(.+) has no loop: .*$", r"\1 没有循环：每生成一个 token 就要解码一次，请画出自环或经过 SAMPLE 的回路"),
+    (r"^a stop condition leads from (.+) to (.+)$", r"满足停止条件时从 \1 进入 \2"),
+    (r"^no transition leaves (.+) for (.+) when a stop condition is met.*$", r"满足停止条件（EOS、max_tokens、停止字符串）时，没有从 \1 到 \2 的转移"),
+    (r"^(.+) ends the request \(finish, then release\)$", r"\1 结束了请求（先完成，再释放）"),
+    (r"^(.+) comes before (.+)$", r"\1 在 \2 之前"),
+    (r"^no transition from (.+) to (.+): after finishing.*$", r"没有从 \1 到 \2 的转移：完成之后，引擎要释放请求的 KV 块"),
+    (r"^every state says what it holds$", "每个状态都写明了它占有什么"),
+    (r"^every state has a note, but the notes above contradict what the engine does$", "每个状态都有说明，但上面的说明与引擎的行为矛盾"),
+    (r"^no resource note on: (.+?) — .*$", r"这些状态没有资源说明：\1——请写明每个状态占有什么（prompt token、KV 块、batch 槽位、什么都没有……）"),
+    (r"^the decode state's note names the KV cache it holds$", "解码状态的说明写到了它占有的 KV 缓存"),
+    (r"^(.+)'s note should say it holds KV blocks.*$", r"\1 的说明应写明它占有 KV 块（缓存每步增长一个 token）"),
+    (r"^(.+): a waiting request holds no KV block yet.*$", r"\1：等待中的请求还没有 KV 块——被调度时才分配"),
+    (r"^(.+): a released request holds nothing.*$", r"\1：已释放的请求什么都不占——它的 KV 块已回到池中"),
+    (r"^(.+): a decoding request does hold KV blocks.*$", r"\1：解码中的请求确实占有 KV 块——每一步都要读取它们"),
+    (r"^preemption: (.+) returns to the queue.*$", r"抢占：\1 回到队列（释放块，之后重算）"),
+    (r"^preemption: a labelled edge.*$", "抢占：一条带标签的边把请求送回去重算"),
+    (r"^\(optional, \+1\) no preemption.*$", "（可选，+1）没有抢占：KV 块不够时，运行中的请求会被送回 WAITING"),
+    (r"^cancel: (.+) can be cancelled, and the blocks are released$", r"取消：\1 可以被取消，并且会释放块"),
+    (r"^\(optional, \+1\) no transition leaves (.+) when the request is cancelled$", r"（可选，+1）请求被取消时，没有离开 \1 的转移"),
+]]
+
+
+def to_chinese(text: str) -> str:
+    """The Chinese form of one of the grader's feedback lines (unchanged when it has none)."""
+    for rx, repl in _ZH:
+        if rx.match(text):
+            return rx.sub(repl, text)
+    return text
+
+
+def _grade_task1(answer, m: Marks) -> None:
     try:
         d = read_answer(answer)
     except DiagramFormatError as exc:
