@@ -3,9 +3,9 @@
 # a run with nothing to do takes about a second and prints one line per part.
 #
 #   bash scripts/setup.sh                 # .venv with minillm[course,test] + graphviz's `dot`
-#   bash scripts/setup.sh --with-browser  # ... + Debian's chromium, for tests/browser
+#   bash scripts/setup.sh --with-browser  # ... + Debian's chromium and fonts-noto-cjk, for tests/browser
 #
-# Options:  --with-browser   also make sure /usr/bin/chromium exists (browser tests)
+# Options:  --with-browser   also make sure /usr/bin/chromium and a CJK font exist (browser tests)
 #           --no-apt         never call apt-get (only say what is missing)
 #           --force          reinstall the Python packages even if the stamp is current
 #           -v, --verbose    show pip's and apt-get's output
@@ -91,6 +91,18 @@ if [ "$WITH_BROWSER" = 1 ]; then
         die "could not install chromium with apt-get (needed for tests/browser)"
     else
         warn "$CHROMIUM is missing: the browser tests will be skipped. To run them: $(manual_hint chromium)"
+    fi
+fi
+
+# Chinese text in the browser tests' screenshots (the course quotes the chapter in Chinese).
+if [ "$WITH_BROWSER" = 1 ]; then
+    if { command -v fc-list >/dev/null 2>&1 && fc-list 2>/dev/null | grep -qi "Noto Sans CJK"; } \
+            || { command -v dpkg >/dev/null 2>&1 && dpkg -s fonts-noto-cjk >/dev/null 2>&1; }; then
+        say "fonts-noto-cjk: ok"
+    elif apt_install fonts-noto-cjk; then
+        say "fonts-noto-cjk: installed"
+    else
+        warn "no CJK font (fonts-noto-cjk): Chinese shows as boxes in the browser tests' screenshots. $(manual_hint fonts-noto-cjk)"
     fi
 fi
 
