@@ -296,3 +296,23 @@ def test_reference_solutions_are_not_in_the_installed_package():
     needle = "mass_above = probs.cumsum(dim=-1) - probs"
     pkg = Path(minillm.__file__).parent
     assert not [p for p in pkg.rglob("*.py") if needle in p.read_text(encoding="utf-8", errors="replace")]
+
+
+def test_a_huge_answer_cannot_stall_the_graders_own_process(tmp_path):
+    blob = ("memory recompute not without 不 没 " * 20000) + "a" * 200000
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"task2_kv_explain = {blob!r}\n"
+                                                                    f"task4_sampling = {blob!r}")])
+    path = tmp_path / "huge.ipynb"
+    nbformat.write(nb, path)
+    rc, report, took = run(path)
+    assert rc == 0 and report["exercises"]["task2_kv_explain"]["score"] <= 1
+    assert took < 30
+
+
+def test_bad_command_line_values_are_refused_with_the_parameter_named(tmp_path, capsys):
+    path = notebook(tmp_path)
+    assert cli_grade([str(path), "--timeout", "0"]) == 2
+    assert "--timeout must be between 1 and 3600" in capsys.readouterr().err
+    assert cli_grade([str(path), "--deadline", "1"]) == 2
+    assert "--deadline must be between 5 and 86400" in capsys.readouterr().err
+    assert cli_grade([str(tmp_path), "--out", str(tmp_path / "missing")]) == 2

@@ -301,8 +301,11 @@ class Reading:
     copied: bool = False
 
 
+MAX_READ = 4000  # characters the matcher looks at: a pasted novel cannot stall the grader
+
+
 def read(text: str, ideas, misconceptions=(), prompts=()) -> Reading:
-    t = normalize(text)
+    t = normalize(text)[:MAX_READ]
     fixed = fix_typos(t)
     r = Reading(t, language(t), salad=is_salad(t), copied=copied_from(t, prompts))
     for i in ideas:
