@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
+import torch
 
 from minillm import LLM, SamplingParams
 from conftest import check_block_invariants
@@ -99,10 +101,33 @@ def test_params_of_wrong_type(tiny_llm):
     ({"num_kv_blocks": 0}, "num_kv_blocks"), ({"kv_cache_tokens": -4}, "kv_cache_tokens"),
     ({"num_kv_blocks": 4, "kv_cache_tokens": 16}, "not both"), ({"max_model_len": 10**6}, "max_model_len"),
     ({"dtype": "float8"}, "dtype"), ({"device": "tpu"}, "device|Expected one of"), ({"scheduling": "fifo"}, "scheduling"),
+    ({"enable_prefix_caching": "no"}, "enable_prefix_caching must be True or False, got 'no'"),
+    ({"enable_chunked_prefill": 0}, "enable_chunked_prefill must be True or False"),
+    ({"dtype": torch.int8}, r"dtype must be 'auto', .*got torch\.int8"),
+    ({"device": "meta"}, r"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'.*got 'meta'"),
+    ({"block_size": 2**20}, r"block_size must be an int in \[1, 65536\]"), ({"block_size": True}, "block_size"),
+    ({"max_num_seqs": 2.0}, "max_num_seqs"), ({"seed": 1.5}, "seed"), ({"max_history": -1}, "max_history"),
 ])
 def test_bad_engine_options(tiny_llama, kwargs, message):
-    with pytest.raises((ValueError, RuntimeError), match=message):
+    with pytest.raises(ValueError, match=message):
         LLM(str(tiny_llama[0]), **kwargs)
+
+
+def test_numpy_engine_options_are_accepted_as_ints(tiny_llama):
+    llm = LLM(str(tiny_llama[0]), block_size=np.int64(4), num_kv_blocks=np.int32(16), max_num_seqs=np.int64(2),
+              seed=np.int64(7), enable_prefix_caching=np.bool_(True))
+    assert llm.kv_cache.block_size == 4 and type(llm.kv_cache.block_size) is int
+    assert llm.kv_cache.num_blocks == 16
+    assert llm.generate(["fox"], SamplingParams(max_tokens=3, temperature=0))[0].stop_reason is not None
+
+
+def test_block_larger_than_the_cpu_kv_budget_is_refused(tiny_llama, monkeypatch):
+    import minillm.engine_args as engine_args
+
+    monkeypatch.setattr(engine_args, "CPU_KV_BUDGET_BYTES", 16 << 10)  # the tiny model: 512 bytes per token
+    with pytest.raises(ValueError, match=r"block_size=64 makes one KV block 32.0 KiB, more than the CPU KV budget"):
+        LLM(str(tiny_llama[0]), block_size=64)
+    assert LLM(str(tiny_llama[0]), block_size=16).kv_cache.num_blocks == 2  # 16 KiB / 8 KiB per block
 
 
 # --- model folders -------------------------------------------------------------------------
