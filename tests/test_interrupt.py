@@ -36,12 +36,18 @@ def _add_all(llm, prompts):
     return [llm.add_request(prompt_token_ids=p, params=_params(i)) for i, p in enumerate(prompts)]
 
 
-def _drive(llm) -> int:
-    """Step to the end, catching every KeyboardInterrupt like a learner re-running the cell."""
+def _drive(llm, armed=None) -> int:
+    """Step to the end, catching every KeyboardInterrupt like a learner re-running the cell.
+    ``armed["on"]`` is switched on, and off once there is no work left, inside the loop's
+    ``try``, so a signal arriving before or after is ignored instead of hitting the test's code."""
     caught = 0
     while True:
         try:
+            if armed is not None and caught == 0 and not armed["on"] and llm.has_unfinished():
+                armed["on"] = True  # armed inside the try: no signal can hit the caller's code
             if not llm.has_unfinished():
+                if armed is not None:
+                    armed["on"] = False
                 return caught
             llm.step()
         except KeyboardInterrupt:
@@ -56,21 +62,18 @@ def reference(make_llm):
     return [r.output_token_ids for r in reqs]
 
 
-def _absorb_late_signals(timers):
-    for t in timers:
-        t.cancel()
-    for _ in range(3):
-        try:
-            for t in timers:
-                t.join()
-            time.sleep(0.02)
-            return
-        except KeyboardInterrupt:
-            continue
+def _raise_when_armed(armed):
+    """What Python's default SIGINT handler does (raise KeyboardInterrupt), while armed."""
+    def handler(signum, frame):
+        if armed["on"]:
+            raise KeyboardInterrupt
+    return handler
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
 def test_real_sigint_at_random_moments_never_changes_an_output(make_llm, reference):
+    """24 runs, each hit by 3 real SIGINTs at random moments (a handler that raises
+    KeyboardInterrupt exactly as Python's default one does, switched off once the run is done)."""
     rng = random.Random(0)
     rolled_back = interrupted = 0
     # how long an uninterrupted run takes, so the signals land inside it
@@ -79,29 +82,36 @@ def test_real_sigint_at_random_moments_never_changes_an_output(make_llm, referen
     _add_all(llm, PROMPTS + SHARED)
     _drive(llm)
     span = time.perf_counter() - t0
-    for trial in range(24):
-        llm = make_llm()
-        reqs = _add_all(llm, PROMPTS + SHARED)
-        timers = [threading.Timer(rng.uniform(0, span), os.kill, (os.getpid(), signal.SIGINT))
-                  for _ in range(3)]
-        try:
+    armed = {"on": False}
+    previous = signal.signal(signal.SIGINT, _raise_when_armed(armed))
+    try:
+        for trial in range(24):
+            llm = make_llm()
+            reqs = _add_all(llm, PROMPTS + SHARED)
+            timers = [threading.Timer(rng.uniform(0, span), os.kill, (os.getpid(), signal.SIGINT))
+                      for _ in range(3)]
             for t in timers:
                 t.start()
-            interrupted += _drive(llm)
-        finally:
-            _absorb_late_signals(timers)
-        interrupted += _drive(llm)  # a signal that landed after the loop's last check
-        assert [r.output_token_ids for r in reqs] == reference, f"trial {trial}"
-        assert all(r.state == RequestState.RELEASED and r.stop_reason == StopReason.MAX_TOKENS for r in reqs)
-        assert llm.cache_stats().used_blocks == 0
-        rolled_back += sum(1 for e in llm.trace if e.kind == "transition" and e.data.get("rolled_back"))
-        # the same prompts again hit the prefix cache: the cached blocks must be real
-        again = _add_all(llm, PROMPTS + SHARED)
-        _drive(llm)
-        assert [r.output_token_ids for r in again] == reference, f"trial {trial}, after"
-        assert llm.cache_stats().used_blocks == 0
-        check_block_invariants(llm)
+            interrupted += _drive(llm, armed)
+            for t in timers:
+                t.join()
+            _check_trial(llm, reqs, reference, trial)
+            rolled_back += sum(1 for e in llm.trace if e.kind == "transition" and e.data.get("rolled_back"))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert interrupted > 0  # the signals did arrive (24 x 3 of them)
+
+
+def _check_trial(llm, reqs, reference, trial):
+    assert [r.output_token_ids for r in reqs] == reference, f"trial {trial}"
+    assert all(r.state == RequestState.RELEASED and r.stop_reason == StopReason.MAX_TOKENS for r in reqs)
+    assert llm.cache_stats().used_blocks == 0
+    # the same prompts again hit the prefix cache: the cached blocks must be real
+    again = _add_all(llm, PROMPTS + SHARED)
+    _drive(llm)
+    assert [r.output_token_ids for r in again] == reference, f"trial {trial}, after"
+    assert llm.cache_stats().used_blocks == 0
+    check_block_invariants(llm)
 
 
 class Boom(Exception):
