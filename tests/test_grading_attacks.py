@@ -316,3 +316,24 @@ def test_bad_command_line_values_are_refused_with_the_parameter_named(tmp_path, 
     assert cli_grade([str(path), "--deadline", "1"]) == 2
     assert "--deadline must be between 5 and 86400" in capsys.readouterr().err
     assert cli_grade([str(tmp_path), "--out", str(tmp_path / "missing")]) == 2
+
+
+def test_returned_values_must_have_exact_types(tmp_path):
+    cell = """
+class Always(int):
+    def __eq__(self, other):
+        return True
+    __hash__ = int.__hash__
+
+def my_kv_bytes_per_token(layers, heads, dim, nbytes):
+    return Always(0)
+
+class Tensorish:
+    shape = dtype = None
+
+def my_top_p_filter(logits, top_p):
+    return Tensorish()
+"""
+    rc, report, took = run(notebook(tmp_path, cell))
+    assert_no_grade(rc, report, took)
+    assert "got Always" in " ".join(report["exercises"]["code_kv_bytes"]["feedback"])

@@ -281,3 +281,24 @@ def test_every_grader_survives_hostile_answers(quick_timeout):
             r = check(ex_id, value)
             assert r.status in ("graded", "not attempted"), (ex_id, value, str(r))
             assert not r.passed
+
+
+def test_the_long_chat_byte_count():
+    from minillm.grading import check
+
+    def right(turn, system_tokens, user_tokens, reply_tokens, bytes_per_token, keep_last=None):
+        earlier = turn - 1 if keep_last is None else min(turn - 1, keep_last)
+        return (system_tokens + (earlier + 1) * (user_tokens + reply_tokens)) * bytes_per_token
+
+    def no_reply(turn, system_tokens, user_tokens, reply_tokens, bytes_per_token, keep_last=None):
+        return right(turn, system_tokens, user_tokens, reply_tokens, bytes_per_token, keep_last) - \
+            reply_tokens * bytes_per_token
+
+    assert check("code_chat_kv", right).passed
+    r = check("code_chat_kv", no_reply)
+    assert r.score == 0 and "count the reply too" in str(r)
+
+    def stub(*a, **k):
+        raise NotImplementedError
+
+    assert not check("code_chat_kv", stub).attempted
