@@ -434,3 +434,11 @@ def test_generation_config_eos_stops_greedy_decoding(tiny_llama, tmp_path):
     assert out.stop_reason == StopReason.EOS and out.token_ids == first[:first.index(stop) + 1]
     defaults = llm.default_sampling_params(max_tokens=5)
     assert defaults.temperature == 0.6 and defaults.top_p == 0.9 and defaults.max_tokens == 5
+
+
+def test_python_dash_m_minillm_is_the_cli():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "minillm", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "generate" in out.stdout
