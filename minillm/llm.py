@@ -253,6 +253,7 @@ class LLM:
                     stats = self.kv_cache.stats()
                     self._emit(None, "step", num_prefill=len(batch.prefills), num_decode=len(batch.decodes),
                                num_tokens=batch.num_tokens, num_preempted=len(batch.preempted),
+                               prefill_tokens={r.request_id: n for r, n in zip(batch.prefills, batch.prefill_chunks)},
                                duration=time.monotonic() - t0, used_blocks=stats.used_blocks,
                                total_blocks=stats.total_blocks, block_size=stats.block_size,
                                bytes_per_token=stats.bytes_per_token, kv_blocks=self.scheduler.blocks_held())

@@ -13,9 +13,9 @@ Event kinds and their ``data``:
   ``rolled_back: True`` with ``blocks`` freed on PREFILL -> WAITING / PREEMPTED when a failed
   or interrupted step was undone);
 - ``"token"``: ``{"token_id", "index", "text"?, "logprob"?, "top"?}``;
-- ``"step"``: ``{"num_prefill", "num_decode", "num_tokens", "duration", "used_blocks",
-  "total_blocks", "bytes_per_token", "block_size", "kv_blocks": {request_id: blocks}}``
-  (request_id ``None``).
+- ``"step"``: ``{"num_prefill", "num_decode", "num_tokens", "num_preempted", "duration",
+  "used_blocks", "total_blocks", "bytes_per_token", "block_size", "kv_blocks": {request_id:
+  blocks}, "prefill_tokens": {request_id: tokens prefilled this step}}`` (request_id ``None``).
 """
 
 from __future__ import annotations
