@@ -114,6 +114,9 @@ def clauses(text: str) -> list[tuple[int, str]]:
     """(offset, clause) pairs; the separators themselves are dropped."""
     out, last = [], 0
     for m in _CLAUSE_SPLIT.finditer(text):
+        if m.group(0) in ":：" and len(re.findall(r"\w+", text[last:m.start()])) <= 2 \
+                and len(text[last:m.start()].strip()) <= 12:
+            continue  # "Downside: it eats memory", "代价：显存": a label, not a clause of its own
         if m.start() > last:
             out.append((last, text[last:m.start()]))
         last = m.end()
@@ -125,7 +128,7 @@ def clauses(text: str) -> list[tuple[int, str]]:
 _NEG_WIDE = re.compile(r"\bwithout\b|\binstead of\b|\brather than\b|\bno need\b|\bnever\b|\bneedn't\b|"
                        r"\bno longer\b|\bnothing\b|\bnone\b|\bnor\b|\bneither\b|\bavoid(?:s|ed|ing)?\b|"
                        r"无需|无须|不必|不用|不需要|无需再|不再|免去|省去|省掉|省了|避免|没有必要|从不|永远不", _I)
-_NEG_NEAR = re.compile(r"\bnot\b|n't\b|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
+_NEG_NEAR = re.compile(r"\bnot\b(?!\s+(just|only|merely|simply|solely)\b)|n't\b(?!\s+(just|only|merely|simply)\b)|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
                        r"\bcannot\b|\bhardly\b|\bbarely\b|\bfails? to\b|"
                        r"(?<!得)不(?!断|同|少|过|仅|只|止|单|管|停|久|然|但|论|得不|够)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
 NEAR_WINDOW_EN = 24  # characters before the predicate (about four words)
