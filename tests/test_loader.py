@@ -112,6 +112,16 @@ def test_symlink_escaping_the_folder_is_refused(tiny_llama, tmp_path):
         LLM(str(d))
 
 
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "config.json"])
+def test_other_files_may_not_link_outside_either(tiny_llama, tmp_path, name):
+    d = copy_of(tiny_llama, tmp_path)
+    outside = tmp_path / f"elsewhere-{name}"
+    (d / name).rename(outside)
+    (d / name).symlink_to(outside)
+    with pytest.raises(ValueError, match=rf"{name.replace('.', '[.]')}.*outside the model folder"):
+        LLM(str(d))
+
+
 def test_symlink_inside_the_folder_and_hub_cache_layout_load(tiny_llama, tmp_path):
     """A Hugging Face hub cache snapshot links each file to ../../blobs/<hash>: allowed."""
     repo = tmp_path / "models--x--tiny"

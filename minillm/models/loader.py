@@ -29,6 +29,9 @@ from .llama import LlamaForCausalLM
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "assets" / "stories-3m"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
+# files transformers may read when it builds a tokenizer from a folder: each must stay inside it
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json")
 
 
 def is_gguf(path: Path) -> bool:
@@ -278,8 +281,8 @@ def load_tokenizer(path: Path, vocab_size: int | None = None):
 
         if not (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").is_file():
             raise FileNotFoundError(f"{path}: tokenizer.json (or tokenizer.model) is missing from the model folder")
-        for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"):
-            if (path / name).exists():
+        for name in TOKENIZER_FILES:
+            if (path / name).exists() or (path / name).is_symlink():
                 inside(path, name, str(path / name))
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
