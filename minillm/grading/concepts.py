@@ -131,6 +131,7 @@ _NEG_WIDE = re.compile(r"\bwithout\b|\binstead of\b|\brather than\b|\bno need\b|
 _NEG_NEAR = re.compile(r"\bnot\b(?!\s+(just|only|merely|simply|solely)\b)|n't\b(?!\s+(just|only|merely|simply)\b)|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
                        r"\bcannot\b|\bhardly\b|\bbarely\b|\bfails? to\b|"
                        r"(?<!得)不(?!断|同|少|过|仅|只|止|单|管|停|久|然|但|论|得不|够)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
+_NOT_JUST = re.compile(r"\b(not|n't)\s+(just|only|merely|simply|solely)\b|不只|不仅|不单|不止", _I)
 NEAR_WINDOW_EN = 24  # characters before the predicate (about four words)
 NEAR_WINDOW_ZH = 5
 
@@ -238,7 +239,8 @@ class Misconception:
         for _, clause in clauses(text):
             for p in self.patterns:
                 for m in p.finditer(clause):
-                    if not negated_at(clause, m.start()):
+                    # "not just a UI knob" denies the misconception even though "not just" affirms an idea
+                    if not negated_at(clause, m.start()) and not _NOT_JUST.search(clause[max(0, m.start() - 30):m.start()]):
                         return m.group(0)
         return None
 
