@@ -91,7 +91,8 @@ REQUEST_STATE = idea(
                 r"(requests?|sequences?)('s)?\b(?!\s+(with|for)\s+the same)",
                 r"\bexecution state\b", r"\bworking state\b", r"\bintermediate\s+(state|results?|activations?)",
                 r"\bactivations?\b", r"\battention state\b", r"\bits own tokens\b",
-                r"每个(活跃)?请求", r"绑定", r"执行状态", r"请求(自己|自身|本身)", r"自己的", r"属于[^，。；,;]{0,6}请求",
+                r"每个(活跃)?请求", r"绑定", r"执行状态", r"请求(自己|自身|本身)", r"自己的", r"属于[^，。；,;]{0,12}请求", r"(那个|这一个|那一个|单一|当前)请求",
+                r"(正在运行|运行中|活跃)的[^，。；,;]{0,4}请求",
                 r"中间状态", r"活跃请求", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求"])
 SAMPLING_PICKS = idea(
     "sampling_picks", "sampling picks every token", "采样决定每一个 token",

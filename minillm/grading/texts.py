@@ -397,6 +397,8 @@ SCENARIO_KINDS = [
         r"multi-?turn", r"\brag\b", r"retriev\w*", r"large\s+(context|prompt|input)",
         r"(many|thousands of|lots of|more)\s+(prompt|input|context)\s+tokens", r"context\s+(length|window)",
         r"长上下文|长文本|长文档|长提示|长输入|长对话|多轮|上下文[^。；;]{0,4}长|历史[^。；;]{0,4}长|长会话|RAG|检索|长 ?prompt",
+        r"\bagents?\b", r"\btool\s+(outputs?|results?|calls?)", r"accumulat\w*\s+(\w+\s+){0,5}(context|history)",
+        r"(context|history)\s+(\w+\s+){0,2}(keeps\s+)?grow\w*", r"智能体|工具(调用|输出|结果)|上下文[^。；;]{0,4}(累积|越来越长|增长)",
         r"(huge|big|large|very long|enormous|massive|lengthy|giant|long)\s+(\w+\s+){0,2}(prompts?|context|inputs?|documents?|"
         r"history|pdfs?|codebases?|files?|books?|transcripts?)", r"system\s+prompt", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
         r"(book|document|file|codebase|report)",
