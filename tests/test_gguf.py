@@ -199,10 +199,14 @@ def write_gguf(path: Path, hf_model, arch: str = "llama", skip: tuple[str, ...] 
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
     w.add_vocab_size(cfg.vocab_size)
+    if getattr(cfg, "head_dim", None) and cfg.head_dim != cfg.hidden_size // cfg.num_attention_heads:
+        w.add_key_length(cfg.head_dim)
+        w.add_value_length(cfg.head_dim)
     names = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
     layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
     for name, t in hf_model.state_dict().items():
         stem, kind = name.rsplit(".", 1)
         if stem in names:
@@ -225,17 +229,21 @@ def write_gguf(path: Path, hf_model, arch: str = "llama", skip: tuple[str, ...] 
     return path
 
 
-def test_written_gguf_loads_into_the_same_model(tiny_llama, tmp_path):
-    """The tiny Llama written as GGUF (q/k rows in llama.cpp's order, as its converter writes
-    them): minillm's loader gives back the Hugging Face weights exactly, and the same logits."""
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_written_gguf_loads_into_the_same_model(model_factory, tmp_path, family):
+    """A tiny model written as GGUF (for Llama, q/k rows in llama.cpp's order, as its converter
+    writes them; Qwen2 with q/k/v biases; Qwen3 with q/k norms and head_dim 24): minillm's loader
+    gives back the Hugging Face weights exactly, and the same logits."""
     from minillm.models import gguf as mg
     from minillm.models.loader import build_model
 
-    folder, hf_model = tiny_llama
-    path = write_gguf(tmp_path / "tiny.gguf", hf_model)
+    folder, hf_model = model_factory(family)
+    path = write_gguf(tmp_path / f"tiny-{family}.gguf", hf_model, arch=family)
     cfg = mg.load_gguf_config(path)
+    assert cfg.architecture == hf_model.config.architectures[0]
     assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads,
             cfg.vocab_size, cfg.tie_word_embeddings) == (64, 2, 4, 2, 320, False)
+    assert cfg.head_dim == (24 if family == "qwen3" else 16)
     tensors = mg.read_gguf_tensors(path, cfg)
     for name, t in hf_model.state_dict().items():
         assert torch.equal(tensors[name], t), name
