@@ -139,17 +139,9 @@ def test_text_equals_decode_of_prompt_plus_output(llm):
 
 
 def test_chat_answers_paris(llm):
-    if hasattr(llm, "chat"):
-        out = llm.chat(QUESTION, SamplingParams(max_tokens=32, temperature=0))[0]
-        text = out.text
-    else:  # the engine's chat API not there yet: the same through encode_conversation
-        req = llm.add_request(prompt_token_ids=encode_conversation(llm.tokenizer, QUESTION),
-                              params=SamplingParams(max_tokens=32, temperature=0))
-        while llm.has_unfinished():
-            llm.step()
-        text = req.text
-    assert "Paris" in text
-    assert "<|im_end|>" not in text
+    out = llm.chat(QUESTION, SamplingParams(max_tokens=32, temperature=0))[0]
+    assert "Paris" in out.text and "<|im_end|>" not in out.text
+    assert out.stop_reason == StopReason.EOS and out.token_ids[-1] == 2
 
 
 def test_several_conversations_batched_give_their_solo_answers(llm):

@@ -320,9 +320,8 @@ def test_generation_config_eos_list_stops_greedy_decoding(tiny_llama, tmp_path):
     assert tokens[k] in llm.eos_token_ids and 1 in llm.eos_token_ids
     assert llm.model_config.generation_defaults == {"temperature": 0.7, "top_p": 0.8, "top_k": 20,
                                                      "max_tokens": 77, "repetition_penalty": 1.05}
-    if hasattr(llm, "default_sampling_params"):
-        d = llm.default_sampling_params(top_k=5)
-        assert (d.temperature, d.top_p, d.top_k, d.max_tokens, d.repetition_penalty) == (0.7, 0.8, 5, 77, 1.05)
+    d = llm.default_sampling_params(top_k=5)
+    assert (d.temperature, d.top_p, d.top_k, d.max_tokens, d.repetition_penalty) == (0.7, 0.8, 5, 77, 1.05)
     out = llm.add_request(prompt_token_ids=PROMPT, params=params)
     while llm.has_unfinished():
         llm.step()
