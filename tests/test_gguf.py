@@ -278,3 +278,9 @@ def test_gguf_non_finite_tensor_is_named(tiny_llama, tmp_path):
     cfg = mg.load_gguf_config(path)
     with pytest.raises(ValueError, match=r"nan\.gguf: tensor 'model\.layers\.1\.mlp\.down_proj\.weight' holds 1 NaN"):
         build_model(cfg, mg.read_gguf_tensors(path, cfg), torch.float32, torch.device("cpu"), 64, str(path))
+
+
+def test_a_folder_holding_a_gguf_points_at_the_file(tiny_llama, tmp_path):
+    write_gguf(tmp_path / "m.gguf", tiny_llama[1])
+    with pytest.raises(FileNotFoundError, match=r"config\.json is missing.*found m\.gguf: pass that file itself"):
+        LLM(str(tmp_path))

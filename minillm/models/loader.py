@@ -86,7 +86,9 @@ def load_config(path: Path) -> ModelConfig:
         return load_gguf_config(path)
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
-        raise FileNotFoundError(f"{cfg_file}: config.json is missing from the model folder")
+        ggufs = sorted(p.name for p in path.glob("*.gguf"))
+        hint = f" (found {ggufs[0]}: pass that file itself, LLM('{path / ggufs[0]}'))" if ggufs else ""
+        raise FileNotFoundError(f"{cfg_file}: config.json is missing from the model folder{hint}")
     inside(path, "config.json", str(cfg_file))
     config = ModelConfig.from_dict(_read_json(cfg_file), source=str(cfg_file))
     if (path / "generation_config.json").is_file():
