@@ -99,7 +99,7 @@ def test_patching_the_grader_in_the_kernel_does_not_raise_the_grade(tmp_path, at
     path = notebook(tmp_path, PATCHES[attack])
     rc, report, took = run(path)
     assert_no_grade(rc, report, took)
-    assert report["sandbox"] == "ran"
+    assert report["sandbox"].startswith("ran")
     only_files(tmp_path, "attack.ipynb", "report.json")
     assert re.search(r"^total\s+0/\d+$", capsys.readouterr().out, re.M)
 
@@ -251,8 +251,11 @@ open({str(pth)!r}, "w").write("import os")
         assert target.read_bytes() == before
         assert not (pkg / "grading" / "zz_planted.py").exists() and not pth.exists()
         assert_no_grade(rc, report, took)
-        assert any("modified the grader's files" in p for p in report["problems"])
-        assert "task2_kv_explain" in report["needs_review"]
+        if report["sandbox"].startswith("ran, with a read-only view"):  # the writes never happened
+            assert "Read-only file system" in " ".join(report["cell_errors"])
+        else:  # no user namespaces here: the writes happened and were undone
+            assert any("modified the grader's files" in p for p in report["problems"])
+            assert "task2_kv_explain" in report["needs_review"]
     finally:  # never leave the package modified, whatever happened above
         if target.read_bytes() != before:
             target.write_bytes(before)
@@ -337,3 +340,40 @@ def my_top_p_filter(logits, top_p):
     rc, report, took = run(notebook(tmp_path, cell))
     assert_no_grade(rc, report, took)
     assert "got Always" in " ".join(report["exercises"]["code_kv_bytes"]["feedback"])
+
+
+def test_the_snapshot_undoes_changes_to_the_package_and_its_start_up_hooks():
+    """The fallback where a read-only view is not available: what changed is put back."""
+    import site as _site
+
+    from minillm.grading.integrity import Snapshot
+
+    pkg = Path(minillm.__file__).parent
+    target = pkg / "grading" / "result.py"
+    before = target.read_bytes()
+    planted = pkg / "grading" / "zz_planted2.py"
+    pth = Path(_site.getsitepackages()[0]) / "zz_minillm_cheat2.pth"
+    snap = Snapshot()
+    try:
+        target.write_bytes(before + b"\nPATCHED = True\n")
+        planted.write_text("X = 1")
+        pth.write_text("import os")
+        changes = snap.restore()
+        assert target.read_bytes() == before and not planted.exists() and not pth.exists()
+        assert any("result.py" in c for c in changes) and any("zz_planted2.py" in c for c in changes)
+        assert snap.restore() == []
+    finally:
+        if target.read_bytes() != before:
+            target.write_bytes(before)
+        planted.unlink(missing_ok=True)
+        pth.unlink(missing_ok=True)
+
+
+def test_where_the_platform_allows_it_the_kernel_writes_nothing_outside_its_scratch_folder(tmp_path):
+    path = notebook(tmp_path, f"open({str(tmp_path / 'evil.txt')!r}, 'w').write('x')")
+    rc, report, took = run(path)
+    assert_no_grade(rc, report, took)
+    if report["sandbox"].startswith("ran, with a read-only view"):
+        only_files(tmp_path, "attack.ipynb", "report.json")
+    else:
+        pytest.skip("no user namespaces on this machine: the kernel can write where its user can")

@@ -39,7 +39,11 @@ def main() -> None:
 
     shell = InteractiveShell.instance()
     ns = shell.user_ns
-    _reply(out, {"op": "ready"})
+    try:  # did the grader manage to give this kernel a read-only view of the file system?
+        read_only = bool(os.statvfs("/").f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    _reply(out, {"op": "ready", "read_only": read_only})
     for line in cmd_in:
         msg = json.loads(line)
         op = msg.get("op")

@@ -98,6 +98,7 @@ class Session:
         self.cell_errors: list[str] = []
         self.problems: list[str] = []
         self._first_run = True
+        self.isolated: bool | None = None
 
     def _start(self) -> bool:
         from .sandbox import Deadline, Kernel, KernelDied
@@ -120,6 +121,7 @@ class Session:
                     if err and self._first_run:
                         self.cell_errors.append(f"cell {i}: {err}")
                 self.kernel, self._first_run = k, False
+                self.isolated = k.isolated if self.isolated is None else (self.isolated and k.isolated)
                 return True
             except KernelDied as exc:
                 k.close()
@@ -286,7 +288,9 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
         "bonus_total": sum(r.bonus for r in results),
         "needs_review": [r.exercise_id for r in results if r.needs_human_review],
         "solutions_viewed": viewed,
-        "sandbox": "ran" if session is not None else "not needed (every answer was read as data)",
+        "sandbox": ("not needed (every answer was read as data)" if session is None else
+                    "ran, with a read-only view of the file system" if session.isolated else
+                    "ran (no read-only view on this platform: the grader's files were checked and restored)"),
         "cell_errors": session.cell_errors if session else [],
         "problems": (session.problems if session else []) + [
             f"the submission modified the grader's files (restored): {c}" for c in tampered[:20]],

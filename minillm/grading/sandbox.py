@@ -65,9 +65,61 @@ def _children_of(pid: int) -> list[int]:
     return found
 
 
-def _limits(cpu_seconds: int, nproc: int | None):
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+_KEEP_WRITABLE = ("/proc", "/sys", "/dev")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _read_only_view(scratch: str) -> None:
+    """In the child, before exec: a private user and mount namespace in which every file system is
+    read-only except the scratch folder, with every capability dropped so the kernel cannot undo it.
+    Raises OSError where the platform does not allow it (the snapshot/restore still guards then)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+
+    def check(rc: int, what: str) -> None:
+        if rc != 0:
+            raise OSError(ctypes.get_errno(), what)
+
+    check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"0 {uid} 1")
+    _write("/proc/self/gid_map", f"0 {gid} 1")
+    check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
+    s = scratch.encode()
+    check(libc.mount(s, s, None, MS_BIND | MS_REC, None), "bind the scratch folder")
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    for point in points:
+        if point == scratch or point.startswith(scratch + "/"):
+            continue
+        if any(point == k or (k != "/dev" and point.startswith(k + "/")) for k in _KEEP_WRITABLE) \
+                or point.startswith("/dev/pts"):
+            continue
+        p = point.encode()
+        if libc.mount(p, p, None, MS_BIND | MS_REC, None) == 0:
+            libc.mount(None, p, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None)
+    check(libc.mount(None, b"/", None, MS_BIND | MS_REMOUNT | MS_RDONLY, None), "read-only root")
+    os.chdir(scratch)
+    for cap in range(64):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def _limits(cpu_seconds: int, nproc: int | None, scratch: str | None = None):
     def apply() -> None:
         os.umask(0o077)
+        if scratch is not None:
+            try:
+                _read_only_view(scratch)
+            except Exception:  # no user namespaces here: the grader's snapshot/restore still guards
+                pass
         for what, value in ((resource.RLIMIT_CPU, cpu_seconds), (resource.RLIMIT_AS, MEMORY_LIMIT),
                             (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT), (resource.RLIMIT_CORE, 0),
                             (resource.RLIMIT_NOFILE, 512)):
@@ -108,6 +160,7 @@ class Kernel:
             with open(os.path.join(self.scratch, os.path.basename(name)), "wb") as f:
                 f.write(data)
         self._buf = b""
+        self.isolated = False
 
     # --- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -126,12 +179,12 @@ class Kernel:
             if key in os.environ:
                 env[key] = os.environ[key]
         remaining = max(1, int(self.ends_at - time.monotonic()) + 2)
-        nproc = _user_tasks() + EXTRA_PROCESSES if os.getuid() != 0 else None
+        nproc = _user_tasks() + (EXTRA_PROCESSES if os.getuid() != 0 else 4 * EXTRA_PROCESSES)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-B", "-X", "utf8", "-m", "minillm.grading._worker"], cwd=self.scratch, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(cmd_r, rep_w), start_new_session=True, preexec_fn=_limits(remaining, nproc),
+                pass_fds=(cmd_r, rep_w), start_new_session=True, preexec_fn=_limits(remaining, nproc, os.path.realpath(self.scratch)),
                 close_fds=True)
         finally:
             os.close(cmd_r)
@@ -139,7 +192,7 @@ class Kernel:
         self._cmd = os.fdopen(cmd_w, "wb")
         self._rep = rep_r
         os.set_blocking(self._rep, False)
-        self._read(min(60.0, self.cell_timeout * 4), expect="ready")
+        self.isolated = bool(self._read(min(60.0, self.cell_timeout * 4), expect="ready").get("read_only"))
 
     def close(self) -> None:
         """SIGKILL the kernel's process group and every process that escaped it; remove the scratch folder."""
