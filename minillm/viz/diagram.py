@@ -24,6 +24,8 @@ EDGE_LABELS: dict[tuple[str, str], str] = {
     ("WAITING", "PREFILL"): "scheduled:\nblocks allocated",
     ("WAITING", "FINISHED"): "cancel",
     ("PREFILL", "DECODE"): "first token\nsampled",
+    ("PREFILL", "PREFILL"): "next chunk\n(chunked prefill)",
+    ("PREFILL", "WAITING"): "step interrupted:\nrolled back",
     ("PREFILL", "PREEMPTED"): "out of blocks",
     ("PREFILL", "FINISHED"): "stop / cancel",
     ("DECODE", "PREEMPTED"): "out of blocks:\nblocks freed",
@@ -111,10 +113,12 @@ def lifecycle_diagram(current_state=None, highlight_edge=None, *, show_loop: boo
     current = _state_name(current_state)
     lit_edges = _edges_to_light(highlight_edge)
     g = graphviz.Digraph("request_lifecycle", format="svg")
-    g.attr(rankdir=rankdir, bgcolor="transparent", nodesep="0.35", ranksep="0.45", pad="0.1")
-    g.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="12",
-           color=_LINE, fillcolor=_FILL, penwidth="1.2", margin="0.12,0.06")
-    g.attr("edge", fontname="Helvetica", fontsize="9", color=_LINE, fontcolor="#334155", arrowsize="0.7")
+    # Fonts are large for a diagram because the picture is shrunk to the notebook's width
+    # (about two thirds of its natural size in a 1000 px window): 14 pt labels stay readable.
+    g.attr(rankdir=rankdir, bgcolor="transparent", nodesep="0.3", ranksep="0.35", pad="0.1")
+    g.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="17",
+           color=_LINE, fillcolor=_FILL, penwidth="1.4", margin="0.1,0.05")
+    g.attr("edge", fontname="Helvetica", fontsize="14", color=_LINE, fontcolor="#334155", arrowsize="0.8")
     for state in RequestState:
         name = state.value
         attrs = {"tooltip": f"{name}: holds {STATE_HOLDS[name]}", "id": f"state-{name}"}
@@ -131,9 +135,9 @@ def lifecycle_diagram(current_state=None, highlight_edge=None, *, show_loop: boo
             attrs["weight"] = "10"
         if b == "FINISHED" and a in ("NEW", "WAITING", "PREFILL"):
             if a != "PREFILL":
-                attrs.update(style="dashed", fontsize="8")
-        if (a, b) == ("PREEMPTED", "FINISHED"):
-            attrs.update(style="dashed", fontsize="8")
+                attrs.update(style="dashed", fontsize="13")
+        if (a, b) in (("PREEMPTED", "FINISHED"), ("PREFILL", "WAITING")):
+            attrs.update(style="dashed", fontsize="13")
         if (a, b) in lit_edges:
             attrs.update(color=_LIT, penwidth="3", fontcolor="#92400e")
         if a == "PREEMPTED" and b == "PREFILL":

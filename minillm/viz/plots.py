@@ -62,8 +62,10 @@ STATE_COLORS = {
     "FINISHED": "#59a14f",
     "RELEASED": "#222222",
 }
-_REQUEST_COLORS = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7",
-                   "#9c755f", "#e15759", "#bab0ac", "#1f77b4", "#8c564b"]
+# Requests get colours that no state uses (no orange, blue, green, red or grey), so a request's
+# band in a memory chart is never mistaken for a state in the timeline next to it.
+_REQUEST_COLORS = ["#8e6bbf", "#17a2a2", "#c26b9a", "#8c6d31", "#6b8e23", "#d4a017", "#6a3d9a",
+                   "#b5651d", "#66c2a5", "#a05195", "#7a9e9f", "#bc5090"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -942,7 +944,7 @@ class CacheMonitor:
             parts = [self._html, self._image]
             if self.controls:
                 b = self._buttons = {
-                    "add": w.Button(description="Add a request", icon="plus",
+                    "add": w.Button(description="Add a request",
                                     tooltip=f"llm.add_request(): {self.prompt_tokens} prompt tokens, "
                                             f"{self.max_tokens} output tokens"),
                     "step": w.Button(description="Step", tooltip="llm.step(), then refresh"),
