@@ -16,6 +16,13 @@ Processors run in this fixed order, on a batch of rows (one row per request):
 6. one draw from softmax of what is left, with the request's own ``torch.Generator``, so
    a seeded request gives the same tokens whatever else shares its batch.
 
+The ``Sampler`` runs 1-6 on the whole batch without waiting for the device: the per-row
+parameters (and the token ids the penalties count) go up in one copy, top-k / top-p / min-p
+share one sort, and the draw is an *exponential race*: each sampled row gets Exp(1) noise
+``q`` from its own generator and takes ``argmax(logit - log q)``, which picks token ``i``
+with probability ``softmax(logits)[i]`` (the Gumbel-max trick), so greedy and sampled rows
+end in one argmax. The chosen ids (and any log-probabilities) come back in one copy.
+
 After penalties and after temperature, ``finite_or_best`` guards each row: any legal
 ``SamplingParams`` value, however extreme, yields a token chosen from finite logits (or, when
 a penalty removed everything, the model's own argmax), never one picked from NaN.
@@ -61,18 +68,16 @@ def finite_or_best(logits: torch.Tensor, raw: torch.Tensor | None = None) -> tor
     NaN becomes -inf; in a row with +inf entries those (and only those) stay, tied at 0;
     a row left with no finite logit falls back to the argmax of ``raw`` (the model's own
     logits), so a token is still chosen for a reason and never from NaN order."""
+    # no `if rows.any()` shortcuts: each would make the host wait for the device
     logits = torch.nan_to_num(logits, nan=NEG_INF, posinf=float("inf"), neginf=NEG_INF)
     pos = logits == float("inf")
     has_pos = pos.any(dim=-1, keepdim=True)
-    if bool(has_pos.any()):
-        logits = torch.where(has_pos, torch.where(pos, 0.0, NEG_INF), logits)
+    logits = torch.where(has_pos, torch.where(pos, 0.0, NEG_INF), logits)
     dead = (logits == NEG_INF).all(dim=-1, keepdim=True)
-    if bool(dead.any()):
-        source = logits if raw is None else torch.nan_to_num(raw.float(), nan=NEG_INF)
-        best = source.argmax(dim=-1, keepdim=True)
-        one_hot = torch.full_like(logits, NEG_INF).scatter(-1, best, 0.0)
-        logits = torch.where(dead, one_hot, logits)
-    return logits
+    source = logits if raw is None else torch.nan_to_num(raw.float(), nan=NEG_INF)
+    best = source.argmax(dim=-1, keepdim=True)
+    one_hot = torch.full_like(logits, NEG_INF).scatter(-1, best, 0.0)
+    return torch.where(dead, one_hot, logits)
 
 
 def apply_temperature(logits: torch.Tensor, temperature) -> torch.Tensor:
@@ -145,44 +150,136 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
     return gen
 
 
+def sorted_filters(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None,
+                   min_p: torch.Tensor | None) -> torch.Tensor:
+    """``top_k_filter``, then ``top_p_filter``, then ``min_p_filter`` on a batch, with one
+    shared sort. Per-row tensors; a row with k <= 0, p >= 1 or min_p = 0 is left alone by
+    that filter (so a request is filtered the same way whatever else shares its batch)."""
+    vocab = logits.shape[-1]
+    values, order = logits.sort(dim=-1, descending=True)
+    remove = torch.zeros_like(values, dtype=torch.bool)
+    if top_k is not None:
+        k = torch.where(top_k <= 0, vocab, top_k.clamp(max=vocab)).long()
+        kth = values.gather(-1, (k - 1).unsqueeze(-1))
+        remove |= values < kth
+    if top_p is not None:
+        probs = values.masked_fill(remove, NEG_INF).float().softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs
+        cut = (mass_before >= top_p.unsqueeze(-1)) & (top_p < 1.0).unsqueeze(-1)
+        cut[..., 0] = False
+        remove |= cut
+    if min_p is not None:
+        probs = values.masked_fill(remove, NEG_INF).float().softmax(dim=-1)
+        remove |= probs < probs[..., :1] * min_p.unsqueeze(-1)
+    return logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), NEG_INF)
+
+
+# columns of the per-row parameter block the sampler sends to the device
+_TEMP, _GREEDY, _TOP_K, _TOP_P, _MIN_P, _REP, _PRES, _FREQ = range(8)
+_COLUMNS = 8
+
+
+class SampleResult(tuple):
+    """``(token_ids, raw_logits)``, plus ``logprobs``: None, or a host float32 tensor
+    [rows, vocab] holding the log-probability of each row's chosen token and of its top
+    ``max(params.logprobs)`` tokens (every other entry -inf), as the scheduler records them."""
+
+    logprobs: torch.Tensor | None = None
+
+    def __new__(cls, token_ids, raw, logprobs=None):
+        self = super().__new__(cls, (token_ids, raw))
+        self.logprobs = logprobs
+        return self
+
+
 class Sampler:
     """Samples one token per row of a batch of logits, each row with its own request's
-    params and generator. Batched where the rows agree (all greedy is one argmax)."""
+    params and generator, in a fixed number of device operations: at most one host->device
+    copy (the rows' parameters) and one device->host copy (the chosen ids, with the
+    log-probabilities when a request asked for them)."""
 
-    def __call__(self, logits: torch.Tensor, requests: list) -> tuple[list[int], torch.Tensor]:
-        """Returns the chosen token ids and the raw (float32) logits they were drawn from."""
+    def __call__(self, logits: torch.Tensor, requests: list) -> SampleResult:
+        """Returns the chosen token ids and the raw (float32) logits they were drawn from;
+        ``.logprobs`` as ``SampleResult`` says."""
         logits = logits.float()
-        all_plain = all(
-            r.params.repetition_penalty == 1.0 and not r.params.presence_penalty
-            and not r.params.frequency_penalty for r in requests
-        )
-        if all_plain:
-            processed = logits
-        else:
-            processed = finite_or_best(torch.stack([
-                apply_penalties(logits[i], r.params, r.prompt_token_ids, r.output_token_ids)
-                for i, r in enumerate(requests)
-            ]), logits)
-        greedy_ids = processed.argmax(dim=-1)
-        sampled_rows = [i for i, r in enumerate(requests) if not r.params.greedy]
-        chosen = greedy_ids.clone()
-        if sampled_rows:
-            rows = torch.tensor(sampled_rows, device=logits.device)
-            sub = processed.index_select(0, rows)
-            ps = [requests[i].params for i in sampled_rows]
-            temps = torch.tensor([p.temperature for p in ps], device=logits.device)
-            sub = apply_temperature(sub, temps)
-            if not all_plain:  # huge penalties / small temperature may have made inf
-                sub = finite_or_best(sub, logits.index_select(0, rows))
-            vocab = logits.shape[-1]
-            if any(p.top_k > 0 for p in ps):
-                sub = top_k_filter(sub, torch.tensor([min(p.top_k, vocab) for p in ps], device=logits.device))
-            if any(p.top_p < 1.0 for p in ps):
-                sub = top_p_filter(sub, torch.tensor([p.top_p for p in ps], device=logits.device))
-            if any(p.min_p > 0.0 for p in ps):
-                sub = min_p_filter(sub, torch.tensor([p.min_p for p in ps], device=logits.device))
-            probs = sub.softmax(dim=-1)
-            for j, i in enumerate(sampled_rows):
-                token = torch.multinomial(probs[j], 1, generator=requests[i]._generator)
-                chosen[i] = token[0]
-        return chosen.tolist(), logits
+        chosen = self.choose(logits, requests)
+        wanted = [r.params.logprobs for r in requests if r.params.logprobs is not None]
+        if not wanted:
+            return SampleResult(chosen.tolist(), logits)  # the step's one device->host copy
+        rows, vocab = logits.shape
+        k = min(max(max(wanted), 1), vocab)
+        lp = logits.log_softmax(-1)
+        top = lp.topk(k, dim=-1)
+        packet = torch.cat([chosen.unsqueeze(-1).double(), lp.gather(-1, chosen.unsqueeze(-1)).double(),
+                            top.values.double(), top.indices.double()], dim=-1)
+        host = packet.tolist()  # the step's one device->host copy (ids are exact in float64)
+        token_ids = [int(row[0]) for row in host]
+        table = torch.full((rows, vocab), NEG_INF)
+        top_ids = torch.tensor([[int(t) for t in row[2 + k:]] for row in host], dtype=torch.long)
+        table.scatter_(1, top_ids, torch.tensor([row[2:2 + k] for row in host], dtype=torch.float32))
+        table[torch.arange(rows), torch.tensor(token_ids)] = torch.tensor([row[1] for row in host],
+                                                                          dtype=torch.float32)
+        return SampleResult(token_ids, logits, table)
+
+    def choose(self, logits: torch.Tensor, requests: list) -> torch.Tensor:
+        """[rows] chosen token ids, on the logits' device; the host never waits for it."""
+        rows, vocab = logits.shape
+        params = [r.params for r in requests]
+        penalised = [p.repetition_penalty != 1.0 or bool(p.presence_penalty) or bool(p.frequency_penalty)
+                     for p in params]
+        sampled = [not p.greedy for p in params]
+        if not any(penalised) and not any(sampled):
+            return logits.argmax(dim=-1)
+        block, rep_idx, out_idx = [], [], []
+        for i, (r, p) in enumerate(zip(requests, params)):
+            greedy = p.greedy
+            block += [1.0 if greedy else p.temperature, float(greedy),
+                      0.0 if greedy or p.top_k <= 0 else float(min(p.top_k, vocab)),
+                      1.0 if greedy else p.top_p, 0.0 if greedy else p.min_p,
+                      p.repetition_penalty, p.presence_penalty, p.frequency_penalty]
+            if p.repetition_penalty != 1.0:
+                seen = set(r.prompt_token_ids) | set(r.output_token_ids)
+                rep_idx += sorted(i * vocab + t for t in seen if 0 <= t < vocab)
+            if p.presence_penalty or p.frequency_penalty:
+                out_idx += [i * vocab + t for t in r.output_token_ids if 0 <= t < vocab]
+        upload = torch.tensor(block + rep_idx + out_idx, dtype=torch.float64)
+        if logits.device.type == "cuda":
+            upload = upload.pin_memory()
+        upload = upload.to(logits.device, non_blocking=True)  # the sampler's one host->device copy
+        n = rows * _COLUMNS
+        cols = upload[:n].view(rows, _COLUMNS).float()
+        processed = logits
+        if any(penalised):
+            x = logits.clone()
+            if rep_idx:
+                seen = torch.zeros(rows * vocab, dtype=torch.bool, device=logits.device)
+                seen[upload[n:n + len(rep_idx)].long()] = True
+                rp = cols[:, _REP:_REP + 1]
+                x = torch.where(seen.view(rows, vocab), torch.where(x > 0, x / rp, x * rp), x)
+            if out_idx:
+                counts = torch.zeros(rows * vocab, device=logits.device)
+                flat = upload[n + len(rep_idx):].long()
+                counts.index_add_(0, flat, torch.ones_like(flat, dtype=counts.dtype))
+                counts = counts.view(rows, vocab)
+                # only seen tokens change: a huge penalty times a count of 0 must not give NaN
+                penalty = cols[:, _FREQ:_FREQ + 1] * counts + cols[:, _PRES:_PRES + 1]
+                x = torch.where(counts > 0, x - penalty, x)
+            processed = finite_or_best(x, logits)
+        if not any(sampled):
+            return processed.argmax(dim=-1)
+        x = apply_temperature(processed, cols[:, _TEMP])
+        if any(penalised):  # huge penalties / a small temperature may have made inf
+            x = finite_or_best(x, logits)
+        on = [p for p, s in zip(params, sampled) if s]
+        use_k, use_p, use_min = (any(p.top_k > 0 for p in on), any(p.top_p < 1.0 for p in on),
+                                 any(p.min_p > 0.0 for p in on))
+        if use_k or use_p or use_min:
+            x = sorted_filters(x, cols[:, _TOP_K] if use_k else None, cols[:, _TOP_P] if use_p else None,
+                               cols[:, _MIN_P] if use_min else None)
+        noise = torch.ones_like(x)
+        for i, r in enumerate(requests):
+            if sampled[i]:  # vocab draws from the request's own generator, batch or not
+                noise[i].exponential_(generator=r._generator)
+        # a draw of exactly 0 would give -log 0 = inf (and NaN on a removed token)
+        race = x - noise.clamp_(min=torch.finfo(noise.dtype).tiny).log()
+        return torch.where(cols[:, _GREEDY:_GREEDY + 1] > 0, processed, race).argmax(dim=-1)
