@@ -418,7 +418,8 @@ def cli_grade(argv: list[str]) -> int:
                         help="list the answers flagged for a human (from a report or gradebook JSON, "
                              "or from this run)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_CELL_TIMEOUT, metavar="SECONDS",
-                        help=f"time limit per cell and per function call batch (default {DEFAULT_CELL_TIMEOUT})")
+                        help=f"time limit per cell (default {DEFAULT_CELL_TIMEOUT}); each call of a student "
+                             f"function has {safecall.DEFAULT_TIMEOUT:g} s")
     parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE, metavar="SECONDS",
                         help=f"time limit for the whole submission (default {DEFAULT_DEADLINE})")
     try:

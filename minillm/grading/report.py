@@ -76,13 +76,19 @@ def as_json(report: dict) -> str:
     return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
 
 
+def _cell(value) -> str:
+    """A CSV cell a spreadsheet will not run as a formula (a file named '=cmd|…')."""
+    text = safe_text(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+
+
 def gradebook_csv(reports: list[dict], order: list[str]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["notebook", "status", "total", "max", "bonus", "needs_review", "solutions_viewed", *order])
     for r in reports:
         ex = r.get("exercises", {})
-        w.writerow([r.get("notebook", ""), r.get("status", ""), r.get("total_score", ""), r.get("total_max", ""),
+        w.writerow([_cell(r.get("notebook", "")), r.get("status", ""), r.get("total_score", ""), r.get("total_max", ""),
                     r.get("bonus_total", ""), ";".join(k for k, v in ex.items() if v.get("needs_human_review")),
                     ";".join(r.get("solutions_viewed", [])), *[ex.get(k, {}).get("score", "") for k in order]])
     return buf.getvalue()
