@@ -317,7 +317,8 @@ def test_quiz_right_wrong_and_bad_input():
         assert wrong.score == 0 and "Try again" in str(wrong)
         assert "Right" not in str(wrong)  # a wrong pick does not give the answer away
     assert check("quiz1", "(B)").score == 1 and check("quiz3", ["C"]).score == 1
-    for text, letter in (("Answer: D", 1), ("I think D", 1), ("选D", 1), ("B or D", 0), ("BD", 0)):
+    for text, letter in (("Answer: D", 1), ("I think D", 1), ("选D", 1), ("B or D", 0), ("BD", 0),
+                         ("I'd say D, not B", 1), ("选D而不是A", 1)):
         assert check("quiz2", text).score == letter, text
     assert "one letter, A, B, C, D" in str(check("quiz4", "E"))
     assert "a letter such as" in str(check("quiz4", 4))

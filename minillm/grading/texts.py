@@ -665,8 +665,9 @@ _CUE = re.compile(r"(answer|option|choice|pick|choose|select|go with|i think|i'd
 def parse_choice(value: str, options) -> tuple[str | None, str]:
     """The one option letter an answer names ("B", "Answer: D", "选C", "I think d", "(b)"), or
     (None, why not): no letter, or more than one ("B or D" is not an answer)."""
-    t = normalize(value)
     letters = "".join(options)
+    t = re.sub(f"(\\bnot\\b|\\brather than\\b|\\binstead of\\b|而不是|不是|不选|排除)\\s*[{letters}{letters.lower()}](?![A-Za-z])",
+               " ", normalize(value), flags=re.I)
     upper = {m.group(1) for m in re.finditer(f"(?<![A-Za-z])([{letters}])(?![A-Za-z])", t)}
     if not upper:
         low = [m for m in re.finditer(f"(?<![A-Za-z])([{letters.lower()}])(?![A-Za-z])", t)]
