@@ -52,6 +52,38 @@ def split_by_length(lengths: list[int], max_groups: int | None = None,
     return groups
 
 
+class StepUpload:
+    """Every integer a step sends to the device, gathered on the host and sent in one copy
+    (pinned and non-blocking on CUDA): one transfer per step instead of one per tensor.
+    ``add`` reserves a section, ``then`` registers work to do on the device copy, ``send``
+    copies and runs that work; ``view`` is a section of the device copy."""
+
+    def __init__(self):
+        self.data: list[int] = []
+        self._after: list = []
+
+    def add(self, values) -> tuple[int, int]:
+        start = len(self.data)
+        self.data.extend(values)
+        return start, len(self.data)
+
+    def then(self, fn) -> None:
+        self._after.append(fn)
+
+    @staticmethod
+    def view(dev: torch.Tensor, part: tuple[int, int]) -> torch.Tensor:
+        return dev[part[0]:part[1]]
+
+    def send(self, device: torch.device) -> torch.Tensor:
+        if device.type == "cuda":
+            dev = torch.tensor(self.data, dtype=torch.long).pin_memory().to(device, non_blocking=True)
+        else:
+            dev = torch.tensor(self.data, dtype=torch.long, device=device)
+        for fn in self._after:
+            fn(dev)
+        return dev
+
+
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device):
         self.model = model
@@ -72,16 +104,11 @@ class ModelRunner:
                                     torch.empty(shape, dtype=self.kv.dtype, device=self.device))
         return ws
 
-    def _slots(self, tables: list[list[int]], length: int) -> torch.Tensor:
-        """[len(tables), length] flat slot ids for positions 0..length-1 of each block table
-        (tables shorter than needed are padded with block 0; the mask hides those slots)."""
-        width = max(-(-length // self.block_size), 1)
-        padded = [t[:width] + [0] * (width - len(t[:width])) for t in tables]
-        blocks = torch.tensor(padded, dtype=torch.long, device=self.device)
-        return (blocks.unsqueeze(-1) * self.block_size + self._offsets).view(len(tables), -1)[:, :length]
-
-    def _decode_group(self, start: int, end: int, tables: list[list[int]], ctx: list[int]) -> DecodeGroup:
-        """Slots (and padding mask) of decode rows [start, end), whose contexts are ctx[start:end]."""
+    def _decode_group(self, start: int, end: int, tables: list[list[int]], ctx: list[int],
+                      upload: "StepUpload | None" = None) -> DecodeGroup:
+        """Slots (and padding mask) of decode rows [start, end), whose contexts are ctx[start:end].
+        The block table rows (and context lengths) go into ``upload``; the slots and the mask
+        are computed on the device once it has been sent (alone, it is sent here)."""
         bs = self.block_size
         m, longest = end - start, ctx[start]
         width = -(-longest // bs)
@@ -90,18 +117,25 @@ class ModelRunner:
             first = table[0]
             if all(b == first + i for i, b in enumerate(table[:width])):
                 return DecodeGroup(start, end, None, first_slot=first * bs, length=longest)
-        rows = [t[:width] if len(t) >= width else t + [0] * (width - len(t)) for t in tables[start:end]]
-        blocks = torch.tensor(rows, dtype=torch.long, device=self.device)
-        slots = (blocks.unsqueeze(-1) * bs + self._offsets).view(m, width * bs)
-        if width * bs != longest:
-            slots = slots[:, :longest].contiguous()
-        mask = None
-        if ctx[end - 1] != longest:  # contexts differ: hide each one's padding
-            lens = torch.tensor(ctx[start:end], device=self.device)
-            pad = torch.arange(longest, device=self.device) >= lens[:, None]
-            mask = torch.zeros((m, 1, 1, longest), dtype=self.kv.dtype, device=self.device
-                               ).masked_fill_(pad.view(m, 1, 1, longest), float("-inf"))
-        return DecodeGroup(start, end, slots, mask, length=longest)
+        own = upload is None
+        upload = StepUpload() if own else upload
+        group = DecodeGroup(start, end, None, length=longest)
+        blocks = upload.add([b for t in tables[start:end]
+                             for b in (t[:width] if len(t) >= width else t + [0] * (width - len(t)))])
+        lens = upload.add(ctx[start:end]) if ctx[end - 1] != longest else None  # contexts differ
+
+        def finish(dev: torch.Tensor) -> None:
+            slots = (upload.view(dev, blocks).view(m, width, 1) * bs + self._offsets).view(m, width * bs)
+            group.slots = slots if width * bs == longest else slots[:, :longest].contiguous()
+            if lens is not None:  # hide each context's padding
+                pad = torch.arange(longest, device=self.device) >= upload.view(dev, lens)[:, None]
+                group.mask = torch.zeros((m, 1, 1, longest), dtype=self.kv.dtype, device=self.device
+                                         ).masked_fill_(pad.view(m, 1, 1, longest), float("-inf"))
+
+        upload.then(finish)
+        if own:
+            upload.send(self.device)
+        return group
 
     @torch.inference_mode()
     def run(self, decodes: list[Request], prefills: list[Request],
@@ -109,7 +143,11 @@ class ModelRunner:
         """One forward pass over every scheduled request. ``prefill_chunks[i]`` tokens of
         ``prefills[i]`` are computed, from its ``num_computed_tokens`` on (default: all the
         rest). Logits come back for the decodes, then for the prefills whose chunk reaches the
-        end of their context; a partial prefill only writes its keys and values."""
+        end of their context; a partial prefill only writes its keys and values.
+
+        Every index the step needs (token ids, positions, the slot each new K/V is written to,
+        block tables, context lengths, the logits rows) is computed on the host from the block
+        tables and sent to the device in one copy."""
         if prefill_chunks is None:
             prefill_chunks = [r.num_tokens - r.num_computed_tokens for r in prefills]
         ids: list[int] = []
@@ -117,6 +155,7 @@ class ModelRunner:
         slot_mapping: list[int] = []
         bs = self.block_size
         n = len(decodes)
+        upload = StepUpload()
         batch = AttentionBatch(positions=None, slot_mapping=None, num_decode=n)
         logits_rows = list(range(n))
         if decodes:
@@ -135,8 +174,8 @@ class ModelRunner:
                 ctx.append(length)
                 tables.append(table)
                 logits_rows[i] = row
-            batch.decode_groups = [self._decode_group(a, b, tables, ctx) for a, b in split_by_length(ctx)]
-            gathered = [g.slots.numel() for g in batch.decode_groups if g.slots is not None]
+            batch.decode_groups = [self._decode_group(a, b, tables, ctx, upload) for a, b in split_by_length(ctx)]
+            gathered = [(g.end - g.start) * g.length for g in batch.decode_groups if g.first_slot is None]
             if gathered:
                 batch.k_workspace, batch.v_workspace = self._gather_workspace(max(gathered))
         for r, chunk in zip(prefills, prefill_chunks):
@@ -146,46 +185,63 @@ class ModelRunner:
             if not 0 < chunk or ctx > len(tokens):
                 raise ValueError(f"request {r.request_id!r}: a prefill chunk of {chunk} tokens from "
                                  f"{start} does not fit its {len(tokens)} tokens")
-            slots = self._slots([r.block_table], ctx)[0]
-            seq = PrefillSeq(q_start=len(ids), q_len=chunk, ctx_len=ctx,
-                             slots=slots if start > 0 else None)
+            table = r.block_table
+            seq = PrefillSeq(q_start=len(ids), q_len=chunk, ctx_len=ctx)
+            if start > 0:  # a cached prefix precedes: attention reads the whole context's slots
+                width = -(-ctx // bs)
+                part = upload.add(table[:width])
+
+                def finish(dev, seq=seq, part=part, width=width, ctx=ctx):
+                    seq.slots = (upload.view(dev, part).view(width, 1) * bs + self._offsets).view(-1)[:ctx]
+
+                upload.then(finish)
             batch.prefills.append(seq)
             ids.extend(tokens[start:ctx])
             positions.extend(range(start, ctx))
-            slot_mapping.extend(slots[start:].tolist())
+            slot_mapping.extend(table[j // bs] * bs + j % bs for j in range(start, ctx))
             if ctx == len(tokens):
                 logits_rows.append(len(ids) - 1)
-        batch.positions = torch.tensor(positions, dtype=torch.long, device=self.device)
-        batch.slot_mapping = torch.tensor(slot_mapping, dtype=torch.long, device=self.device)
-        input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
         in_order = not prefills and all(row == i for i, row in enumerate(logits_rows))
-        rows = None if in_order else torch.tensor(logits_rows, dtype=torch.long, device=self.device)
+        parts = [upload.add(ids), upload.add(positions), upload.add(slot_mapping)]
+        rows_part = None if in_order else upload.add(logits_rows)
+        dev = upload.send(self.device)
+        input_ids, batch.positions, batch.slot_mapping = (upload.view(dev, p) for p in parts)
+        rows = None if rows_part is None else upload.view(dev, rows_part)
         return self.model(input_ids, batch, self.kv, logits_rows=rows)
 
     def sample(self, sampler, logits: torch.Tensor, reqs: list[Request], rng_states=()):
         """Tokens for ``reqs`` (one row of ``logits`` each), their log-probabilities when any
-        request asked for them, and {row: error} for rows whose parameters made sampling raise.
-        Those rows are found by sampling again one row at a time from the generators' saved
-        ``rng_states`` (request, state), so one bad request cannot sink the others."""
+        request asked for them (a host tensor, see ``SampleResult``), and {row: error} for rows
+        whose parameters made sampling raise. Those rows are found by sampling again one row at
+        a time from the generators' saved ``rng_states`` (request, state), so one bad request
+        cannot sink the others."""
         if not reqs:
             return [], None, {}
         errors: dict[int, str] = {}
+        want = any(r.params.logprobs is not None for r in reqs)
         try:
-            token_ids, raw = sampler(logits, reqs)
+            result = sampler(logits, reqs)
+            token_ids, raw = result
+            logprobs = _host_logprobs(result, raw) if want else None
         except Exception:  # noqa: BLE001 - find the request(s) it came from
             for r, state in rng_states:
                 r._generator.set_state(state)
             token_ids, rows = [], []
             for i, r in enumerate(reqs):
                 try:
-                    ids, row = sampler(logits[i:i + 1], [r])
-                    token_ids.append(ids[0])
-                    rows.append(row[0])
+                    result = sampler(logits[i:i + 1], [r])
+                    token_ids.append(result[0][0])
+                    rows.append(_host_logprobs(result, result[1])[0] if want else None)
                 except Exception as exc:  # noqa: BLE001
                     errors[i] = f"sampling failed: {type(exc).__name__}: {exc}"
                     token_ids.append(None)
-                    rows.append(logits[i])
-            raw = torch.stack(rows)
-        logprobs = raw.log_softmax(-1) if any(r.params.logprobs is not None for r in reqs) else None
+                    rows.append(logits[i].float().log_softmax(-1).cpu() if want else None)
+            logprobs = torch.stack(rows) if want else None
         return token_ids, logprobs, errors
 
+
+def _host_logprobs(result, raw: torch.Tensor) -> torch.Tensor:
+    """The log-probabilities a sampler's result carries (``SampleResult.logprobs``); a
+    sampler that returns a plain (ids, logits) pair gets them computed here instead."""
+    table = getattr(result, "logprobs", None)
+    return table if table is not None else raw.float().log_softmax(-1).cpu()
