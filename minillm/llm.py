@@ -90,7 +90,7 @@ class LLM(WholeGenerations):
         if opts.max_model_len is not None and opts.max_model_len > limit:  # before loading any weight
             raise ValueError(f"max_model_len must be <= the model's max_position_embeddings ({limit}), "
                              f"got {opts.max_model_len}")
-        self.tokenizer = load_tokenizer(self.model_path)
+        self.tokenizer = load_tokenizer(self.model_path, cfg.vocab_size)
         self.max_model_len = opts.max_model_len or limit
         self.model = load_model(self.model_path, cfg, self.dtype, self.device, self.max_model_len)
         plan = plan_kv_cache(opts, cfg)  # after the weights are on the device: what is left is the budget

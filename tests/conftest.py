@@ -52,6 +52,10 @@ def make_model(folder: Path, family: str, **overrides):
     common = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                   bos_token_id=0, eos_token_id=1, pad_token_id=1)
+    if family.startswith("qwen"):
+        # transformers' Qwen tokenizers add <|endoftext|> as the next id (320): the vocabulary must hold it,
+        # or the loader rightly refuses a tokenizer that can emit ids >= vocab_size
+        common["vocab_size"] = 336
     common.update(overrides)
     if family == "llama":
         cfg = tf.LlamaConfig(**common)
