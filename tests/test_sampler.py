@@ -165,3 +165,55 @@ def test_top_k_beyond_the_vocabulary_is_off():
     assert kept(top_k_filter(torch.stack([logits, logits]), [10**30, 1])[1]) == [1]
     r = _req("a", SamplingParams(temperature=1.0, top_k=2**63), 0)
     assert Sampler()(logits[None], [r])[0][0] in (0, 1, 2)
+
+
+def test_one_shared_sort_filters_like_the_three_filters_in_turn():
+    from minillm.sampler import sorted_filters
+    torch.manual_seed(5)
+    logits = torch.randn(6, 200) * 3
+    k = torch.tensor([0, 5, 50, 200, 1, 17])
+    p = torch.tensor([0.9, 1.0, 0.5, 0.99, 0.3, 1.0])
+    mp = torch.tensor([0.0, 0.1, 0.02, 0.0, 0.5, 0.3])
+    got = sorted_filters(logits, k, p, mp)
+    for i in range(6):
+        want = logits[i]
+        want = top_k_filter(want, int(k[i]))
+        if p[i] < 1.0:  # a row with top_p = 1 is never trimmed, whatever shares its batch
+            want = top_p_filter(want, float(p[i]))
+        want = min_p_filter(want, float(mp[i]))
+        assert kept(got[i]) == kept(want), i
+
+
+def test_batched_draws_follow_the_filtered_distribution():
+    """The exponential race over a batch draws each row from softmax(processed_logits)."""
+    logits = torch.tensor([[2.0, 1.5, 1.0, 0.0, -1.0, -3.0]] * 2)
+    params = [SamplingParams(temperature=0.7, top_k=4, top_p=0.95), SamplingParams(temperature=1.3, min_p=0.05)]
+    reqs = [_req("a", params[0], 1), _req("b", params[1], 2)]
+    n = 4000
+    counts = torch.zeros(2, 6)
+    sampler = Sampler()
+    for _ in range(n):
+        for row, t in enumerate(sampler(logits, reqs)[0]):
+            counts[row, t] += 1
+    for row in range(2):
+        want = processed_logits(logits[row], params[row]).softmax(-1)
+        assert (counts[row] / n - want).abs().max() < 0.03, (row, counts[row] / n, want)
+        assert counts[row][~torch.isfinite(processed_logits(logits[row], params[row]))].sum() == 0
+
+
+def test_logprobs_table_holds_the_chosen_and_the_top_tokens():
+    torch.manual_seed(2)
+    logits = torch.randn(3, 40)
+    reqs = [_req("a", SamplingParams(temperature=0.9, logprobs=4), 1), _req("b", SamplingParams(temperature=0), 2),
+            _req("c", SamplingParams(temperature=0.5, logprobs=0), 3)]
+    result = Sampler()(logits, reqs)
+    ids, raw = result
+    full = logits.log_softmax(-1)
+    table = result.logprobs
+    assert table.device.type == "cpu" and table.shape == (3, 40)
+    for i, t in enumerate(ids):
+        assert table[i, t] == full[i, t]
+        top = torch.topk(table[i], 4)
+        assert top.indices.tolist() == torch.topk(full[i], 4).indices.tolist()
+        assert torch.equal(top.values, torch.topk(full[i], 4).values)
+    assert ids[1] == int(logits[1].argmax())
