@@ -89,6 +89,32 @@ def make_model(folder: Path, family: str, **overrides):
     return model
 
 
+# --- where the engine runs in the parity tests ---------------------------------------------
+# CPU float32 by default; MINILLM_TEST_DEVICE=cuda runs the engine on CUDA in bfloat16 (or
+# MINILLM_TEST_DTYPE), against the same float32 CPU reference, with looser tolerances.
+TEST_DEVICE = os.environ.get("MINILLM_TEST_DEVICE", "cpu")
+#: max |logit difference| to the float32 reference, per engine dtype (bf16 keeps 8 mantissa bits)
+LOGITS_ATOL = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    if TEST_DEVICE.startswith("cuda") and not torch.cuda.is_available():
+        pytest.skip(f"MINILLM_TEST_DEVICE={TEST_DEVICE} but CUDA is not available")
+    return TEST_DEVICE
+
+
+@pytest.fixture(scope="session")
+def dtype(device) -> str:
+    default = "float32" if device == "cpu" else "bfloat16"
+    return os.environ.get("MINILLM_TEST_DTYPE", default)
+
+
+@pytest.fixture(scope="session")
+def logits_atol(dtype) -> float:
+    return LOGITS_ATOL[dtype]
+
+
 @pytest.fixture(scope="session")
 def model_factory(tmp_path_factory):
     cache: dict = {}
