@@ -142,12 +142,13 @@ class EngineOptions:
     seed: int
     max_history: int | None
     trace_limit: int | None
+    num_threads: int | None = None
 
 
 def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_blocks=None, kv_cache_tokens=None,
                          max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=None,
                          enable_prefix_caching=True, enable_chunked_prefill=True, scheduling="continuous",
-                         seed=0, max_history=None, trace_limit=None) -> EngineOptions:
+                         seed=0, max_history=None, trace_limit=None, num_threads=None) -> EngineOptions:
     """Check every option that does not depend on the model; raise ``ValueError`` naming the
     first bad one and its allowed values. Nothing is loaded or allocated."""
     dev = pick_device(device)
@@ -170,7 +171,36 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
         seed=as_int("seed", seed, None),
         max_history=as_optional_int("max_history", max_history, 0, none_means="keep everything"),
         trace_limit=as_optional_int("trace_limit", trace_limit, 0, none_means="keep everything"),
+        num_threads=as_optional_int("num_threads", num_threads, 1, 4096, none_means="chosen from the model size"),
     )
+
+
+# --- CPU threads ------------------------------------------------------------------------------
+#: parameters per CPU thread: below this a thread's share of a decode step's matmuls is too
+#: small to pay for the synchronisation between threads (measured in issue 16: two threads made
+#: the shipped 3.4M model 10-30x slower under load, and bought the 135M model nothing)
+PARAMS_PER_THREAD = 60_000_000
+#: environment variables that mean "the user chose the thread count": the default leaves it
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, not the machine's total)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # not on Linux
+        return max(os.cpu_count() or 1, 1)
+
+
+def default_num_threads(num_params: int, device: torch.device, cores: int | None = None) -> int | None:
+    """Torch threads for a model of ``num_params`` parameters on ``device``: one per
+    ``PARAMS_PER_THREAD`` parameters, at least 1, at most the usable cores. None (leave torch
+    as it is) on CUDA, where the host threads only launch kernels, and when OMP_NUM_THREADS /
+    MKL_NUM_THREADS is set."""
+    if device.type != "cpu" or any(os.environ.get(v) for v in THREAD_ENV):
+        return None
+    cores = usable_cores() if cores is None else cores
+    return max(1, min(cores, num_params // PARAMS_PER_THREAD))
 
 
 def _size(nbytes: int) -> str:

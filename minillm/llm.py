@@ -21,7 +21,7 @@ import torch
 from . import intake
 from . import trace as tracemod
 from .detokenizer import IncrementalDetokenizer
-from .engine_args import check_engine_options, plan_kv_cache
+from .engine_args import check_engine_options, default_num_threads, plan_kv_cache
 from .generation import WholeGenerations
 from .interrupts import StepInterrupts
 from .kv_cache import KVCache
@@ -68,6 +68,12 @@ class LLM(WholeGenerations):
             are returned. A server sets it so memory does not grow with requests served.
         trace_limit: None keeps every event in ``llm.trace``; an int keeps the latest that
             many (``llm.trace`` is then a bounded deque).
+        num_threads: CPU threads for torch (``torch.set_num_threads``, which is process-wide:
+            it applies to everything else in the process too). None chooses from the model size
+            and the machine: one thread per 60M parameters, at least 1, at most the usable cores
+            (so small models get 1 thread: more only add synchronisation); torch is left alone
+            on CUDA and when OMP_NUM_THREADS is set. ``llm.num_threads`` is what was set
+            (None: nothing was).
     """
 
     def __init__(self, model: str | None = None, device: str = "auto", dtype: str = "auto", *,
@@ -76,12 +82,13 @@ class LLM(WholeGenerations):
                  max_num_batched_tokens: int = 4096, max_model_len: int | None = None,
                  enable_prefix_caching: bool = True, enable_chunked_prefill: bool = True,
                  scheduling: str = "continuous", seed: int = 0, max_history: int | None = None,
-                 trace_limit: int | None = None):
+                 trace_limit: int | None = None, num_threads: int | None = None):
         opts = check_engine_options(
             device, dtype, block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_tokens=kv_cache_tokens,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
             enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
-            scheduling=scheduling, seed=seed, max_history=max_history, trace_limit=trace_limit)
+            scheduling=scheduling, seed=seed, max_history=max_history, trace_limit=trace_limit,
+            num_threads=num_threads)
         self.options = opts
         self.device, self.dtype, self.max_history = opts.device, opts.dtype, opts.max_history
         self.model_path = resolve_model_dir(model)
@@ -93,6 +100,10 @@ class LLM(WholeGenerations):
         self.tokenizer = load_tokenizer(self.model_path, cfg.vocab_size)
         self.max_model_len = opts.max_model_len or limit
         self.model = load_model(self.model_path, cfg, self.dtype, self.device, self.max_model_len)
+        self.num_threads = opts.num_threads or default_num_threads(
+            sum(p.numel() for p in self.model.parameters()), self.device)
+        if self.num_threads is not None:
+            torch.set_num_threads(self.num_threads)
         plan = plan_kv_cache(opts, cfg)  # after the weights are on the device: what is left is the budget
         self.kv_cache = KVCache(cfg.num_hidden_layers, plan.num_kv_blocks, opts.block_size, cfg.num_key_value_heads,
                                 cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching)

@@ -49,7 +49,9 @@ def parse_args(argv):
     ap.add_argument("--out", default=None, help="output folder (default ./benchmarks; a temp folder with --quick)")
     ap.add_argument("--no-readme", action="store_true", help="do not update <out>/README.md")
     ap.add_argument("--no-plots", action="store_true")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="CPU threads for both engines (LLM(num_threads=...), process-wide; default: the "
+                         "engine's choice from the model size: 1 per 60M parameters, at most the usable cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-sizes", default=None,
                     help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,32,64)")
@@ -59,6 +61,8 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     if args.runs is not None and args.runs < 1:
         ap.error("--runs must be >= 1")
+    if args.threads is not None and args.threads < 1:
+        ap.error("--threads must be >= 1")
     return args
 
 
@@ -98,7 +102,8 @@ def bench_model(name: str, path: Path, args, settings) -> dict:
     t0 = time.perf_counter()
     # room for every request of the mixed workload at its longest at once: minillm never preempts
     kv_tokens = settings.num_requests * (settings.prompt_range[1] + settings.output_range[1] + 16)
-    eng = load_engines(path, args.device, args.dtype, kv_cache_tokens=kv_tokens, max_num_seqs=64)
+    eng = load_engines(path, args.device, args.dtype, kv_cache_tokens=kv_tokens, max_num_seqs=64,
+                       num_threads=args.threads)
     label = name if name in MODELS else path.name
     result = {
         "model": {"name": label, "path": str(path), "description": DESCRIPTIONS.get(name, f"the checkpoint in {path}"),
