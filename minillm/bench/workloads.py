@@ -211,8 +211,10 @@ def kv_cache(eng: Engines, s: Settings) -> dict:
         llm.step()  # prefill of L - k tokens
         times = []
         while req.is_live:
+            sync(device)
             t0 = time.perf_counter()
             llm.step()
+            sync(device)
             times.append(time.perf_counter() - t0)
         out = list(req.output_token_ids)
         forget_finished(llm)
