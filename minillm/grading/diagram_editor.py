@@ -272,7 +272,9 @@ class DiagramEditor(widgets.VBox):
         svg, why = render_svg(dot)
         if svg is not None:
             svg = re.sub(r"^<\?xml[^>]*>\s*(<!DOCTYPE[^>]*>\s*)?", "", svg.strip())
-            return f"<div style='overflow-x:auto;max-width:100%'>{svg}</div>"
+            # shrink to the output's width (height from the aspect ratio): a state just added stays in view
+            svg = svg.replace("<svg", '<svg style="max-width:100%;height:auto;display:block"', 1)
+            return f"<div style='max-width:100%'>{svg}</div>"
         return (f"<div style='color:#9a6700'>{html.escape(why)}</div>"
                 f"<pre style='font-size:12px'>{html.escape(dot)}</pre>")
 
