@@ -69,15 +69,15 @@ def finite_or_best(logits: torch.Tensor, raw: torch.Tensor | None = None) -> tor
     a row left with no finite logit falls back to the argmax of ``raw`` (the model's own
     logits), so a token is still chosen for a reason and never from NaN order."""
     # no `if rows.any()` shortcuts: each would make the host wait for the device
-    logits = torch.nan_to_num(logits, nan=NEG_INF, posinf=float("inf"), neginf=NEG_INF)
-    pos = logits == float("inf")
-    has_pos = pos.any(dim=-1, keepdim=True)
-    logits = torch.where(has_pos, torch.where(pos, 0.0, NEG_INF), logits)
-    dead = (logits == NEG_INF).all(dim=-1, keepdim=True)
+    inf = float("inf")
+    logits = torch.nan_to_num(logits, nan=NEG_INF, posinf=inf, neginf=NEG_INF)
+    top = logits.amax(dim=-1, keepdim=True)
+    has_pos, dead = top == inf, top == NEG_INF
+    logits = torch.where(has_pos, torch.where(logits == inf, 0.0, NEG_INF), logits)
     source = logits if raw is None else torch.nan_to_num(raw.float(), nan=NEG_INF)
     best = source.argmax(dim=-1, keepdim=True)
-    one_hot = torch.full_like(logits, NEG_INF).scatter(-1, best, 0.0)
-    return torch.where(dead, one_hot, logits)
+    # a dead row (all -inf) gets 0 at the best token; any other row keeps its value there
+    return logits.scatter(-1, best, torch.where(dead, 0.0, logits.gather(-1, best)))
 
 
 def apply_temperature(logits: torch.Tensor, temperature) -> torch.Tensor:
