@@ -9,6 +9,11 @@ Decode attention gathers each request's context from the cache, padded to the lo
 attended in the same call. With contexts of very different lengths most of that would be
 padding, so the decode rows are split into a few groups of similar length
 (``split_by_length``); each group is one gather and one attention call per layer.
+
+On a GPU each host->device tensor is a copy to queue and each device->host read a wait, so
+every integer a step needs is computed here on the host (slots from the block tables) and
+sent in one copy (``StepUpload``); the slots of the gathers are expanded from the block
+tables on the device. Sampling then reads the results back once (``Sampler``).
 """
 
 from __future__ import annotations
