@@ -176,3 +176,29 @@ def check_block_invariants(llm):
         assert alloc.ref_count[b] == holders.get(b, 0), (b, alloc.ref_count[b], holders.get(b, 0))
     assert alloc.num_used + alloc.num_free == alloc.num_blocks
     alloc.check_invariants()  # free list, hash index and counters agree with each other
+
+
+@pytest.fixture
+def run_async():
+    """``asyncio.run`` in a thread of its own: the browser tests' Playwright keeps an event loop
+    running in the main thread for the whole session, where ``asyncio.run`` refuses to start."""
+    import asyncio
+    import threading
+
+    def run(coro):
+        box = {}
+
+        def target():
+            try:
+                box["value"] = asyncio.run(coro)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+
+        t = threading.Thread(target=target, name="run_async")
+        t.start()
+        t.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    return run

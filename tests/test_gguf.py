@@ -234,7 +234,7 @@ def test_written_gguf_loads_into_the_same_model(model_factory, tmp_path, family)
     cfg = mg.load_gguf_config(path)
     assert cfg.architecture == hf_model.config.architectures[0]
     assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads,
-            cfg.vocab_size, cfg.tie_word_embeddings) == (64, 2, 4, 2, 320, False)
+            cfg.vocab_size, cfg.tie_word_embeddings) == (64, 2, 4, 2, hf_model.config.vocab_size, False)
     assert cfg.head_dim == (24 if family == "qwen3" else 16)
     tensors = mg.read_gguf_tensors(path, cfg)
     for name, t in hf_model.state_dict().items():

@@ -215,12 +215,12 @@ async def _one_stream(client, i):
     return text, reason, done
 
 
-def test_sixteen_concurrent_streams_all_finish_and_leave_no_block(server, http):
+def test_sixteen_concurrent_streams_all_finish_and_leave_no_block(server, http, run_async):
     async def run():
         async with httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=60) as client:
             return await asyncio.gather(*(_one_stream(client, i) for i in range(16)))
 
-    results = asyncio.run(run())
+    results = run_async(run())
     assert all(done and reason in ("stop", "length") and text for text, reason, done in results), results
     snap = _wait_idle(http)
     assert snap["requests"] == [] and snap["kv_cache"]["used_blocks"] == 0 and _used_blocks(http) == 0
@@ -254,7 +254,7 @@ def test_api_key_is_required_on_v1(small_server):
         assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
 
 
-def test_queue_limit_gives_503_with_retry_after(small_server):
+def test_queue_limit_gives_503_with_retry_after(small_server, run_async):
     """One batch slot and one waiting place: of six streams opened at once, the ones beyond
     the running one and the waiting one are refused with 503, never queued."""
     auth = {"Authorization": "Bearer sekret"}
@@ -275,7 +275,7 @@ def test_queue_limit_gives_503_with_retry_after(small_server):
                 for r in opened:
                     await r.aclose()
 
-    codes, snap, refused = asyncio.run(burst())
+    codes, snap, refused = run_async(burst())
     assert set(codes) <= {200, 503} and codes.count(503) >= 1, codes
     assert snap["waiting"] <= 1 and snap["running"] <= 1, snap  # the bound held
     for retry_after, err in refused:

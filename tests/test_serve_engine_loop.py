@@ -14,7 +14,7 @@ def _params(n):
     return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
 
 
-def test_streams_finish_cancel_lands_and_nothing_is_held(tiny_llm):
+def test_streams_finish_cancel_lands_and_nothing_is_held(tiny_llm, run_async):
     loop = EngineLoop(tiny_llm, max_waiting=8).start()
 
     async def run():
@@ -29,7 +29,7 @@ def test_streams_finish_cancel_lands_and_nothing_is_held(tiny_llm):
                 loop.cancel("b")
         return got_a, b
 
-    got_a, b = asyncio.run(run())
+    got_a, b = run_async(run())
     assert sum(len(u.token_ids) for u in got_a) == 12 and got_a[-1].num_output_tokens == 12
     assert got_a[-1].stop_reason == StopReason.MAX_TOKENS and all(u.stop_reason is None for u in got_a[:-1])
     assert b.stop_reason == StopReason.CANCELLED
@@ -38,7 +38,7 @@ def test_streams_finish_cancel_lands_and_nothing_is_held(tiny_llm):
     assert tiny_llm.cache_stats().used_blocks == 0
 
 
-def test_the_waiting_queue_is_bounded_and_shutdown_refuses(tiny_llm):
+def test_the_waiting_queue_is_bounded_and_shutdown_refuses(tiny_llm, run_async):
     loop = EngineLoop(tiny_llm, max_waiting=2)  # not started: nothing is admitted yet
 
     async def run():
@@ -51,13 +51,13 @@ def test_the_waiting_queue_is_bounded_and_shutdown_refuses(tiny_llm):
         with pytest.raises(ShuttingDown):
             loop.submit("w", _params(4), prompt_token_ids=[1, 2])
 
-    asyncio.run(run())
+    run_async(run())
     loop.start()
     snap = loop.stop()
     assert snap["kv_cache"]["used_blocks"] == 0 and snap["waiting"] == 0
 
 
-def test_an_engine_refusal_reaches_the_stream(tiny_llm):
+def test_an_engine_refusal_reaches_the_stream(tiny_llm, run_async):
     loop = EngineLoop(tiny_llm).start()
 
     async def run():
@@ -65,7 +65,7 @@ def test_an_engine_refusal_reaches_the_stream(tiny_llm):
         with pytest.raises(ValueError, match="max_model_len"):
             await s.accepted
 
-    asyncio.run(run())
+    run_async(run())
     assert loop.stop()["waiting"] == 0
 
 
