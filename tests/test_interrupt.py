@@ -39,12 +39,13 @@ def _add_all(llm, prompts):
 def _drive(llm, armed=None) -> int:
     """Step to the end, catching every KeyboardInterrupt like a learner re-running the cell.
     ``armed["on"]`` is switched on, and off once there is no work left, inside the loop's
-    ``try``, so a signal arriving before or after is ignored instead of hitting the test's code."""
+    ``try`` (the handler disarms itself as it raises), so a signal arriving anywhere else is
+    ignored instead of hitting the test's code."""
     caught = 0
     while True:
         try:
-            if armed is not None and caught == 0 and not armed["on"] and llm.has_unfinished():
-                armed["on"] = True  # armed inside the try: no signal can hit the caller's code
+            if armed is not None and llm.has_unfinished():
+                armed["on"] = True  # (re-)armed inside the try: no signal can hit the caller's code
             if not llm.has_unfinished():
                 if armed is not None:
                     armed["on"] = False
@@ -63,9 +64,12 @@ def reference(make_llm):
 
 
 def _raise_when_armed(armed):
-    """What Python's default SIGINT handler does (raise KeyboardInterrupt), while armed."""
+    """What Python's default SIGINT handler does (raise KeyboardInterrupt), while armed. It disarms
+    itself as it raises, so a second signal cannot land in the ``except`` of ``_drive`` before
+    the loop is back inside its ``try`` (where it re-arms)."""
     def handler(signum, frame):
         if armed["on"]:
+            armed["on"] = False
             raise KeyboardInterrupt
     return handler
 

@@ -752,6 +752,8 @@ def measure_cache_vs_recompute(llm, context_lengths: Sequence[int], *, decode_st
         for _ in range(repeats):
             t0 = time.perf_counter()
             logits = llm.model.full_logits(context)[-1]
+            if logits.is_cuda:  # kernels run asynchronously: wait for them before reading the clock
+                torch.cuda.synchronize(logits.device)
             best = min(best, time.perf_counter() - t0)
         engine_token = req.output_token_ids[1]
         same = int(torch.argmax(logits)) == engine_token
