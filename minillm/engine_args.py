@@ -27,6 +27,8 @@ DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.f
 ALLOWED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DEVICE_TYPES = ("cpu", "cuda")
 SCHEDULING = ("continuous", "static")
+#: names of ``minillm.attention.BACKENDS`` (kept here so checking options imports no model code)
+ATTENTION_BACKENDS = ("gather", "paged")
 # default KV budget on CPU (the pool is zero-filled, so it is resident memory at once)
 CPU_KV_BUDGET_BYTES = 256 << 20
 # default KV budget on CUDA: this fraction of the free memory after the weights are loaded
@@ -143,12 +145,14 @@ class EngineOptions:
     max_history: int | None
     trace_limit: int | None
     num_threads: int | None = None
+    attention_backend: str = "gather"
 
 
 def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_blocks=None, kv_cache_tokens=None,
                          max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=None,
                          enable_prefix_caching=True, enable_chunked_prefill=True, scheduling="continuous",
-                         seed=0, max_history=None, trace_limit=None, num_threads=None) -> EngineOptions:
+                         seed=0, max_history=None, trace_limit=None, num_threads=None,
+                         attention_backend="gather") -> EngineOptions:
     """Check every option that does not depend on the model; raise ``ValueError`` naming the
     first bad one and its allowed values. Nothing is loaded or allocated."""
     dev = pick_device(device)
@@ -156,6 +160,8 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
         raise ValueError("give the KV budget as num_kv_blocks or kv_cache_tokens, not both")
     if not isinstance(scheduling, str) or scheduling not in SCHEDULING:
         raise ValueError(f"scheduling must be one of {SCHEDULING}, got {scheduling!r}")
+    if not isinstance(attention_backend, str) or attention_backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {attention_backend!r}")
     return EngineOptions(
         device=dev,
         dtype=pick_dtype(dtype, dev),
@@ -172,6 +178,7 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
         max_history=as_optional_int("max_history", max_history, 0, none_means="keep everything"),
         trace_limit=as_optional_int("trace_limit", trace_limit, 0, none_means="keep everything"),
         num_threads=as_optional_int("num_threads", num_threads, 1, 4096, none_means="chosen from the model size"),
+        attention_backend=attention_backend,
     )
 
 

@@ -74,6 +74,9 @@ class LLM(WholeGenerations):
             (so small models get 1 thread: more only add synchronisation); torch is left alone
             on CUDA and when OMP_NUM_THREADS is set. ``llm.num_threads`` is what was set
             (None: nothing was).
+        attention_backend: how decode attention reads the paged KV pool (``minillm.attention``):
+            "gather" (default; the readable reference: gather each context, one SDPA) or
+            "paged" (block by block through fixed-shape block tables, online softmax).
     """
 
     def __init__(self, model: str | None = None, device: str = "auto", dtype: str = "auto", *,
@@ -82,13 +85,14 @@ class LLM(WholeGenerations):
                  max_num_batched_tokens: int = 4096, max_model_len: int | None = None,
                  enable_prefix_caching: bool = True, enable_chunked_prefill: bool = True,
                  scheduling: str = "continuous", seed: int = 0, max_history: int | None = None,
-                 trace_limit: int | None = None, num_threads: int | None = None):
+                 trace_limit: int | None = None, num_threads: int | None = None,
+                 attention_backend: str = "gather"):
         opts = check_engine_options(
             device, dtype, block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_tokens=kv_cache_tokens,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
             enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
             scheduling=scheduling, seed=seed, max_history=max_history, trace_limit=trace_limit,
-            num_threads=num_threads)
+            num_threads=num_threads, attention_backend=attention_backend)
         self.options = opts
         self.device, self.dtype, self.max_history = opts.device, opts.dtype, opts.max_history
         self.model_path = resolve_model_dir(model)
@@ -107,7 +111,7 @@ class LLM(WholeGenerations):
         plan = plan_kv_cache(opts, cfg)  # after the weights are on the device: what is left is the budget
         self.kv_cache = KVCache(cfg.num_hidden_layers, plan.num_kv_blocks, opts.block_size, cfg.num_key_value_heads,
                                 cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching)
-        self.runner = ModelRunner(self.model, self.kv_cache, self.device)
+        self.runner = ModelRunner(self.model, self.kv_cache, self.device, opts.attention_backend)
         self.sampler = Sampler()
         eos = set(cfg.eos_token_ids)  # config.json's and generation_config.json's
         if self.tokenizer.eos_token_id is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, make_backend
 from .kv_cache import KVCache
 from .models.llama import AttentionBatch, DecodeGroup, LlamaForCausalLM, PrefillSeq
 from .request import Request
@@ -90,8 +91,11 @@ class StepUpload:
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device):
+    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device,
+                 attention: AttentionBackend | str | None = None):
         self.model = model
+        # how decode attention reads the pool: decode groups (gather) or fixed-shape block tables
+        self.attention = attention if isinstance(attention, AttentionBackend) else make_backend(attention)
         self.kv = kv_cache
         self.device = device
         self.block_size = kv_cache.block_size
@@ -142,6 +146,29 @@ class ModelRunner:
             upload.send(self.device)
         return group
 
+    def _decode_meta(self, tables: list[list[int]], ctx: list[int], upload: StepUpload) -> DecodeMeta:
+        """Fixed-shape metadata of the decode rows: block tables [B, W] padded with the null
+        block and context lengths [B] go into ``upload``; the padding mask (one row of -inf past
+        each context, per block column) is made on the device once it has been sent."""
+        bs = self.block_size
+        m, width = len(ctx), -(-ctx[0] // bs)
+        blocks = upload.add([b for t in tables
+                             for b in (t[:width] if len(t) >= width else t + [NULL_BLOCK] * (width - len(t)))])
+        lens = upload.add(ctx)
+        meta = DecodeMeta(None, None, None, width)
+        padded = any(c != width * bs for c in ctx)
+
+        def finish(dev: torch.Tensor) -> None:
+            meta.block_tables = upload.view(dev, blocks).view(m, width)
+            meta.context_lens = upload.view(dev, lens)
+            if padded:
+                pad = torch.arange(width * bs, device=self.device) >= meta.context_lens[:, None]
+                meta.mask = torch.zeros((m, width * bs), dtype=torch.float32, device=self.device
+                                        ).masked_fill_(pad, float("-inf")).view(m, width, 1, 1, bs)
+
+        upload.then(finish)
+        return meta
+
     @torch.inference_mode()
     def run(self, decodes: list[Request], prefills: list[Request],
             prefill_chunks: list[int] | None = None) -> torch.Tensor:
@@ -161,7 +188,7 @@ class ModelRunner:
         bs = self.block_size
         n = len(decodes)
         upload = StepUpload()
-        batch = AttentionBatch(positions=None, slot_mapping=None, num_decode=n)
+        batch = AttentionBatch(positions=None, slot_mapping=None, num_decode=n, attention=self.attention)
         logits_rows = list(range(n))
         if decodes:
             # longest context first, so that groups of similar length are runs of rows; the
@@ -179,7 +206,11 @@ class ModelRunner:
                 ctx.append(length)
                 tables.append(table)
                 logits_rows[i] = row
-            batch.decode_groups = [self._decode_group(a, b, tables, ctx, upload) for a, b in split_by_length(ctx)]
+            if self.attention.uses_block_tables:
+                batch.decode_meta = self._decode_meta(tables, ctx, upload)
+            else:
+                batch.decode_groups = [self._decode_group(a, b, tables, ctx, upload)
+                                       for a, b in split_by_length(ctx)]
             gathered = [(g.end - g.start) * g.length for g in batch.decode_groups if g.first_slot is None]
             if gathered:
                 batch.k_workspace, batch.v_workspace = self._gather_workspace(max(gathered))
@@ -211,6 +242,8 @@ class ModelRunner:
         rows_part = None if in_order else upload.add(logits_rows)
         dev = upload.send(self.device)
         input_ids, batch.positions, batch.slot_mapping = (upload.view(dev, p) for p in parts)
+        if batch.decode_meta is not None:  # the decode rows' slots lead the step's slot mapping
+            batch.decode_meta.slot_mapping = batch.slot_mapping[:n]
         rows = None if rows_part is None else upload.view(dev, rows_part)
         return self.model(input_ids, batch, self.kv, logits_rows=rows)
 

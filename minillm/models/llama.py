@@ -15,7 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..attention import AttentionBackend, DecodeMeta, GatherSDPA
 from .config import ModelConfig, rope_inv_freq
+
+_REFERENCE = GatherSDPA()
 
 
 @dataclass
@@ -56,6 +59,10 @@ class AttentionBatch:
     # reused by every layer and step (a fresh multi-MB tensor per gather costs page faults)
     k_workspace: torch.Tensor | None = None
     v_workspace: torch.Tensor | None = None
+    # how attention reads the pool (``minillm.attention``); a backend with
+    # ``uses_block_tables`` reads ``decode_meta`` instead of ``decode_groups``
+    attention: AttentionBackend = _REFERENCE
+    decode_meta: DecodeMeta | None = None
 
 
 class RMSNorm(nn.Module):
@@ -156,50 +163,16 @@ class Attention(nn.Module):
             v_flat.index_copy_(0, batch.slot_mapping, v)
 
         n = batch.num_decode
-        if n:
-            # Decode: one query per request against its whole cached context, a group of
-            # requests of similar context length per call. The query heads that share a KV head
-            # sit in the "query length" axis. The gather is one index_select over flat slots.
-            per_kv = self.num_heads // self.num_kv_heads
-            outs = []
-            for g in batch.decode_groups:
-                m, L = g.end - g.start, g.length
-                if g.first_slot is not None:  # contiguous context: a view of the pool
-                    keys, values = k_flat[g.first_slot:g.first_slot + L], v_flat[g.first_slot:g.first_slot + L]
-                elif batch.k_workspace is not None:
-                    flat = g.slots.view(-1)
-                    keys = torch.index_select(k_flat, 0, flat, out=batch.k_workspace[:m * L])
-                    values = torch.index_select(v_flat, 0, flat, out=batch.v_workspace[:m * L])
-                else:
-                    flat = g.slots.view(-1)
-                    keys, values = k_flat.index_select(0, flat), v_flat.index_select(0, flat)
-                keys = keys.view(m, L, self.num_kv_heads, self.head_dim).transpose(1, 2)
-                values = values.view(m, L, self.num_kv_heads, self.head_dim).transpose(1, 2)
-                qd = q[g.start:g.end].reshape(m, self.num_kv_heads, per_kv, self.head_dim)
-                o = F.scaled_dot_product_attention(qd, keys, values, attn_mask=g.mask, scale=self.scale)
-                outs.append(o.reshape(m, self.q_size))
-            o = outs[0] if len(outs) == 1 else torch.cat(outs)
+        backend = batch.attention
+        if n:  # one query per request against its whole cached context (see minillm.attention)
+            o = backend.decode(q[:n], k_cache, v_cache, batch, self.scale)
             if n == T:  # a decode-only step: no copy into a shared output buffer
                 return self.o_proj(o)
         out = q.new_empty(T, self.num_heads, self.head_dim)
         if n:
             out[:n] = o.view(n, self.num_heads, self.head_dim)
         for seq in batch.prefills:
-            rows = slice(seq.q_start, seq.q_start + seq.q_len)
-            qp = q[rows].transpose(0, 1).unsqueeze(0)              # [1, heads, q_len, D]
-            if seq.ctx_len == seq.q_len:                           # nothing cached before
-                keys, values, mask, causal = k[rows], v[rows], None, True
-            else:                                                  # a cached prefix precedes
-                keys, values = k_flat.index_select(0, seq.slots), v_flat.index_select(0, seq.slots)
-                past = seq.ctx_len - seq.q_len
-                mask = (torch.arange(seq.ctx_len, device=x.device)[None, :]
-                        <= past + torch.arange(seq.q_len, device=x.device)[:, None])
-                causal = False
-            o = F.scaled_dot_product_attention(
-                qp, keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0),
-                attn_mask=mask, is_causal=causal, scale=self.scale, enable_gqa=True,
-            )
-            out[rows] = o[0].transpose(0, 1)
+            out[seq.q_start:seq.q_start + seq.q_len] = backend.prefill(q, k, v, k_cache, v_cache, seq, self.scale)
         return self.o_proj(out.reshape(T, self.q_size))
 
 

@@ -1,0 +1,159 @@
+"""Attention backends: how a step's queries read the paged KV pool.
+
+The model computes q, k, v and writes the new keys and values into the pool; what happens next
+is a backend's job, chosen when the runner is built (``LLM(attention_backend=...)``):
+
+* ``GatherSDPA`` ("gather", the default): the readable reference. Each decode group's context
+  is gathered slot by slot out of the pool into one padded K/V tensor, then one
+  ``scaled_dot_product_attention`` call. Shapes follow the step's contexts.
+* ``PagedInPlace`` ("paged"): reads the pool by whole blocks through fixed-shape metadata
+  (``DecodeMeta``: ``block_tables[B, W]`` padded with a null block, ``context_lens[B]``,
+  ``slot_mapping[B]``). The K/V of a block column are picked with ``index_select`` on the
+  block axis (one contiguous block per request, never a per-slot gather of the whole context)
+  and folded into an online softmax, block column after block column. Every tensor it uses
+  has a shape fixed by (B, W), which is what a captured CUDA graph needs.
+
+A GPU kernel plugs in as a third backend with the same ``decode`` signature: FlexAttention's
+paged attention (``torch.nn.attention.flex_attention`` with a block mask built from
+``block_tables``/``context_lens``) or ``flash_attn_with_kvcache(q, k_pool, v_pool,
+cache_seqlens=context_lens, block_table=block_tables)``, which read the pool in place. None is
+shipped: nothing on this machine can verify CUDA code.
+
+The backends never import the model; ``batch`` is the model's ``AttentionBatch``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+#: the block id that pads a block table row: always a real block of the pool, so reading it is
+#: safe; what it holds is masked out by ``context_lens``
+NULL_BLOCK = 0
+
+
+@dataclass
+class DecodeMeta:
+    """Fixed-shape decode metadata for the ``B`` decode rows of a step, built once by the runner
+    (inside the step's single upload) and shared by every layer."""
+
+    block_tables: torch.Tensor    # [B, W] block ids of each context, padded with NULL_BLOCK
+    context_lens: torch.Tensor    # [B] tokens of each context (the new one included)
+    slot_mapping: torch.Tensor    # [B] slot the new token's K/V was written to
+    width: int                    # W, on the host (the loop bound)
+    mask: torch.Tensor | None = None  # [B, W, 1, 1, block_size] additive: -inf past each context
+
+
+class AttentionBackend:
+    """Decode and prefill attention over a paged pool ([blocks, block_size, kv_heads, D])."""
+
+    name = "base"
+    #: the runner builds ``DecodeMeta`` (block tables) for this backend; otherwise decode groups
+    uses_block_tables = False
+
+    def decode(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, batch,
+               scale: float) -> torch.Tensor:
+        """q: [n, heads, D], the decode rows. Returns [n, heads * D]."""
+        raise NotImplementedError
+
+    def prefill(self, q, k, v, k_pool, v_pool, seq, scale: float) -> torch.Tensor:
+        """Attention of one prefilled request's new tokens (rows of q/k/v: [q_len, heads, D])
+        over its context; [q_len, heads, D]. Shared: with nothing cached the new keys are
+        attended as they are (causal); after a cached prefix the context's slots are read."""
+        rows = slice(seq.q_start, seq.q_start + seq.q_len)
+        qp = q[rows].transpose(0, 1).unsqueeze(0)              # [1, heads, q_len, D]
+        if seq.ctx_len == seq.q_len:                           # nothing cached before
+            keys, values, mask, causal = k[rows], v[rows], None, True
+        else:                                                  # a cached prefix precedes
+            heads, dim = k_pool.shape[2], k_pool.shape[3]
+            k_flat, v_flat = k_pool.view(-1, heads, dim), v_pool.view(-1, heads, dim)
+            keys, values = k_flat.index_select(0, seq.slots), v_flat.index_select(0, seq.slots)
+            past = seq.ctx_len - seq.q_len
+            mask = (torch.arange(seq.ctx_len, device=q.device)[None, :]
+                    <= past + torch.arange(seq.q_len, device=q.device)[:, None])
+            causal = False
+        o = F.scaled_dot_product_attention(
+            qp, keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0),
+            attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True,
+        )
+        return o[0].transpose(0, 1)
+
+
+class GatherSDPA(AttentionBackend):
+    """The reference: per decode group, gather the contexts' K/V slot by slot (one
+    ``index_select`` over flat slots), padded to the group's longest, then one SDPA call. The
+    query heads that share a KV head sit in SDPA's "query length" axis."""
+
+    name = "gather"
+
+    def decode(self, q, k_pool, v_pool, batch, scale):
+        n, heads, dim = q.shape
+        kv_heads = k_pool.shape[2]
+        k_flat, v_flat = k_pool.view(-1, kv_heads, dim), v_pool.view(-1, kv_heads, dim)
+        per_kv = heads // kv_heads
+        outs = []
+        for g in batch.decode_groups:
+            m, L = g.end - g.start, g.length
+            if g.first_slot is not None:  # contiguous context: a view of the pool
+                keys, values = k_flat[g.first_slot:g.first_slot + L], v_flat[g.first_slot:g.first_slot + L]
+            elif batch.k_workspace is not None:
+                flat = g.slots.view(-1)
+                keys = torch.index_select(k_flat, 0, flat, out=batch.k_workspace[:m * L])
+                values = torch.index_select(v_flat, 0, flat, out=batch.v_workspace[:m * L])
+            else:
+                flat = g.slots.view(-1)
+                keys, values = k_flat.index_select(0, flat), v_flat.index_select(0, flat)
+            keys = keys.view(m, L, kv_heads, dim).transpose(1, 2)
+            values = values.view(m, L, kv_heads, dim).transpose(1, 2)
+            qd = q[g.start:g.end].reshape(m, kv_heads, per_kv, dim)
+            o = F.scaled_dot_product_attention(qd, keys, values, attn_mask=g.mask, scale=scale)
+            outs.append(o.reshape(m, heads * dim))
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+class PagedInPlace(AttentionBackend):
+    """Block-by-block decode with an online softmax over ``DecodeMeta.block_tables``: for each
+    block column j, the B blocks ``block_tables[:, j]`` are read (one block each, contiguous in
+    the pool), scored, and folded into a running max, denominator and weighted sum. The working
+    set is B blocks, never a request's whole context; every shape is fixed by (B, W)."""
+
+    name = "paged"
+    uses_block_tables = True
+
+    def decode(self, q, k_pool, v_pool, batch, scale):
+        meta: DecodeMeta = batch.decode_meta
+        n, heads, dim = q.shape
+        kv_heads, bs = k_pool.shape[2], k_pool.shape[1]
+        per_kv = heads // kv_heads
+        qd = (q.float() * scale).view(n, kv_heads, per_kv, dim)       # [B, KVH, G, D]
+        run_max = qd.new_full((n, kv_heads, per_kv, 1), float("-inf"))
+        denom = qd.new_zeros((n, kv_heads, per_kv, 1))
+        acc = qd.new_zeros((n, kv_heads, per_kv, dim))
+        for j in range(meta.width):
+            blocks = meta.block_tables[:, j]
+            kb = k_pool.index_select(0, blocks).float().permute(0, 2, 3, 1)  # [B, KVH, D, bs]
+            vb = v_pool.index_select(0, blocks).float().transpose(1, 2)      # [B, KVH, bs, D]
+            s = torch.matmul(qd, kb)                                        # [B, KVH, G, bs]
+            if meta.mask is not None:
+                s = s + meta.mask[:, j]
+            new_max = torch.maximum(run_max, s.amax(-1, keepdim=True))
+            p = torch.exp(s - new_max)
+            correction = torch.exp(run_max - new_max)
+            denom = denom * correction + p.sum(-1, keepdim=True)
+            acc = acc * correction + torch.matmul(p, vb)
+            run_max = new_max
+        return (acc / denom).to(q.dtype).view(n, heads * dim)
+
+
+BACKENDS = {"gather": GatherSDPA, "paged": PagedInPlace}
+DEFAULT_BACKEND = "gather"
+
+
+def make_backend(name: str | None = None) -> AttentionBackend:
+    """The backend called ``name`` (None: the default)."""
+    name = DEFAULT_BACKEND if name is None else name
+    if not isinstance(name, str) or name not in BACKENDS:
+        raise ValueError(f"attention_backend must be one of {tuple(BACKENDS)}, got {name!r}")
+    return BACKENDS[name]()
