@@ -8,10 +8,8 @@ is a backend's job, chosen when the runner is built (``LLM(attention_backend=...
   ``scaled_dot_product_attention`` call. Shapes follow the step's contexts.
 * ``PagedInPlace`` ("paged"): reads the pool by whole blocks through fixed-shape metadata
   (``DecodeMeta``: ``block_tables[B, W]`` padded with a null block, ``context_lens[B]``,
-  ``slot_mapping[B]``). The K/V of a block column are picked with ``index_select`` on the
-  block axis (one contiguous block per request, never a per-slot gather of the whole context)
-  and folded into an online softmax, block column after block column. Every tensor it uses
-  has a shape fixed by (B, W), which is what a captured CUDA graph needs.
+  ``slot_mapping[B]``): one ``index_select`` on the block axis, one SDPA for all decode rows.
+  Every tensor it uses has a shape fixed by (B, W), which is what a captured CUDA graph needs.
 
 A GPU kernel plugs in as a third backend with the same ``decode`` signature: FlexAttention's
 paged attention (``torch.nn.attention.flex_attention`` with a block mask built from
@@ -43,7 +41,8 @@ class DecodeMeta:
     context_lens: torch.Tensor    # [B] tokens of each context (the new one included)
     slot_mapping: torch.Tensor    # [B] slot the new token's K/V was written to
     width: int                    # W, on the host (the loop bound)
-    mask: torch.Tensor | None = None  # [B, W, 1, 1, block_size] additive: -inf past each context
+    mask: torch.Tensor | None = None  # [B, 1, 1, W * block_size] additive (the pool's dtype):
+                                      # -inf past each context; None when no row is padded
 
 
 class AttentionBackend:
@@ -114,10 +113,18 @@ class GatherSDPA(AttentionBackend):
 
 
 class PagedInPlace(AttentionBackend):
-    """Block-by-block decode with an online softmax over ``DecodeMeta.block_tables``: for each
-    block column j, the B blocks ``block_tables[:, j]`` are read (one block each, contiguous in
-    the pool), scored, and folded into a running max, denominator and weighted sum. The working
-    set is B blocks, never a request's whole context; every shape is fixed by (B, W)."""
+    """Decode over ``DecodeMeta.block_tables``: the K/V of every row are picked from the pool
+    with one ``index_select`` on the *block* axis (B x W whole blocks, each a contiguous
+    ``block_size x kv_heads x D`` piece of the pool, instead of one row per slot), then one
+    SDPA call over all B rows with the fixed padding mask. Every shape is fixed by (B, W): no
+    decode groups, no per-step shape logic, which is what a captured CUDA graph or a paged GPU
+    kernel needs (``flash_attn_with_kvcache`` would take the same ``block_tables`` and
+    ``context_lens`` and read the pool without this copy). The price: every row is padded to
+    the step's longest context, where the reference splits rows of very different lengths.
+
+    On the CPU a copy-free variant (an online softmax folding in one block column at a time)
+    was measured 2.2-2.4x slower than this at batch 32 (``benchmarks/attention_backends.py``,
+    README there): per-column matmuls of 3 query rows cost more than the copy they avoid."""
 
     name = "paged"
     uses_block_tables = True
@@ -125,26 +132,14 @@ class PagedInPlace(AttentionBackend):
     def decode(self, q, k_pool, v_pool, batch, scale):
         meta: DecodeMeta = batch.decode_meta
         n, heads, dim = q.shape
-        kv_heads, bs = k_pool.shape[2], k_pool.shape[1]
-        per_kv = heads // kv_heads
-        qd = (q.float() * scale).view(n, kv_heads, per_kv, dim)       # [B, KVH, G, D]
-        run_max = qd.new_full((n, kv_heads, per_kv, 1), float("-inf"))
-        denom = qd.new_zeros((n, kv_heads, per_kv, 1))
-        acc = qd.new_zeros((n, kv_heads, per_kv, dim))
-        for j in range(meta.width):
-            blocks = meta.block_tables[:, j]
-            kb = k_pool.index_select(0, blocks).float().permute(0, 2, 3, 1)  # [B, KVH, D, bs]
-            vb = v_pool.index_select(0, blocks).float().transpose(1, 2)      # [B, KVH, bs, D]
-            s = torch.matmul(qd, kb)                                        # [B, KVH, G, bs]
-            if meta.mask is not None:
-                s = s + meta.mask[:, j]
-            new_max = torch.maximum(run_max, s.amax(-1, keepdim=True))
-            p = torch.exp(s - new_max)
-            correction = torch.exp(run_max - new_max)
-            denom = denom * correction + p.sum(-1, keepdim=True)
-            acc = acc * correction + torch.matmul(p, vb)
-            run_max = new_max
-        return (acc / denom).to(q.dtype).view(n, heads * dim)
+        bs, kv_heads = k_pool.shape[1], k_pool.shape[2]
+        L = meta.width * bs
+        flat = meta.block_tables.reshape(-1)
+        keys = k_pool.index_select(0, flat).view(n, L, kv_heads, dim).transpose(1, 2)
+        values = v_pool.index_select(0, flat).view(n, L, kv_heads, dim).transpose(1, 2)
+        qd = q.reshape(n, kv_heads, heads // kv_heads, dim)
+        o = F.scaled_dot_product_attention(qd, keys, values, attn_mask=meta.mask, scale=scale)
+        return o.reshape(n, heads * dim)
 
 
 BACKENDS = {"gather": GatherSDPA, "paged": PagedInPlace}

@@ -148,8 +148,8 @@ class ModelRunner:
 
     def _decode_meta(self, tables: list[list[int]], ctx: list[int], upload: StepUpload) -> DecodeMeta:
         """Fixed-shape metadata of the decode rows: block tables [B, W] padded with the null
-        block and context lengths [B] go into ``upload``; the padding mask (one row of -inf past
-        each context, per block column) is made on the device once it has been sent."""
+        block and context lengths [B] go into ``upload``; the padding mask (-inf past each
+        context) is made on the device once it has been sent."""
         bs = self.block_size
         m, width = len(ctx), -(-ctx[0] // bs)
         blocks = upload.add([b for t in tables
@@ -163,8 +163,8 @@ class ModelRunner:
             meta.context_lens = upload.view(dev, lens)
             if padded:
                 pad = torch.arange(width * bs, device=self.device) >= meta.context_lens[:, None]
-                meta.mask = torch.zeros((m, width * bs), dtype=torch.float32, device=self.device
-                                        ).masked_fill_(pad, float("-inf")).view(m, width, 1, 1, bs)
+                meta.mask = torch.zeros((m, 1, 1, width * bs), dtype=self.kv.dtype, device=self.device
+                                        ).masked_fill_(pad.view(m, 1, 1, width * bs), float("-inf"))
 
         upload.then(finish)
         return meta
