@@ -6,10 +6,12 @@
 Two measurements, each alternating the backends in rounds (which goes first alternates too),
 medians and the ratio against the reference ``gather``:
 
-* ``kernel``: one layer's decode attention alone (``backend.decode``) on a pool filled with
-  random K/V, B requests of the given context length, blocks of each request scattered over the
+* ``kernel``: one layer's decode attention alone (``backend.decode``, plus the benchmark-only
+  ``online`` contender: an online softmax over block columns) on a pool filled with random K/V, B requests of the given context length, blocks of each request scattered over the
   pool (as after some churn); the model's head shape.
-* ``step``: whole decode steps of an engine (``--step-model``, the shipped one by default) (``LLM(attention_backend=...)``), B requests with
+* ``step``: whole decode steps of an engine (``--step-model``, the shipped one by default),
+  also with prompt lengths mixed from 16 to the longest context (where the reference's length
+  groups save padding that the fixed-shape backend computes) (``LLM(attention_backend=...)``), B requests with
   prompts of the given length, median seconds of the decode-only steps.
 
 1 thread (``OMP_NUM_THREADS=1`` is set for the process). Prints one JSON line per measurement
@@ -35,10 +37,39 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from minillm import LLM, SamplingParams  # noqa: E402
-from minillm.attention import BACKENDS, DecodeMeta, make_backend  # noqa: E402
+from minillm.attention import BACKENDS, DecodeMeta, PagedInPlace, make_backend  # noqa: E402
 from minillm.models.llama import AttentionBatch, DecodeGroup  # noqa: E402
 
 REFERENCE = "gather"
+
+
+class OnlineSoftmaxBlocks(PagedInPlace):
+    """Benchmark-only contender (kernel measurement): the copy-free way to read the pool on
+    the CPU, one block column at a time (B blocks, one per row) folded into an online softmax
+    (running max, denominator, weighted sum). Kept here so the README's number for it can be
+    re-measured; the engine ships ``PagedInPlace``, which measured faster."""
+
+    name = "online"
+
+    def decode(self, q, k_pool, v_pool, batch, scale):
+        meta = batch.decode_meta
+        n, heads, dim = q.shape
+        kv_heads, bs = k_pool.shape[2], k_pool.shape[1]
+        mask = None if meta.mask is None else meta.mask.view(n, meta.width, 1, 1, bs)
+        qd = (q * scale).view(n, kv_heads, heads // kv_heads, dim)
+        run_max = qd.new_full((*qd.shape[:3], 1), float("-inf"))
+        denom, acc = qd.new_zeros((*qd.shape[:3], 1)), torch.zeros_like(qd)
+        for j in range(meta.width):  # column 0 is real for every row, so run_max is finite after it
+            blocks = meta.block_tables[:, j]
+            s = torch.matmul(qd, k_pool.index_select(0, blocks).permute(0, 2, 3, 1))   # [B, KVH, G, bs]
+            if mask is not None:
+                s = s + mask[:, j]
+            new_max = torch.maximum(run_max, s.amax(-1, keepdim=True))
+            p, correction = torch.exp(s - new_max), torch.exp(run_max - new_max)
+            denom = denom * correction + p.sum(-1, keepdim=True)
+            acc = acc * correction + torch.matmul(p, v_pool.index_select(0, blocks).transpose(1, 2))
+            run_max = new_max
+        return (acc / denom).view(n, heads * dim)
 
 
 def kernel_case(batch: int, context: int, heads: int, kv_heads: int, head_dim: int, block_size: int, seed=0):
@@ -63,7 +94,7 @@ def kernel_case(batch: int, context: int, heads: int, kv_heads: int, head_dim: i
         meta.mask = torch.zeros(batch, width * block_size).masked_fill_(pad, float("-inf")).view(
             batch, 1, 1, width * block_size)
     paged = AttentionBatch(positions=None, slot_mapping=None, num_decode=batch, decode_meta=meta)
-    return q, k_pool, v_pool, {"gather": gather, "paged": paged}
+    return q, k_pool, v_pool, {"gather": gather, "paged": paged, "online": paged}
 
 
 @torch.inference_mode()
@@ -75,11 +106,14 @@ def time_kernel(backend, q, k_pool, v_pool, batch, scale, reps: int) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def step_times(llm: LLM, batch: int, context: int, new_tokens: int, seed: int) -> float:
+def step_times(llm: LLM, batch: int, context: int | str, new_tokens: int, seed: int) -> float:
+    """Median seconds of the decode-only steps of ``batch`` requests with ``context``-token
+    prompts (``"mixed16-N"``: lengths drawn from 16..N, the same draw for every backend)."""
     rng = random.Random(seed)
     vocab = llm.model_config.vocab_size
     for i in range(batch):
-        llm.add_request(prompt_token_ids=[rng.randrange(3, vocab) for _ in range(context)],
+        n = context if isinstance(context, int) else rng.randrange(16, int(context.split("-")[1]) + 1)
+        llm.add_request(prompt_token_ids=[rng.randrange(3, vocab) for _ in range(n)],
                         params=SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True))
     times = []
     while llm.has_unfinished():
@@ -137,10 +171,15 @@ def main(argv=None) -> int:
         shape = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
         for context in contexts:
             q, kp, vp, batches = kernel_case(args.batch, context, *shape, args.block_size)
-            backends = {b: make_backend(b) for b in names}
-            times = {b: [] for b in names}
+            backends = {**{b: make_backend(b) for b in names}, "online": OnlineSoftmaxBlocks()}
+            contenders = [*names, "online"]
+            ref = backends[REFERENCE].decode(q, kp, vp, batches[REFERENCE], cfg.head_dim ** -0.5)
+            for b in contenders:  # a contender that computes something else is not timed
+                got = backends[b].decode(q, kp, vp, batches[b], cfg.head_dim ** -0.5)
+                assert (got - ref).abs().max().item() < 1e-4, b
+            times = {b: [] for b in contenders}
             for r in range(args.rounds):
-                for b in (names if r % 2 == 0 else names[::-1]):
+                for b in (contenders if r % 2 == 0 else contenders[::-1]):
                     times[b].append(time_kernel(backends[b], q, kp, vp, batches[b], cfg.head_dim ** -0.5, 20))
             rows.append(summarise("kernel", {"batch": args.batch, "context": context,
                                              "heads": list(shape)}, times))
@@ -150,7 +189,7 @@ def main(argv=None) -> int:
             llms = {b: LLM(None if folder is None else str(folder), "cpu", "float32", block_size=args.block_size,
                            num_kv_blocks=blocks, max_num_seqs=args.batch, enable_prefix_caching=False,
                            attention_backend=b, num_threads=1) for b in names}
-            for context in contexts:
+            for context in [*contexts, f"mixed16-{max(contexts)}"]:
                 times = {b: [] for b in names}
                 for r in range(args.rounds):
                     for b in (names if r % 2 == 0 else names[::-1]):
@@ -159,11 +198,14 @@ def main(argv=None) -> int:
                                       times))
     load = os.getloadavg()[0]
     print(f"\nload average (1 min) at the end: {load:.2f}")
-    print(f"{'measurement':<28}" + "".join(f"{b + ' ms':>14}" for b in names) + f"{'paged/gather speed':>20}")
+    cols = [*names, "online"]
+    print(f"{'measurement':<28}" + "".join(f"{b + ' ms':>12}" for b in cols)
+          + "".join(f"{b + '/gather speed':>22}" for b in cols[1:]))
     for row in rows:
         label = f"{row['kind']} B={row['batch']} ctx={row['context']}"
-        print(f"{label:<28}" + "".join(f"{row['median_ms'][b]:>14.3f}" for b in names)
-              + f"{row['speedup_vs_gather']['paged']:>19.2f}x")
+        med, speed = row["median_ms"], row["speedup_vs_gather"]
+        print(f"{label:<28}" + "".join(f"{med[b]:>12.3f}" if b in med else f"{'-':>12}" for b in cols)
+              + "".join(f"{speed[b]:>21.2f}x" if b in speed else f"{'-':>22}" for b in cols[1:]))
     if args.json:
         Path(args.json).write_text(json.dumps({"load_average": load, "rows": rows}, indent=1))
     return 0

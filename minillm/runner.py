@@ -5,10 +5,13 @@ token ``j`` of a request lives in cache slot ``block_table[j // block_size] * bl
 j % block_size``. Decode requests come first in the flat batch (one row each, longest context
 first), then the new tokens of each request being prefilled.
 
-Decode attention gathers each request's context from the cache, padded to the longest one
-attended in the same call. With contexts of very different lengths most of that would be
-padding, so the decode rows are split into a few groups of similar length
-(``split_by_length``); each group is one gather and one attention call per layer.
+How decode attention reads the cache is the attention backend's choice (``minillm.attention``),
+made when the runner is built. The reference ("gather") gathers each request's context from
+the cache, padded to the longest one attended in the same call. With contexts of very
+different lengths most of that would be padding, so the decode rows are split into a few
+groups of similar length (``split_by_length``); each group is one gather and one attention
+call per layer. A backend that ``uses_block_tables`` ("paged") gets fixed-shape metadata
+instead (``DecodeMeta``: block tables padded with the null block, context lengths, slots).
 
 On a GPU each host->device tensor is a copy to queue and each device->host read a wait, so
 every integer a step needs is computed here on the host (slots from the block tables) and

@@ -173,3 +173,23 @@ def test_attention_backend_option_is_checked():
 def test_llm_rejects_an_unknown_backend_before_loading(tiny_llama):
     with pytest.raises(ValueError, match="attention_backend must be one of"):
         LLM(str(tiny_llama[0]), "cpu", "float32", attention_backend="flash_attn")
+
+
+def test_the_benchmark_runs_and_checks_its_contenders(capsys):
+    """``benchmarks/attention_backends.py`` on a tiny case: each contender's output is checked
+    against the reference before it is timed, and the summary names every backend."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "attention_backends.py"
+    spec = importlib.util.spec_from_file_location("attention_backends_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    threads = torch.get_num_threads()
+    try:  # the benchmark sets one thread for its process
+        assert bench.main(["--model", "default", "--batch", "4", "--context", "9,20", "--rounds", "1",
+                           "--skip-steps"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "kernel B=4 ctx=20" in out and "paged/gather speed" in out and "online/gather speed" in out
