@@ -123,7 +123,7 @@ class PagedInPlace(AttentionBackend):
     the step's longest context, where the reference splits rows of very different lengths.
 
     On the CPU a copy-free variant (an online softmax folding in one block column at a time)
-    was measured 2.2-2.4x slower than this at batch 32 (``benchmarks/attention_backends.py``,
+    was measured about 2x slower than this at batch 32 (``benchmarks/attention_backends.py``,
     README there): per-column matmuls of 3 query rows cost more than the copy they avoid."""
 
     name = "paged"
