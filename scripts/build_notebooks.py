@@ -141,10 +141,13 @@ def up_to_date(path: Path, wanted) -> bool:
             and have.metadata.get("minillm") == wanted.metadata.get("minillm"))
 
 
-def stale() -> list[tuple[Path, object]]:
-    """(target, fresh notebook) for every generated notebook whose cells differ from its source."""
+def stale(only: list[str] | None = None) -> list[tuple[Path, object]]:
+    """(target, fresh notebook) for every generated notebook whose cells differ from its source;
+    ``only``: just the sources whose path contains one of these texts (others are not even parsed)."""
     out = []
     for src in sources():
+        if only and not any(s in src.as_posix() for s in only):
+            continue
         cells = parse(src)
         for lang in LANGS:
             nb = notebook(src, lang, cells)
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="exit 1 if a notebook differs from its source")
     p.add_argument("--execute", action="store_true", help="execute the notebooks this run rewrote")
     p.add_argument("--only", action="append", default=[],
-                   help="build only targets whose path contains this text (repeatable)")
+                   help="build only the sources whose path contains this text (repeatable)")
     p.add_argument("--convert", nargs="+", type=Path, metavar="NOTEBOOK",
                    help="print a first source for existing notebooks (into course/ with --write)")
     p.add_argument("--write", action="store_true", help="with --convert: write course/<path>.md")
@@ -192,12 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     try:
-        todo = stale()
+        todo = stale(args.only)
     except SourceError as e:
         print(f"build_notebooks: {e}", file=sys.stderr)
         return 1
-    if args.only:
-        todo = [(path, nb) for path, nb in todo if any(s in path.as_posix() for s in args.only)]
     if args.check:
         for path, _ in todo:
             print(f"out of date: {path.relative_to(ROOT)} (run scripts/build_notebooks.py --execute)")
