@@ -1,6 +1,10 @@
 """Widgets, diagrams and plots that look inside the engine.
 
     from minillm.viz import RequestStepper, SamplingExplorer, lifecycle_diagram
+    from minillm.viz import set_language; set_language("zh")   # the Chinese edition
+
+Every widget, diagram and plot takes ``lang=None`` ("en" or "zh"; None = the course-wide
+setting from ``set_language``).
 
 Every view reads the engine's own state: request objects, ``llm.trace`` events and
 ``llm.cache_stats()``. Nothing is simulated. Each widget is a thin ``ipywidgets`` layer over
@@ -39,6 +43,10 @@ _LAZY = {
     "chat_summary": "conversation",
     # _common.py
     "token_text": "_common",
+    # i18n.py (the course-wide language)
+    "set_language": "i18n",
+    "get_language": "i18n",
+    "LANGUAGES": "i18n",
 }
 
 __all__ = sorted(_LAZY)

@@ -49,7 +49,7 @@ def conversation_for_turn(history: Sequence[dict], message: str, *, policy: str 
 
 
 def run_chat(llm, messages: Sequence[str], *, policy: str = "full", keep_turns: int = 2,
-             summary: str | None = None, params: SamplingParams | None = None) -> list[dict]:
+             summary: str | None = None, params: SamplingParams | None = None, lang=None) -> list[dict]:
     """Play one conversation on ``llm``, one request per turn; return one row per turn.
 
     Each row: ``turn``, ``prompt_tokens``, ``cached_tokens`` (found in the prefix cache at
@@ -108,7 +108,7 @@ def chat_summary(rows: Sequence[dict], last: int = 4) -> dict:
     }
 
 
-def plot_chat_turns(runs: dict[str, Sequence[dict]], *, title: str | None = None):
+def plot_chat_turns(runs: dict[str, Sequence[dict]], *, title: str | None = None, lang=None):
     """Four panels, one line per run: prompt tokens, tokens really prefilled (prompt minus
     prefix-cache hits), KV held by the turn's request, and TTFT, against the turn number."""
     from .plots import _byte_unit, _new_figure, _request_color

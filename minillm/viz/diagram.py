@@ -95,7 +95,7 @@ def lifecycle_edges() -> list[tuple[str, str]]:
 
 
 def lifecycle_diagram(current_state=None, highlight_edge=None, *, show_loop: bool = True,
-                      rankdir: str = "LR"):
+                      rankdir: str = "LR", lang=None):
     """A ``graphviz.Digraph`` of the request lifecycle with ``current_state`` lit.
 
     Args:

@@ -35,6 +35,7 @@ import time
 from typing import Iterable, Sequence
 
 from .. import trace as tracemod
+from .i18n import resolve_lang
 
 __all__ = [
     # data from the trace
@@ -205,7 +206,7 @@ def _kv_sample(step, x, kind, request_id, used_blocks, per_blocks, geometry, pro
 
 def plot_kv_timeline(samples: Sequence[dict], *, ax=None, title: str | None = None,
                      show_formula: bool = True, capacity: bool | None = None, mark_events: bool = True,
-                     marks: Sequence[tuple[float, str]] = (), ymax_bytes: int | None = None):
+                     marks: Sequence[tuple[float, str]] = (), ymax_bytes: int | None = None, lang=None):
     """Stacked KV bytes per request over steps, the pool's total on top, and the formula beside it.
 
     The coloured bands are the bytes each request's blocks take (what the allocator reserved);
@@ -271,7 +272,7 @@ def plot_kv_timeline(samples: Sequence[dict], *, ax=None, title: str | None = No
 
 def compare_kv_timelines(runs: dict[str, Sequence[dict]], *, title: str | None = None,
                          marks: Sequence[tuple[float, str]] | dict[str, Sequence[tuple[float, str]]] = (),
-                         **kwargs):
+                         lang=None, **kwargs):
     """Several KV timelines side by side on one y scale (e.g. a leaky cancel vs a real one).
     ``marks``: ``(x, label)`` lines for every panel, or a dict run name -> marks.
     Extra keyword arguments go to :func:`plot_kv_timeline`."""
@@ -295,7 +296,7 @@ def _kv_peak(samples: Sequence[dict]) -> int:
     return max([max(s["used_bytes"], sum(s["per_request_bytes"].values())) for s in samples] + [0])
 
 
-def plot_kv_growth(samples: Sequence[dict], request_id: str, *, ax=None, title: str | None = None):
+def plot_kv_growth(samples: Sequence[dict], request_id: str, *, ax=None, title: str | None = None, lang=None):
     """One request's KV bytes against the tokens it holds: the formula's straight line
     (tokens x bytes_per_token) and the allocator's staircase (whole blocks)."""
     fig = None
@@ -328,7 +329,7 @@ def plot_kv_growth(samples: Sequence[dict], request_id: str, *, ax=None, title: 
     return fig or ax.figure
 
 
-def plot_kv_peaks(peaks: dict[str, dict], *, ax=None, title: str | None = None):
+def plot_kv_peaks(peaks: dict[str, dict], *, ax=None, title: str | None = None, lang=None):
     """Bars of peak KV bytes, one per scenario: ``{name: {"peak_bytes": int, "note": str}}``."""
     fig = None
     if ax is None:
@@ -405,7 +406,7 @@ def state_grid(source) -> dict[str, dict]:
 
 
 def plot_state_timeline(grid: dict[str, dict], *, ax=None, title: str | None = None,
-                        show_reasons: bool = True, max_requests: int = 40):
+                        show_reasons: bool = True, max_requests: int = 40, lang=None):
     """A Gantt chart: one row per request, one column per step, coloured by state.
 
     FINISHED shows as a green end cap on the step where the request stopped (green cells
@@ -488,7 +489,7 @@ def shift_grid(grid: dict[str, dict], first_step: int = 1) -> dict[str, dict]:
             for r, g in grid.items()}
 
 
-def compare_timelines(grids: dict[str, dict[str, dict]], *, title: str | None = None, relative: bool = True):
+def compare_timelines(grids: dict[str, dict[str, dict]], *, title: str | None = None, relative: bool = True, lang=None):
     """Several state timelines stacked on one step scale (e.g. static vs continuous batching).
     With ``relative`` (default) each run's steps are counted from its own first step."""
     n_rows = [max(len(g), 1) for g in grids.values()]
@@ -564,7 +565,7 @@ def token_times(source, request_id: str) -> list[float]:
     return [t - enq for t in times]
 
 
-def plot_step_durations(rows: Sequence[dict], *, ax=None, title: str | None = None):
+def plot_step_durations(rows: Sequence[dict], *, ax=None, title: str | None = None, lang=None):
     """Bars of each step's duration, coloured by what it did (prefill, decode, both)."""
     from matplotlib.patches import Patch
 
@@ -587,7 +588,7 @@ def plot_step_durations(rows: Sequence[dict], *, ax=None, title: str | None = No
 
 
 def plot_token_times(source, request_ids: Sequence[str] | None = None, *, ax=None,
-                     title: str | None = None):
+                     title: str | None = None, lang=None):
     """When each token arrived, one row per request, measured from its enqueue; the first
     gap is the TTFT, the even spacing after it is the TPOT."""
     events = _events(source)
@@ -620,7 +621,7 @@ def plot_token_times(source, request_ids: Sequence[str] | None = None, *, ax=Non
     return fig or ax.figure
 
 
-def plot_ttft_tpot(rows: Sequence[dict], *, ax=None, title: str | None = None):
+def plot_ttft_tpot(rows: Sequence[dict], *, ax=None, title: str | None = None, lang=None):
     """TTFT and TPOT of each request side by side (ms), requests labelled by prompt length."""
     fig = None
     if ax is None:
@@ -766,7 +767,7 @@ def measure_cache_vs_recompute(llm, context_lengths: Sequence[int], *, decode_st
     return rows
 
 
-def plot_prefill_times(rows: Sequence[dict], *, decode_step_s: float | None = None, title: str | None = None):
+def plot_prefill_times(rows: Sequence[dict], *, decode_step_s: float | None = None, title: str | None = None, lang=None):
     """Left: prefill time against prompt length. Right: the same time per prompt token, with
     (optionally) one decode step's time per token beside it."""
     fig, axes = _new_figure(10.0, 3.6, ncols=2)
@@ -800,7 +801,7 @@ def plot_prefill_times(rows: Sequence[dict], *, decode_step_s: float | None = No
     return fig
 
 
-def plot_cache_vs_recompute(rows: Sequence[dict], *, title: str | None = None):
+def plot_cache_vs_recompute(rows: Sequence[dict], *, title: str | None = None, lang=None):
     """Cost of one new token against context length: decode with the KV cache (an engine step)
     vs recomputing the whole context (``full_logits``)."""
     fig, axes = _new_figure(8.0, 3.6)
@@ -853,7 +854,7 @@ class CacheMonitor:
     """
 
     def __init__(self, llm=None, *, controls: bool = True, title: str | None = None,
-                 prompt_tokens: int = 24, max_tokens: int = 40):
+                 prompt_tokens: int = 24, max_tokens: int = 40, lang=None):
         for name, value in (("prompt_tokens", prompt_tokens), ("max_tokens", max_tokens)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -862,6 +863,7 @@ class CacheMonitor:
 
             llm = LLM(device="cpu", num_kv_blocks=64)
         self.llm = llm
+        self.lang = resolve_lang(lang)
         self.title = title
         self.controls = controls
         self.prompt_tokens = prompt_tokens

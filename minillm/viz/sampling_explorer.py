@@ -24,6 +24,7 @@ import torch
 from ..params import SamplingParams
 from ..sampler import apply_temperature, make_generator, min_p_filter, processed_logits, top_k_filter, top_p_filter
 from ._common import default_llm, esc, token_text
+from .i18n import resolve_lang
 
 DEFAULT_EXPLORER_PROMPT = "Once upon a time, there was a little"
 
@@ -61,7 +62,9 @@ class SamplingExplorerCore:
     """
 
     def __init__(self, llm=None, prompt: str = DEFAULT_EXPLORER_PROMPT, *, temperature: float = 1.0,
-                 top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, seed: int = 0, num_draws: int = 200):
+                 top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, seed: int = 0, num_draws: int = 200,
+                 lang=None):
+        self.lang = resolve_lang(lang)
         self.llm = llm if llm is not None else default_llm()
         self.prompt = prompt
         self.prompt_ids: list[int] = list(self.llm.tokenizer.encode(prompt))
@@ -340,12 +343,13 @@ class SamplingExplorer(_import_widgets().VBox):
     ``SamplingExplorerCore``; ``explorer.buttons`` maps labels to buttons; the sliders are
     ``explorer.temperature``, ``.top_k``, ``.top_p``, ``.min_p``, ``.seed``, ``.num_draws``."""
 
-    def __init__(self, llm=None, prompt: str = DEFAULT_EXPLORER_PROMPT, **kwargs):
+    def __init__(self, llm=None, prompt: str = DEFAULT_EXPLORER_PROMPT, *, lang=None, **kwargs):
         w = _import_widgets()
         core_kw = {k: kwargs.pop(k) for k in ("temperature", "top_k", "top_p", "min_p", "seed", "num_draws")
                    if k in kwargs}
         super().__init__(**kwargs)
-        self.core = SamplingExplorerCore(llm, prompt, **core_kw)
+        self.core = SamplingExplorerCore(llm, prompt, lang=lang, **core_kw)
+        self.lang = self.core.lang
         c = self.core
         style = {"description_width": "100px"}
         lay = w.Layout(width="340px")
@@ -401,7 +405,8 @@ class SamplingExplorer(_import_widgets().VBox):
         c = self.core
         try:
             self.core = SamplingExplorerCore(c.llm, self.prompt_box.value, temperature=c.temperature, top_k=c.top_k,
-                                             top_p=c.top_p, min_p=c.min_p, seed=c.seed, num_draws=c.num_draws)
+                                             top_p=c.top_p, min_p=c.min_p, seed=c.seed, num_draws=c.num_draws,
+                                             lang=c.lang)
         except ValueError as exc:
             self.message.value = f"<div style='color:#b91c1c'>⚠ {esc(exc)}</div>"
             return

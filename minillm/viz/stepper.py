@@ -32,6 +32,7 @@ from ..params import SamplingParams
 from ..request import LIVE_STATES, RequestState
 from ..trace import Event
 from ._common import DEFAULT_PROMPT, default_llm, esc, fmt_bytes, fmt_ms, token_text
+from .i18n import resolve_lang
 from .diagram import STATE_HOLDS, diagram_html, edges_of_events
 
 S = RequestState
@@ -47,7 +48,7 @@ BUTTON_LABELS = {
 DEFAULT_LOGPROBS = 8
 
 
-def describe_event(e: Event, tokenizer=None) -> str:
+def describe_event(e: Event, tokenizer=None, lang=None) -> str:
     """One engine event in plain words (used by the stepper's log and the notebooks)."""
     d = e.data
     who = f"request {e.request_id}"
@@ -94,7 +95,8 @@ class RequestStepperCore:
     """
 
     def __init__(self, llm=None, prompt: str = DEFAULT_PROMPT, params: SamplingParams | None = None,
-                 *, max_run_steps: int = 10_000):
+                 *, max_run_steps: int = 10_000, lang=None):
+        self.lang = resolve_lang(lang)
         self.llm = llm if llm is not None else default_llm()
         self.prompt = prompt
         self.params = params if params is not None else SamplingParams(max_tokens=20, temperature=0.8, seed=0)
@@ -477,10 +479,12 @@ class RequestStepper(_import_widgets().VBox):
     tests); ``stepper.status`` is the HTML widget with the state and block-count spans.
     """
 
-    def __init__(self, llm=None, prompt: str = DEFAULT_PROMPT, params: SamplingParams | None = None, **kwargs):
+    def __init__(self, llm=None, prompt: str = DEFAULT_PROMPT, params: SamplingParams | None = None, *,
+                 lang=None, **kwargs):
         w = _import_widgets()
         super().__init__(**kwargs)
-        self.core = RequestStepperCore(llm, prompt, params)
+        self.core = RequestStepperCore(llm, prompt, params, lang=lang)
+        self.lang = self.core.lang
         p = self.core.params
         style = {"description_width": "90px"}
         lay = w.Layout(width="330px")
