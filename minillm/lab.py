@@ -4,6 +4,9 @@ JupyterLab runs as a child process bound to 127.0.0.1 with a fresh random token.
 process waits until the server answers ``/api/status``, prints the URL to open (token
 included), opens a browser unless ``--no-browser``, and then stays in the foreground until
 JupyterLab stops. Ctrl-C, SIGINT or SIGTERM stop JupyterLab (and its kernels) cleanly.
+``--lang zh`` opens the Chinese edition's start page (``notebooks/zh/``) instead of the English
+one: both editions are built from the same sources and served together, so a learner can switch
+by opening the other folder.
 
 Everything that would reach the internet is switched off: the news feed (and its pop-up),
 the update check and the extension manager's PyPI listing. ``tests/`` (where the solved
@@ -28,8 +31,16 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-#: Start pages, first one that exists wins (paths relative to the notebook dir).
-START_PAGES = ("notebooks/README.ipynb", "notebooks/ch04/00_overview.ipynb")
+#: Start pages of each edition of the course, first one that exists wins (paths relative to
+#: the notebook dir): the course's start page, else the chapter's first notebook.
+START_PAGES_BY_LANG = {
+    "en": ("notebooks/README.ipynb", "notebooks/ch04/00_overview.ipynb"),
+    "zh": ("notebooks/zh/README.ipynb", "notebooks/zh/ch04/00_overview.ipynb"),
+}
+#: The editions ``--lang`` accepts; English is the default.
+LANGS = tuple(START_PAGES_BY_LANG)
+DEFAULT_LANG = "en"
+START_PAGES = START_PAGES_BY_LANG[DEFAULT_LANG]
 
 #: Server options that keep JupyterLab from reaching the network.
 OFFLINE_ARGS = (
@@ -91,8 +102,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def start_page(notebook_dir: Path) -> str | None:
-    for rel in START_PAGES:
+def check_lang(lang: str) -> str:
+    """``lang`` as one of :data:`LANGS`; ``ValueError`` naming the allowed values otherwise."""
+    if not isinstance(lang, str) or lang not in LANGS:
+        allowed = ", ".join(repr(x) for x in LANGS)
+        raise ValueError(f"lang must be one of {allowed} (English or Chinese edition of the course), got {lang!r}")
+    return lang
+
+
+def start_page(notebook_dir: Path, lang: str = DEFAULT_LANG) -> str | None:
+    """The first of the ``lang`` edition's start pages that exists under ``notebook_dir``."""
+    for rel in START_PAGES_BY_LANG[check_lang(lang)]:
         if (notebook_dir / rel).is_file():
             return rel
     return None
@@ -165,6 +185,13 @@ def stop_server(proc: subprocess.Popen, grace: float = 20.0) -> int:
     return proc.returncode
 
 
+def _lang_arg(value: str) -> str:
+    try:
+        return check_lang(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="minillm lab",
                                 description="Open the minillm course in JupyterLab (offline, on 127.0.0.1).")
@@ -172,6 +199,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--ip", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; anything else exposes the server to the network)")
     p.add_argument("--no-browser", action="store_true", help="print the URL but do not open a browser")
+    p.add_argument("--lang", type=_lang_arg, default=DEFAULT_LANG, metavar="{" + ",".join(LANGS) + "}",
+                   help="edition of the course to open: en (English, default) or zh (中文, notebooks/zh/)")
     p.add_argument("--notebook-dir", type=Path, default=None,
                    help="folder JupyterLab serves (default: the repository root)")
     p.add_argument("--token", default=None, help="access token (default: a fresh random one)")
@@ -199,10 +228,16 @@ def main(argv: list[str] | None = None) -> int:
     if not notebook_dir.is_dir():
         print(f"minillm lab: no such folder: {notebook_dir}", file=sys.stderr)
         return 2
-    page = start_page(notebook_dir)
+    page = start_page(notebook_dir, args.lang)
+    if page is None and args.lang != DEFAULT_LANG:
+        page = start_page(notebook_dir, DEFAULT_LANG)
+        if page is not None:
+            print(f"minillm lab: warning: no {args.lang!r} start page under {notebook_dir} (looked for "
+                  f"{', '.join(START_PAGES_BY_LANG[args.lang])}); opening {page} instead.", file=sys.stderr)
     if page is None:
+        looked = dict.fromkeys(START_PAGES_BY_LANG[args.lang] + START_PAGES)
         print(f"minillm lab: warning: no course start page under {notebook_dir} "
-              f"(looked for {', '.join(START_PAGES)}); opening the file browser.", file=sys.stderr)
+              f"(looked for {', '.join(looked)}); opening the file browser.", file=sys.stderr)
     default_url = lab_path(page)
     token = args.token or secrets.token_hex(24)
     env = jupyter_env(token)

@@ -121,18 +121,32 @@ def _drain(lines, timeout: float) -> str:
     return "".join(out)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_minillm_lab_starts_answers_and_stops(sig, isolated_env):
+def _expected_start(lang: str) -> str | None:
+    """The page a learner should land on, read off the repository (not from ``lab``)."""
+    root = lab.repo_root() / "notebooks"
+    wanted = {"en": ["README.ipynb", "ch04/00_overview.ipynb"],
+              "zh": ["zh/README.ipynb", "zh/ch04/00_overview.ipynb", "README.ipynb", "ch04/00_overview.ipynb"]}
+    for rel in wanted[lang]:
+        if (root / rel).is_file():
+            return "/lab/tree/notebooks/" + rel
+    return None
+
+
+# One server per signal; the SIGTERM one is the Chinese edition (`minillm lab --lang zh`).
+@pytest.mark.parametrize("sig,lang", [(signal.SIGINT, "en"), (signal.SIGTERM, "zh")], ids=["SIGINT", "SIGTERM-zh"])
+def test_minillm_lab_starts_answers_and_stops(sig, lang, isolated_env):
     port = lab.free_port()
     t0 = time.monotonic()
-    proc, lines = _start(["--no-browser", "--port", str(port)], isolated_env)
+    proc, lines = _start(["--no-browser", "--port", str(port)] + (["--lang", lang] if lang != "en" else []),
+                         isolated_env)
     try:
         m, seen = _wait_for_url(proc, lines)
         url, printed_port, path, token = m.group(1), int(m.group(2)), m.group(3), m.group(4)
         assert printed_port == port
         assert len(token) >= 32, "the token must be long and random"
-        if (lab.repo_root() / "notebooks" / "README.ipynb").is_file():
-            assert path == "/lab/tree/notebooks/README.ipynb", path
+        expected = _expected_start(lang)
+        if expected is not None:
+            assert path == expected, (lang, path)
         base = f"http://127.0.0.1:{port}"
 
         status, body = _get(f"{base}/api/status", token)
@@ -247,3 +261,82 @@ def test_start_page_and_missing_notebooks(tmp_path, capsys):
     assert lab.lab_path("notebooks/README.ipynb") == "/lab/tree/notebooks/README.ipynb"
     assert lab.main(["--notebook-dir", str(tmp_path / "nope"), "--no-browser"]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+class _ExitedServer:
+    """Stands in for the JupyterLab process: records its command line and exits at once."""
+
+    commands: list = []
+
+    def __init__(self, cmd, **kwargs):
+        self.commands.append(cmd)
+        self.returncode = 1
+
+    def poll(self):
+        return 1
+
+    def wait(self, timeout=None):
+        return 1
+
+    def send_signal(self, sig):
+        pass
+
+    kill = terminate = lambda self: None
+
+
+def _default_url_chosen(monkeypatch, capsys, notebook_dir, *args) -> tuple[str, str]:
+    """Run ``minillm lab`` up to the point where it starts JupyterLab; the URL it asked for."""
+    _ExitedServer.commands = []
+    monkeypatch.setattr(lab.subprocess, "Popen", _ExitedServer)
+    rc = lab.main(["--notebook-dir", str(notebook_dir), "--no-browser", "--port", "1", "--timeout", "5", *args])
+    assert rc == 1 and len(_ExitedServer.commands) == 1  # the stand-in server "died" before answering
+    urls = [a.split("=", 1)[1] for a in _ExitedServer.commands[0] if a.startswith("--LabApp.default_url=")]
+    assert len(urls) == 1
+    return urls[0], capsys.readouterr().err
+
+
+def _page(root: Path, rel: str) -> None:
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text("{}")
+
+
+def test_lab_lang_chooses_the_editions_start_page(tmp_path, monkeypatch, capsys):
+    for rel in ("notebooks/README.ipynb", "notebooks/ch04/00_overview.ipynb",
+                "notebooks/zh/README.ipynb", "notebooks/zh/ch04/00_overview.ipynb"):
+        _page(tmp_path, rel)
+    assert lab.start_page(tmp_path) == "notebooks/README.ipynb"
+    assert lab.start_page(tmp_path, "en") == "notebooks/README.ipynb"
+    assert lab.start_page(tmp_path, "zh") == "notebooks/zh/README.ipynb"
+
+    url, err = _default_url_chosen(monkeypatch, capsys, tmp_path)  # no --lang: English
+    assert url == "/lab/tree/notebooks/README.ipynb", url
+    url, err = _default_url_chosen(monkeypatch, capsys, tmp_path, "--lang", "zh")
+    assert url == "/lab/tree/notebooks/zh/README.ipynb", url
+    assert "warning" not in err
+    url, _ = _default_url_chosen(monkeypatch, capsys, tmp_path, "--lang", "en")
+    assert url == "/lab/tree/notebooks/README.ipynb", url
+
+    # no Chinese start page: the chapter's first Chinese notebook ...
+    (tmp_path / "notebooks/zh/README.ipynb").unlink()
+    assert lab.start_page(tmp_path, "zh") == "notebooks/zh/ch04/00_overview.ipynb"
+    url, _ = _default_url_chosen(monkeypatch, capsys, tmp_path, "--lang", "zh")
+    assert url == "/lab/tree/notebooks/zh/ch04/00_overview.ipynb", url
+    # ... and with no Chinese notebook at all, the English start page, saying so
+    (tmp_path / "notebooks/zh/ch04/00_overview.ipynb").unlink()
+    assert lab.start_page(tmp_path, "zh") is None
+    url, err = _default_url_chosen(monkeypatch, capsys, tmp_path, "--lang", "zh")
+    assert url == "/lab/tree/notebooks/README.ipynb", url
+    assert "no 'zh' start page" in err and "notebooks/zh/README.ipynb" in err, err
+
+
+def test_lab_lang_rejects_other_values(tmp_path, capsys):
+    for bad in ("fr", "ZH", "zh-CN", "", "english"):
+        with pytest.raises(SystemExit) as exit_:
+            lab.main(["--notebook-dir", str(tmp_path), "--no-browser", "--lang", bad])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "--lang" in err and "lang must be one of 'en', 'zh'" in err and repr(bad) in err, err
+    for bad in ("fr", None, 1):
+        with pytest.raises(ValueError, match=r"lang must be one of 'en', 'zh'"):
+            lab.start_page(tmp_path, bad)
+    assert lab.check_lang("zh") == "zh" and lab.LANGS == ("en", "zh")
