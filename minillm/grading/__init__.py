@@ -12,6 +12,10 @@ Exercise ids (stable; the notebook lists them):
     pitfall1_kv_not_hit_cache, pitfall2_sampling_not_ui, pitfall3_one_lifecycle,
     code_top_p, code_kv_bytes, code_stop_check, code_chat_kv, task5_trim_policy
 
+Feedback follows the answer's language (a Chinese answer gets Chinese feedback); code, letters
+and numbers have none, so they follow the notebook's: ``set_language("zh")`` in the Chinese
+notebook's set-up cell (``minillm grade`` reads ``metadata.minillm.lang`` from the file).
+
 The engine's model is loaded only by the check that runs it (``task3_kv_bytes``), and
 ipywidgets only when ``DiagramEditor`` is first used.
 """
@@ -22,6 +26,7 @@ from . import diagram as _diagram  # noqa: F401  (registers task 1)
 from . import texts as _texts  # noqa: F401  (registers tasks 2-4, quiz, pitfalls)
 from . import coding as _coding  # noqa: F401  (registers the coding tasks and task 3's byte count)
 from .coding import PRESSURE_SCENARIOS, show_scenarios
+from .language import get_language, set_language
 from .registry import EXERCISES, Marks, NotAttempted, check, check_all, summary
 from .result import Feedback, Result, Summary
 from .solutions import show_solution
@@ -37,7 +42,8 @@ EXERCISES.clear()
 EXERCISES.update((k, _registered[k]) for k in ORDER)
 
 __all__ = ["check", "check_all", "summary", "EXERCISES", "ORDER", "Result", "Summary", "Feedback", "Marks",
-           "NotAttempted", "DiagramEditor", "cli_grade", "PRESSURE_SCENARIOS", "show_scenarios", "show_solution"]
+           "NotAttempted", "DiagramEditor", "cli_grade", "PRESSURE_SCENARIOS", "show_scenarios", "show_solution",
+           "set_language", "get_language"]
 
 
 def cli_grade(argv: list[str]) -> int:

@@ -21,12 +21,34 @@ import weakref
 from dataclasses import dataclass
 
 from . import safecall
+from .messages import msg
 from .registry import CannotGrade, Marks, NotAttempted, register
 
 
 def _not_attempted_if_stub(outcome: safecall.Outcome, name: str) -> None:
     if outcome.not_implemented:
-        raise NotAttempted(f"{name} still raises NotImplementedError: write its body, then check again")
+        raise NotAttempted.key("code.stub", name=name)
+
+
+def _engine_piece(m: Marks, fn, name: str, module: str, load):
+    """The preamble every code grader shares: import the engine piece the answer is compared with
+    (``load()``; failing is the grader's problem, not the student's) and reject an answer that is
+    not a function. Returns the piece, or None after saying why the answer is not a function."""
+    try:
+        piece = load()
+    except Exception as exc:
+        raise CannotGrade(m.t("code.cannot_import", module=module, error=f"{type(exc).__name__}: {exc}"))
+    if not callable(fn):
+        m.wrong(m.t("code.not_a_function", name=name, type=type(fn).__name__))
+        return None
+    return piece
+
+
+def _failure(case: str, out: safecall.Outcome) -> str:
+    """The feedback line for a call that timed out or raised (in the current language)."""
+    if out.timed_out:
+        return msg("code.stopped", case=case, error=out.describe())
+    return msg("code.raised", case=case, error=out.describe())
 
 
 def _fraction_points(m: Marks, passed: int, total: int, points: float) -> None:
@@ -46,6 +68,12 @@ class _TopPCase:
     logits: object  # torch.Tensor
     top_p: float
     tie_tolerant: bool = False
+    zh: str = ""  # the name in Chinese
+
+    def label(self, lang: str | None = None) -> str:
+        from .language import resolve
+
+        return self.zh if resolve(lang) == "zh" and self.zh else self.name
 
 
 def _safe_margin(logits, top_p) -> bool:
@@ -63,108 +91,111 @@ def top_p_cases() -> list[_TopPCase]:
     g = torch.Generator().manual_seed(2024)
     cases = []
 
-    def rand(shape, scale, p, name):
+    def rand(shape, scale, p, name, zh):
         for _ in range(50):  # draw until no row sits on a float-fragile boundary
             x = torch.randn(*shape, generator=g) * scale
             if _safe_margin(x, p):
-                cases.append(_TopPCase(name, x, p))
+                cases.append(_TopPCase(name, x, p, zh=zh))
                 return
         raise RuntimeError("could not draw a top-p case away from the boundary")
 
-    rand((10,), 2.0, 0.9, "10 random logits, top_p=0.9")
-    rand((50,), 1.5, 0.5, "50 random logits, top_p=0.5")
-    rand((4, 32), 3.0, 0.8, "a batch of 4 rows × 32, top_p=0.8")
-    rand((3, 100), 0.5, 0.95, "flat-ish distribution, 3 rows × 100, top_p=0.95")
-    cases.append(_TopPCase("top_p=1.0 keeps every token", torch.randn(16, generator=g), 1.0))
-    cases.append(_TopPCase("tiny top_p keeps only the most likely token", torch.randn(16, generator=g), 1e-6))
+    rand((10,), 2.0, 0.9, "10 random logits, top_p=0.9", "10 个随机 logits，top_p=0.9")
+    rand((50,), 1.5, 0.5, "50 random logits, top_p=0.5", "50 个随机 logits，top_p=0.5")
+    rand((4, 32), 3.0, 0.8, "a batch of 4 rows × 32, top_p=0.8", "一批 4 行 × 32，top_p=0.8")
+    rand((3, 100), 0.5, 0.95, "flat-ish distribution, 3 rows × 100, top_p=0.95", "较平的分布，3 行 × 100，top_p=0.95")
+    C = _TopPCase
+    cases.append(C("top_p=1.0 keeps every token", torch.randn(16, generator=g), 1.0, zh="top_p=1.0 保留所有 token"))
+    cases.append(C("tiny top_p keeps only the most likely token", torch.randn(16, generator=g), 1e-6,
+                   zh="极小的 top_p 只保留概率最大的 token"))
     peaked = torch.zeros(12)
     peaked[7] = 20.0
-    cases.append(_TopPCase("one dominant token (logit 20), top_p=0.9", peaked, 0.9))
+    cases.append(C("one dominant token (logit 20), top_p=0.9", peaked, 0.9, zh="一个占主导的 token（logit 20），top_p=0.9"))
     with_inf = torch.tensor([2.0, float("-inf"), 1.0, 0.5, float("-inf"), 3.0, -1.0])
-    cases.append(_TopPCase("logits that already hold -inf, top_p=0.7", with_inf, 0.7))
-    cases.append(_TopPCase("a vocabulary of one token", torch.tensor([0.3]), 0.5))
-    cases.append(_TopPCase("two tied top tokens both needed, top_p=0.5",
-                           torch.tensor([2.0, 2.0, 1.0, 1.0, 0.0]), 0.5))
-    cases.append(_TopPCase("large logits (numerically unstable softmax if done by hand), top_p=0.6",
-                           torch.tensor([1000.0, 999.0, 998.0, 990.0, 0.0]), 0.6))
+    cases.append(C("logits that already hold -inf, top_p=0.7", with_inf, 0.7, zh="logits 里已经有 -inf，top_p=0.7"))
+    cases.append(C("a vocabulary of one token", torch.tensor([0.3]), 0.5, zh="只有一个 token 的词表"))
+    cases.append(C("two tied top tokens both needed, top_p=0.5", torch.tensor([2.0, 2.0, 1.0, 1.0, 0.0]), 0.5,
+                   zh="两个并列第一的 token 都要保留，top_p=0.5"))
+    cases.append(C("large logits (numerically unstable softmax if done by hand), top_p=0.6",
+                   torch.tensor([1000.0, 999.0, 998.0, 990.0, 0.0]), 0.6,
+                   zh="很大的 logits（手写 softmax 会数值溢出），top_p=0.6"))
     return cases
 
 
 def _describe_keep(mask) -> str:
     if mask.dim() == 1:
         idx = [int(i) for i in mask.nonzero().flatten()[:8]]
-        return f"{int(mask.sum())} token(s) {idx}{'…' if int(mask.sum()) > 8 else ''}"
+        return msg("top_p.keep_row", n=int(mask.sum()), ids=f"{idx}{'…' if int(mask.sum()) > 8 else ''}")
     per_row = [int(n) for n in mask.reshape(-1, mask.shape[-1]).sum(-1)]
-    return f"{sum(per_row)} tokens (per row: {per_row})"
+    return msg("top_p.keep_rows", n=sum(per_row), rows=per_row)
+
+
+def _load_top_p():
+    import torch  # noqa: F401
+
+    from minillm.sampler import top_p_filter
+
+    return top_p_filter
 
 
 @register("code_top_p", "Code · a top-p (nucleus) filter", "§4 sampling", 3, answer_name="my_top_p_filter",
-          kind="code")
+          kind="code", title_zh="编程 · top-p（nucleus）过滤")
 def grade_top_p(fn, m: Marks) -> None:
-    try:
-        import torch
-
-        from minillm.sampler import top_p_filter
-    except Exception as exc:
-        raise CannotGrade(f"the engine's sampler could not be imported ({type(exc).__name__}: {exc})")
-    if not callable(fn):
-        m.wrong(f"my_top_p_filter should be a function, got {type(fn).__name__}")
+    top_p_filter = _engine_piece(m, fn, "my_top_p_filter", "minillm.sampler", _load_top_p)
+    if top_p_filter is None:
         return
+    import torch
+
     cases = top_p_cases()
-    passed, problems, in_place = 0, [], False
+    passed, problems, in_place, keep_wrong = 0, [], False, False
     for i, case in enumerate(cases):
+        name = case.label(m.lang)
         given = case.logits.clone()
         out = safecall.call(fn, given, case.top_p)
         if i == 0:
             _not_attempted_if_stub(out, "my_top_p_filter")
         ref = top_p_filter(case.logits.clone(), case.top_p)
-        if out.timed_out:
-            problems.append(f"{case.name}: {out.error}; stopped here")
-            break
         if not out.ok:
-            problems.append(f"{case.name}: your function raised {out.error}")
+            problems.append(_failure(name, out))
+            if out.timed_out:
+                break
             continue
         y = out.value
         if not isinstance(y, torch.Tensor):
-            problems.append(f"{case.name}: return a tensor of filtered logits, got {type(y).__name__}")
+            problems.append(m.t("top_p.not_tensor", case=name, type=type(y).__name__))
             continue
         if y.shape != ref.shape:
-            problems.append(f"{case.name}: the result has shape {list(y.shape)}, expected {list(ref.shape)} "
-                            f"(same as the logits)")
+            problems.append(m.t("top_p.shape", case=name, got=list(y.shape), want=list(ref.shape)))
             continue
         if y.dtype == torch.bool:
-            problems.append(f"{case.name}: you return a mask; return the logits with removed entries set to -inf")
+            problems.append(m.t("top_p.mask", case=name))
             continue
         kept_ref = ~torch.isneginf(ref)
         kept = ~torch.isneginf(y.float())
         yf = y.float()
         if (yf >= 0).all() and (yf <= 1).all() and torch.allclose(yf.sum(-1), torch.ones(()), atol=1e-3) \
                 and not torch.allclose(yf, case.logits.float()):
-            problems.append(f"{case.name}: you return probabilities; return the logits, with the removed "
-                            f"entries set to -inf (the kept entries stay unchanged)")
+            problems.append(m.t("top_p.probs", case=name))
             continue
         if not torch.equal(kept, kept_ref):
-            problems.append(f"{case.name}: you keep {_describe_keep(kept)}, the engine keeps {_describe_keep(kept_ref)}")
+            problems.append(m.t("top_p.keep", case=name, got=_describe_keep(kept), want=_describe_keep(kept_ref)))
+            keep_wrong = True
             continue
         if not torch.allclose(y.float()[kept], case.logits.float()[kept_ref], atol=1e-5, rtol=1e-5):
-            problems.append(f"{case.name}: the kept entries changed; leave kept logits as they are (no softmax, "
-                            f"no renormalising) and set only the removed ones to -inf")
+            problems.append(m.t("top_p.changed", case=name))
             continue
         passed += 1
         in_place = in_place or not torch.equal(given, case.logits)
     _fraction_points(m, passed, len(cases), 3)
     if in_place:
-        m.info("your function changes the input tensor in place; the engine's filters return a new tensor")
+        m.info(m.t("top_p.in_place"))
     if passed == len(cases):
-        m.ok(f"all {len(cases)} cases match minillm.sampler.top_p_filter (random rows, batches, top_p=1, "
-             f"tiny top_p, -inf entries, one-token vocabulary, ties, huge logits)")
+        m.ok(m.t("top_p.all", n=len(cases)))
     else:
-        m.missing(f"{passed} of {len(cases)} cases match minillm.sampler.top_p_filter")
+        m.missing(m.t("top_p.some", passed=passed, n=len(cases)))
         for p in problems[:4]:
             m.wrong(p)
-        if any("keep" in p for p in problems):
-            m.info("rule: sort by probability, keep the smallest prefix whose probability adds up to at least "
-                   "top_p — a token is kept when the mass ranked above it is still below top_p")
+        if keep_wrong:
+            m.info(m.t("top_p.rule"))
 
 
 # =============================================================================================
@@ -179,6 +210,16 @@ KV_CONFIGS = [
     ("a tiny model in fp32", 2, 2, 32, 4),
     ("Llama-3-8B with an int8 KV cache", 32, 8, 128, 1),
 ]
+_SHIPPED_NAME = "the shipped model, fp32 on CPU"
+KV_CONFIG_ZH = {  # the same names, in Chinese
+    "Llama-2-7B, fp16 (MHA: 32 KV heads)": "Llama-2-7B，fp16（MHA：32 个 KV 头）",
+    "Llama-3-8B, bf16 (GQA: 8 KV heads)": "Llama-3-8B，bf16（GQA：8 个 KV 头）",
+    "Qwen2.5-0.5B, bf16 (2 KV heads)": "Qwen2.5-0.5B，bf16（2 个 KV 头）",
+    "Qwen3-0.6B, bf16": "Qwen3-0.6B，bf16",
+    "a tiny model in fp32": "一个 fp32 的小模型",
+    "Llama-3-8B with an int8 KV cache": "Llama-3-8B，KV 缓存用 int8",
+    _SHIPPED_NAME: "随附的模型，CPU 上 fp32",
+}
 
 
 _SHIPPED: list = []
@@ -196,20 +237,22 @@ def _read_shipped_config() -> tuple | None:
         from minillm.models.loader import load_config, resolve_model_dir
 
         cfg = load_config(resolve_model_dir(None))
-        return ("the shipped model, fp32 on CPU", cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, 4)
+        return (_SHIPPED_NAME, cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, 4)
     except Exception:
         return None
 
 
+def _load_kv_bytes():
+    from minillm.kv_cache import kv_bytes_per_token
+
+    return kv_bytes_per_token
+
+
 @register("code_kv_bytes", "Code · KV bytes per token", "§3 KV cache", 2, answer_name="my_kv_bytes_per_token",
-          kind="code")
+          kind="code", title_zh="编程 · 每个 token 的 KV 字节数")
 def grade_kv_bytes(fn, m: Marks) -> None:
-    try:
-        from minillm.kv_cache import kv_bytes_per_token
-    except Exception as exc:
-        raise CannotGrade(f"the engine's kv_cache module could not be imported ({type(exc).__name__}: {exc})")
-    if not callable(fn):
-        m.wrong(f"my_kv_bytes_per_token should be a function, got {type(fn).__name__}")
+    kv_bytes_per_token = _engine_piece(m, fn, "my_kv_bytes_per_token", "minillm.kv_cache", _load_kv_bytes)
+    if kv_bytes_per_token is None:
         return
     configs = list(KV_CONFIGS)
     shipped = shipped_config()
@@ -217,47 +260,46 @@ def grade_kv_bytes(fn, m: Marks) -> None:
         configs.insert(0, shipped)
     passed, problems, hints = 0, [], set()
     for i, (name, layers, heads, dim, nbytes) in enumerate(configs):
+        name = KV_CONFIG_ZH.get(name, name) if m.lang == "zh" else name
         out = safecall.call(fn, layers, heads, dim, nbytes)
         if i == 0:
             _not_attempted_if_stub(out, "my_kv_bytes_per_token")
-        if out.timed_out:
-            problems.append(f"{name}: {out.error}; stopped here")
-            break
         if not out.ok:
-            problems.append(f"{name}: your function raised {out.error}")
+            problems.append(_failure(name, out))
+            if out.timed_out:
+                break
             continue
         ref = kv_bytes_per_token(layers, heads, dim, nbytes)
         y = out.value
         if isinstance(y, bool) or not isinstance(y, (int, float)) and not hasattr(y, "__index__"):
-            problems.append(f"{name}: return a number of bytes (an int), got {type(y).__name__}")
+            problems.append(m.t("code.not_number", case=name, type=type(y).__name__))
             continue
         if float(y) == ref:
             passed += 1
             if not isinstance(y, int):
-                hints.add("return an int: a byte count is a whole number")
+                hints.add("kv.int")
             continue
-        problems.append(f"{name} (layers={layers}, kv_heads={heads}, head_dim={dim}, dtype_bytes={nbytes}): "
-                        f"you get {y:,}, the engine {ref:,}")
+        problems.append(m.t("kv.mismatch", case=name, layers=layers, heads=heads, dim=dim, nbytes=nbytes, got=y,
+                            want=ref))
         ratio = float(y) / ref if ref else 0
         if abs(ratio - 0.5) < 1e-9:
-            hints.add("you are off by a factor 2: every token stores a key AND a value")
+            hints.add("kv.factor2")
         elif abs(ratio * nbytes - 1) < 1e-9:
-            hints.add("you count elements, not bytes: multiply by dtype_bytes")
+            hints.add("kv.elements")
         elif abs(ratio * layers - 1) < 1e-9 or abs(ratio * layers - 0.5) < 1e-9:
-            hints.add("every layer has its own K and V: multiply by num_layers")
+            hints.add("kv.layers")
         elif abs(ratio * heads - 1) < 1e-9:
-            hints.add("each KV head stores its own head_dim numbers: multiply by num_kv_heads")
+            hints.add("kv.heads")
     _fraction_points(m, passed, len(configs), 2)
     if passed == len(configs):
-        m.ok(f"all {len(configs)} model shapes match minillm.kv_cache.kv_bytes_per_token")
+        m.ok(m.t("kv.all", n=len(configs)))
         per = kv_bytes_per_token(32, 8, 128, 2)
-        m.info(f"for scale: Llama-3-8B needs {per:,} bytes per token, so one 8,192-token context holds "
-               f"{per * 8192 / 2**30:.0f} GiB of KV cache")
+        m.info(m.t("kv.scale", per=per, gib=per * 8192 / 2**30))
     else:
-        m.missing(f"{passed} of {len(configs)} model shapes match minillm.kv_cache.kv_bytes_per_token")
+        m.missing(m.t("kv.some", passed=passed, n=len(configs)))
         for p in problems[:3]:
             m.wrong(p)
-    for h in sorted(hints):
+    for h in sorted(m.t(k) for k in hints):
         m.info(h)
 
 
@@ -274,31 +316,48 @@ class _StopCase:
     prompt_len: int
     max_model_len: int = 256
     eos_token_id: int = 2
+    zh: str = ""  # the name in Chinese
+
+    def label(self, lang: str | None = None) -> str:
+        from .language import resolve
+
+        return self.zh if resolve(lang) == "zh" and self.zh else self.name
 
 
 def stop_cases() -> list[_StopCase]:
-    C = _StopCase
+    def C(name, zh, *args):
+        return _StopCase(name, *args, zh=zh)
+
     return [
-        C("an ordinary token", 17, [5, 9, 17], "Once upon a", dict(max_tokens=16), 4),
-        C("the model's EOS token", 2, [5, 9, 2], "Once upon", dict(max_tokens=16), 4),
-        C("EOS with ignore_eos=True", 2, [5, 9, 2], "Once upon", dict(max_tokens=16, ignore_eos=True), 4),
-        C("a token from stop_token_ids", 42, [5, 42], "Once", dict(max_tokens=16, stop_token_ids=[42, 43]), 4),
-        C("a stop_token_id with ignore_eos=True (ignore_eos only skips the model's EOS)", 43, [5, 43], "Once",
+        C("an ordinary token", "一个普通 token", 17, [5, 9, 17], "Once upon a", dict(max_tokens=16), 4),
+        C("the model's EOS token", "模型的 EOS token", 2, [5, 9, 2], "Once upon", dict(max_tokens=16), 4),
+        C("EOS with ignore_eos=True", "ignore_eos=True 时的 EOS", 2, [5, 9, 2], "Once upon",
+          dict(max_tokens=16, ignore_eos=True), 4),
+        C("a token from stop_token_ids", "stop_token_ids 里的 token", 42, [5, 42], "Once",
+          dict(max_tokens=16, stop_token_ids=[42, 43]), 4),
+        C("a stop_token_id with ignore_eos=True (ignore_eos only skips the model's EOS)",
+          "ignore_eos=True 时的 stop_token_id（ignore_eos 只跳过模型的 EOS）", 43, [5, 43], "Once",
           dict(max_tokens=16, stop_token_ids=[42, 43], ignore_eos=True), 4),
-        C("a stop string in the text", 11, [5, 9, 11], "Once upon a time. The end", dict(max_tokens=16, stop=["The end"]), 4),
-        C("one of several stop strings", 11, [5, 9, 11], "She said: bye!", dict(max_tokens=16, stop=["STOP", "bye"]), 4),
-        C("stop given as one string (use params.stop_strings)", 11, [5, 11], "a quiet meadow",
-          dict(max_tokens=16, stop="the end"), 4),
-        C("no stop strings configured", 11, [5, 11], "the end", dict(max_tokens=16), 4),
-        C("max_tokens reached", 17, [5, 9, 17, 8, 17], "a b c d e", dict(max_tokens=5), 4),
-        C("one token before max_tokens", 17, [5, 9, 17, 17], "a b c d", dict(max_tokens=5), 4),
-        C("EOS and max_tokens at once (EOS comes first)", 2, [5, 9, 17, 8, 2], "a b c d", dict(max_tokens=5), 4),
-        C("stop string and max_tokens at once (the stop string comes first)", 11, [5, 9, 11], "x The end",
+        C("a stop string in the text", "文本中出现停止字符串", 11, [5, 9, 11], "Once upon a time. The end",
+          dict(max_tokens=16, stop=["The end"]), 4),
+        C("one of several stop strings", "多个停止字符串之一", 11, [5, 9, 11], "She said: bye!",
+          dict(max_tokens=16, stop=["STOP", "bye"]), 4),
+        C("stop given as one string (use params.stop_strings)", "stop 只给了一个字符串（请用 params.stop_strings）",
+          11, [5, 11], "a quiet meadow", dict(max_tokens=16, stop="the end"), 4),
+        C("no stop strings configured", "没有配置停止字符串", 11, [5, 11], "the end", dict(max_tokens=16), 4),
+        C("max_tokens reached", "达到 max_tokens", 17, [5, 9, 17, 8, 17], "a b c d e", dict(max_tokens=5), 4),
+        C("one token before max_tokens", "离 max_tokens 还差一个 token", 17, [5, 9, 17, 17], "a b c d",
+          dict(max_tokens=5), 4),
+        C("EOS and max_tokens at once (EOS comes first)", "EOS 与 max_tokens 同时满足（EOS 优先）", 2,
+          [5, 9, 17, 8, 2], "a b c d", dict(max_tokens=5), 4),
+        C("stop string and max_tokens at once (the stop string comes first)",
+          "停止字符串与 max_tokens 同时满足（停止字符串优先）", 11, [5, 9, 11], "x The end",
           dict(max_tokens=3, stop=["The end"]), 4),
-        C("the context is full", 17, [5, 9, 17], "a b c", dict(max_tokens=100), 29, 32),
-        C("max_tokens and a full context at once (max_tokens comes first)", 17, [5, 9, 17], "a b c",
-          dict(max_tokens=3), 29, 32),
-        C("EOS at a full context (EOS comes first)", 2, [5, 9, 2], "a b", dict(max_tokens=100), 29, 32),
+        C("the context is full", "上下文已满", 17, [5, 9, 17], "a b c", dict(max_tokens=100), 29, 32),
+        C("max_tokens and a full context at once (max_tokens comes first)",
+          "max_tokens 与上下文已满同时满足（max_tokens 优先）", 17, [5, 9, 17], "a b c", dict(max_tokens=3), 29, 32),
+        C("EOS at a full context (EOS comes first)", "上下文已满时遇到 EOS（EOS 优先）", 2, [5, 9, 2], "a b",
+          dict(max_tokens=100), 29, 32),
     ]
 
 
@@ -328,38 +387,40 @@ def _as_reason(value):
         if key.startswith("STOPREASON."):
             key = key.split(".", 1)[1]
         if key in StopReason.__members__:
-            return StopReason[key], "return StopReason members (StopReason.EOS), not strings"
-    raise TypeError(f"return a StopReason or None, got {value!r}")
+            return StopReason[key], msg("stop.strings")
+    raise TypeError(msg("stop.bad_return", value=value))
+
+
+def _load_params():
+    from minillm import SamplingParams
+
+    return SamplingParams
 
 
 @register("code_stop_check", "Code · the stop-condition check", "§6 finish and release", 3,
-          answer_name="my_check_stop", kind="code")
+          answer_name="my_check_stop", kind="code", title_zh="编程 · 停止条件检查")
 def grade_stop(fn, m: Marks) -> None:
-    try:
-        from minillm import SamplingParams
-    except Exception as exc:
-        raise CannotGrade(f"the engine could not be imported ({type(exc).__name__}: {exc})")
-    if not callable(fn):
-        m.wrong(f"my_check_stop should be a function, got {type(fn).__name__}")
+    SamplingParams = _engine_piece(m, fn, "my_check_stop", "minillm.SamplingParams", _load_params)
+    if SamplingParams is None:
         return
     cases = stop_cases()
     passed, problems, notes = 0, [], set()
     for i, case in enumerate(cases):
+        name = case.label(m.lang)
         params = SamplingParams(**case.params)
         out = safecall.call(fn, case.token_id, list(case.output_ids), case.text, params, case.eos_token_id,
                             case.prompt_len, case.max_model_len)
         if i == 0:
             _not_attempted_if_stub(out, "my_check_stop")
-        if out.timed_out:
-            problems.append(f"{case.name}: {out.error}; stopped here")
-            break
         if not out.ok:
-            problems.append(f"{case.name}: your function raised {out.error}")
+            problems.append(_failure(name, out))
+            if out.timed_out:
+                break
             continue
         try:
             got, note = _as_reason(out.value)
         except TypeError as exc:
-            problems.append(f"{case.name}: {exc}")
+            problems.append(f"{name}{'：' if m.lang == 'zh' else ': '}{exc}")
             continue
         if note:
             notes.add(note)
@@ -367,14 +428,13 @@ def grade_stop(fn, m: Marks) -> None:
         if got == want:
             passed += 1
         else:
-            fmt = lambda r: "None (keep going)" if r is None else f"StopReason.{r.name}"  # noqa: E731
-            problems.append(f"{case.name}: expected {fmt(want)}, got {fmt(got)}")
+            fmt = lambda r: m.t("stop.keep_going") if r is None else f"StopReason.{r.name}"  # noqa: E731
+            problems.append(m.t("stop.expected", case=name, want=fmt(want), got=fmt(got)))
     _fraction_points(m, passed, len(cases), 3)
     if passed == len(cases):
-        m.ok(f"all {len(cases)} cases agree with the engine's stop semantics, including the order "
-             f"EOS → stop string → max_tokens → context full")
+        m.ok(m.t("stop.all", n=len(cases)))
     else:
-        m.missing(f"{passed} of {len(cases)} cases agree with the engine's stop semantics")
+        m.missing(m.t("stop.some", passed=passed, n=len(cases)))
         for p in problems[:4]:
             m.wrong(p)
     for n in sorted(notes):
@@ -441,9 +501,9 @@ def run_scenario(llm, s: Scenario, seed: int = 0) -> Measured:
     from minillm import SamplingParams, StopReason
 
     if llm.has_unfinished() or any(r.block_table for r in llm.requests.values()):
-        raise CannotGrade("the grading engine is busy with other requests")
+        raise CannotGrade(msg("bytes.busy"))
     if s.prompt_tokens + s.output_tokens > llm.max_model_len:
-        raise CannotGrade(f"the model's context ({llm.max_model_len} tokens) is too short for this scenario")
+        raise CannotGrade(msg("bytes.too_long", n=llm.max_model_len))
     rng = random.Random(seed)
     vocab = llm.model_config.vocab_size
     reqs = []
@@ -458,7 +518,7 @@ def run_scenario(llm, s: Scenario, seed: int = 0) -> Measured:
             llm.step()
         stats = llm.cache_stats()
         if any(r.num_preemptions for r in reqs) or any(r.stop_reason != StopReason.MAX_TOKENS for r in reqs):
-            raise CannotGrade("the scenario did not run cleanly (preempted or stopped early)")
+            raise CannotGrade(msg("bytes.unclean"))
         tokens = sum(r.num_tokens for r in reqs)
         bpt = stats.bytes_per_token
         return Measured(stats.used_bytes, tokens * bpt, (tokens - len(reqs)) * bpt, bpt, stats.block_size)
@@ -481,16 +541,15 @@ def _student_numbers(answer) -> dict:
         return {"kind": "dict", "values": answer}
     if callable(answer):
         return {"kind": "function", "fn": answer}
-    raise TypeError(f"task3_kv_bytes should be your function scenario_kv_bytes(num_requests, prompt_tokens, "
-                    f"output_tokens) or a dict {{scenario name: bytes}}, got {type(answer).__name__}")
+    raise TypeError(msg("bytes.bad_answer", type=type(answer).__name__))
 
 
 @register("task3_kv_bytes", "Task 3 · KV bytes of each scenario, checked by the engine", "§3 KV cache", 3,
-          kind="engine")
+          kind="engine", title_zh="任务 3 · 各场景的 KV 字节数，由引擎核对")
 def grade_task3_bytes(answer, m: Marks) -> None:
     try:
         given = _student_numbers(answer)
-    except TypeError as exc:
+    except TypeError as exc:  # the message is already in the current language
         m.wrong(str(exc))
         return
     values: dict = {}
@@ -503,44 +562,41 @@ def grade_task3_bytes(answer, m: Marks) -> None:
         else:
             values[name] = given["values"].get(name)
     if given["kind"] == "dict" and all(v is None or v is Ellipsis for v in values.values()):
-        raise NotAttempted("task3_kv_bytes has no numbers yet")
+        raise NotAttempted.key("bytes.no_numbers")
     try:
         llm = engine()
     except Exception as exc:
-        raise CannotGrade(f"the engine could not be loaded to run the scenarios ({type(exc).__name__}: {exc})")
+        raise CannotGrade(m.t("bytes.no_engine", error=f"{type(exc).__name__}: {exc}"))
     for name, s in PRESSURE_SCENARIOS.items():
         v = values[name]
         if isinstance(v, safecall.Outcome):
-            m.wrong(f"{name}: your function raised {v.error}")
+            m.wrong(_failure(name, v))
             continue
         if v is None:
-            m.missing(f"{name}: no number given")
+            m.missing(m.t("bytes.none", name=name))
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            m.wrong(f"{name}: expected a number of bytes, got {type(v).__name__}")
+            m.wrong(m.t("bytes.not_number", name=name, type=type(v).__name__))
             continue
         got = measure(llm, s)
         if v == got.used_bytes:
-            m.ok(f"{name}: {int(v):,} bytes — exactly what cache_stats().used_bytes reports "
-                 f"(whole blocks of {got.block_size} tokens)", 1)
+            m.ok(m.t("bytes.exact", name=name, v=int(v), block=got.block_size), 1)
         elif v in (got.token_bytes, got.written_bytes):
-            m.ok(f"{name}: {int(v):,} bytes is right per token; the engine reports {got.used_bytes:,} because it "
-                 f"hands out whole blocks of {got.block_size} tokens", 1)
+            m.ok(m.t("bytes.per_token", name=name, v=int(v), used=got.used_bytes, block=got.block_size), 1)
         else:
-            m.wrong(f"{name}: you get {v:,} bytes, the engine reports {got.used_bytes:,} "
-                    f"({got.bytes_per_token:,} bytes per token, blocks of {got.block_size} tokens)")
+            m.wrong(m.t("bytes.wrong", name=name, v=v, used=got.used_bytes, bpt=got.bytes_per_token,
+                        block=got.block_size))
             ratio = v / got.token_bytes if got.token_bytes else 0
             if abs(ratio - 0.5) < 0.02:
-                m.info("off by a factor 2: count both K and V")
+                m.info(m.t("bytes.factor2"))
             elif s.num_requests > 1 and abs(ratio * s.num_requests - 1) < 0.05:
-                m.info(f"this is one request's worth: {s.num_requests} requests each hold their own cache")
+                m.info(m.t("bytes.one_request", n=s.num_requests))
             elif abs(ratio * 4 - 1) < 0.05:
-                m.info("the engine runs in fp32 on the CPU: 4 bytes per number")
+                m.info(m.t("bytes.fp32"))
             continue
         waste = 1 - got.token_bytes / got.used_bytes if got.used_bytes else 0
         if waste > 0.3:
-            m.info(f"{name}: {waste:.0%} of the reserved blocks' room is empty — each of the {s.num_requests} short "
-                   f"requests leaves its last block partly unused (chapter 05: paged attention and block size)")
+            m.info(m.t("bytes.waste", name=name, waste=waste, n=s.num_requests))
 
 
 # =============================================================================================
@@ -554,19 +610,29 @@ class ChatCase:
     user_tokens: int
     reply_tokens: int
     keep_last: int | None
+    zh: str = ""  # the name in Chinese
+
+    def label(self, lang: str | None = None) -> str:
+        from .language import resolve
+
+        return self.zh if resolve(lang) == "zh" and self.zh else self.name
 
 
 def chat_cases() -> list[ChatCase]:
-    C = ChatCase
+    def C(name, zh, *args):
+        return ChatCase(name, *args, zh=zh)
+
     return [
-        C("turn 1 (no history yet)", 1, 40, 20, 30, None),
-        C("turn 2, full history", 2, 40, 20, 30, None),
-        C("turn 10, full history", 10, 40, 20, 30, None),
-        C("turn 25, a long system prompt", 25, 400, 15, 60, None),
-        C("turn 10, keep the last 3 turns", 10, 40, 20, 30, 3),
-        C("turn 2, keep the last 3 turns (fewer turns than N so far)", 2, 40, 20, 30, 3),
-        C("turn 8, keep the last 0 turns (only the new message)", 8, 40, 20, 30, 0),
-        C("turn 30, keep the last 5 turns", 30, 100, 25, 80, 5),
+        C("turn 1 (no history yet)", "第 1 轮（还没有历史）", 1, 40, 20, 30, None),
+        C("turn 2, full history", "第 2 轮，完整历史", 2, 40, 20, 30, None),
+        C("turn 10, full history", "第 10 轮，完整历史", 10, 40, 20, 30, None),
+        C("turn 25, a long system prompt", "第 25 轮，很长的系统提示", 25, 400, 15, 60, None),
+        C("turn 10, keep the last 3 turns", "第 10 轮，只保留最近 3 轮", 10, 40, 20, 30, 3),
+        C("turn 2, keep the last 3 turns (fewer turns than N so far)", "第 2 轮，保留最近 3 轮（目前还不到 N 轮）",
+          2, 40, 20, 30, 3),
+        C("turn 8, keep the last 0 turns (only the new message)", "第 8 轮，保留最近 0 轮（只有新消息）",
+          8, 40, 20, 30, 0),
+        C("turn 30, keep the last 5 turns", "第 30 轮，保留最近 5 轮", 30, 100, 25, 80, 5),
     ]
 
 
@@ -579,56 +645,51 @@ def expected_chat_tokens(c: ChatCase) -> int:
 
 
 @register("code_chat_kv", "Code · the long chat: KV bytes at turn k", "§3 scenario 1 (long chat)", 2,
-          answer_name="chat_kv_bytes", kind="code")
+          answer_name="chat_kv_bytes", kind="code", title_zh="编程 · 长对话：第 k 轮的 KV 字节数")
 def grade_chat_kv(fn, m: Marks) -> None:
-    try:
-        from minillm.kv_cache import kv_bytes_per_token
-    except Exception as exc:
-        raise CannotGrade(f"the engine's kv_cache module could not be imported ({type(exc).__name__}: {exc})")
-    if not callable(fn):
-        m.wrong(f"chat_kv_bytes should be a function, got {type(fn).__name__}")
+    kv_bytes_per_token = _engine_piece(m, fn, "chat_kv_bytes", "minillm.kv_cache", _load_kv_bytes)
+    if kv_bytes_per_token is None:
         return
     shipped = shipped_config()
     bpt = kv_bytes_per_token(*shipped[1:]) if shipped else kv_bytes_per_token(4, 4, 32, 4)
     passed, problems, hints = 0, [], set()
     cases = chat_cases()
     for i, c in enumerate(cases):
+        name = c.label(m.lang)
         out = safecall.call(fn, c.turn, c.system_tokens, c.user_tokens, c.reply_tokens, bpt, c.keep_last)
         if i == 0:
             _not_attempted_if_stub(out, "chat_kv_bytes")
-        if out.timed_out:
-            problems.append(f"{c.name}: {out.error}; stopped here")
-            break
         if not out.ok:
-            problems.append(f"{c.name}: your function raised {out.error}")
+            problems.append(_failure(name, out))
+            if out.timed_out:
+                break
             continue
         y, want = out.value, expected_chat_tokens(c) * bpt
         if isinstance(y, bool) or type(y) not in (int, float):
-            problems.append(f"{c.name}: return a number of bytes (an int), got {type(y).__name__}")
+            problems.append(m.t("code.not_number", case=name, type=type(y).__name__))
             continue
         if y == want:
             passed += 1
             continue
-        problems.append(f"{c.name}: you get {y:,.0f} bytes, the request holds {want:,}")
+        problems.append(m.t("chat.mismatch", case=name, got=y, want=want))
         tokens = y / bpt
         earlier = c.turn - 1 if c.keep_last is None else min(c.turn - 1, c.keep_last)
         if tokens == want / bpt - c.reply_tokens:
-            hints.add("count the reply too: its tokens' K and V are in the cache by the end of the turn")
+            hints.add("chat.reply")
         elif tokens == want / bpt - c.system_tokens:
-            hints.add("every turn re-sends the system prompt: it is part of each request")
+            hints.add("chat.system")
         elif c.keep_last is not None and tokens == c.system_tokens + c.keep_last * (c.user_tokens + c.reply_tokens) \
                 + c.user_tokens + c.reply_tokens:
-            hints.add("with keep_last=N, early turns have fewer than N earlier turns to keep")
+            hints.add("chat.fewer")
         elif earlier and tokens == c.system_tokens + c.turn * (c.user_tokens + c.reply_tokens) + c.user_tokens \
                 + c.reply_tokens:
-            hints.add("at turn k there are k - 1 earlier turns, not k")
+            hints.add("chat.k_minus_1")
     _fraction_points(m, passed, len(cases), 2)
     if passed == len(cases):
-        m.ok(f"all {len(cases)} cases agree: at turn k one request holds the system prompt, the re-sent history, the "
-             f"new message and its reply, {bpt:,} bytes per token on the shipped model")
+        m.ok(m.t("chat.all", n=len(cases), bpt=bpt))
     else:
-        m.missing(f"{passed} of {len(cases)} cases agree")
+        m.missing(m.t("chat.some", passed=passed, n=len(cases)))
         for p in problems[:3]:
             m.wrong(p)
-    for h in sorted(hints):
+    for h in sorted(m.t(k) for k in hints):
         m.info(h)

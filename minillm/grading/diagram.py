@@ -27,7 +27,7 @@ from .registry import Marks, NotAttempted, register
 class Diagram:
     states: dict[str, str] = field(default_factory=dict)  # name -> what the state holds
     transitions: list[tuple[str, str, str]] = field(default_factory=list)  # (from, to, label)
-    notes: list[str] = field(default_factory=list)  # remarks made while reading the answer
+    notes: list[tuple] = field(default_factory=list)  # remarks made while reading it: (message key, fields)
     labels: dict[str, str] = field(default_factory=dict)  # DOT display labels, used to match roles
 
     def add_state(self, name: str, holds: str = "") -> None:
@@ -106,7 +106,7 @@ def _add_edge(d: Diagram, src: str, dst: str, label: str) -> None:
     for end in (src, dst):
         if end not in d.states:
             d.states[end] = ""
-            d.notes.append(f"state {end} appears only in a transition")
+            d.notes.append(("dia.only_in_transition", {"name": end}))
     d.transitions.append((src, dst, label))
 
 
@@ -465,21 +465,21 @@ def _holds_kv(note: str) -> bool:
     return False
 
 
-def _contradictions(d: Diagram, have: dict, dec: list, merged: list) -> list[str]:
+def _contradictions(d: Diagram, have: dict, dec: list, merged: list, m: Marks) -> list[str]:
     """Notes that contradict the engine: KV held while waiting or after release, none while decoding."""
     out = []
     for s in have["enqueue"]:
         if s in have["preempted"] or s in dec or s in have["prefill"]:
             continue
         if _holds_kv(d.states.get(s, "")):
-            out.append(f"{s}: a waiting request holds no KV block yet — blocks are allocated when it is scheduled")
+            out.append(m.t("dia.waiting_kv", name=s))
     for s in have["release"]:
         if s not in merged and _holds_kv(d.states.get(s, "")):
-            out.append(f"{s}: a released request holds nothing — its KV blocks are back in the pool")
+            out.append(m.t("dia.released_kv", name=s))
     for s in dec:
         h = d.states.get(s, "")
         if h and not _holds_kv(h) and (_KV.search(h) or re.search(r"^\s*(nothing|none|无|没有)", h, re.I)):
-            out.append(f"{s}: a decoding request does hold KV blocks — it reads them at every step")
+            out.append(m.t("dia.decoding_no_kv", name=s))
     return out
 
 
@@ -488,96 +488,46 @@ def _names(states) -> str:
 
 
 @register("task1_diagram", "Task 1 · the request lifecycle state diagram", "§1 + lifecycle diagram", 12,
-          bonus_max=2, kind="diagram")
+          bonus_max=2, kind="diagram", title_zh="任务 1 · 请求生命周期状态图")
 def grade_task1(answer, m: Marks) -> None:
     """States (5), enqueue→prefill→decode (2), the decode loop (1), the way out to FINISH (1),
     FINISH before RELEASE (1), resource notes (2); bonus: preemption (1), cancel (1).
-    A diagram written in Chinese gets its feedback in Chinese."""
-    _grade_task1(answer, m)
-    try:
-        d = read_answer(answer)
-    except DiagramFormatError:
-        return
-    from .concepts import language
+    Feedback is in the diagram's language (its names and notes), else in the notebook's."""
+    from .language import answer_language
 
-    if language(" ".join(list(d.states) + list(d.states.values()))) == "zh":
-        for f in m.feedback:
-            f.text = to_chinese(f.text)
-
-
-_ZH = [(re.compile(p), r) for p, r in [
-    (r"^RELEASED state: (.+) finishes and releases in one step \(the chapter's 完成释放\)$", r"释放状态：\1 一步完成并释放（章节中的“完成释放”）"),
-    (r"^(WAITING|PREFILL|DECODE|FINISHED|RELEASED) state: (.+)$", r"\1 状态：\2"),
-    (r"^§6 treats .*$", "第 6 节把“逻辑完成”和“资源归还”看作两个时刻；把 FINISHED → RELEASED 分开画，能看出泄漏会出在哪里"),
-    (r"^no state for (.+?) \(named e\.g\. .+\)$", r"缺少状态：\1"),
-    (r"^state '(.+)' matches none of the chapter's states; .*$", r"状态“\1”不对应章节中的任何状态，作为中间步骤保留"),
-    (r"^path (.+) → (.+)$", r"路径 \1 → \2"),
-    (r"^the edge between (.+) and (.+) points the wrong way.*$", r"\1 与 \2 之间的边方向反了：请求先等待，再预填充"),
-    (r"^no transition leads from (.+) to (.+?) \(the scheduler admits the request\)$", r"没有从 \1 到 \2 的转移（调度器接纳请求）"),
-    (r"^no transition leads from (.+) to (.+?) \(after the first token.*$", r"没有从 \1 到 \2 的转移（第一个 token 之后请求进入活跃状态）"),
-    (r"^(.+) comes before (.+): prefill builds the state that decode continues from$", r"\1 出现在 \2 之前：decode 是在 prefill 建立的状态上继续的"),
-    (r"^(.+) loops \(one token per iteration\)$", r"\1 有循环（每轮一个 token）"),
-    (r"^(.+) has no loop: .*$", r"\1 没有循环：每生成一个 token 就要解码一次，请画出自环或经过 SAMPLE 的回路"),
-    (r"^a stop condition leads from (.+) to (.+)$", r"满足停止条件时从 \1 进入 \2"),
-    (r"^no transition leaves (.+) for (.+) when a stop condition is met.*$", r"满足停止条件（EOS、max_tokens、停止字符串）时，没有从 \1 到 \2 的转移"),
-    (r"^(.+) ends the request \(finish, then release\)$", r"\1 结束了请求（先完成，再释放）"),
-    (r"^(.+) comes before (.+)$", r"\1 在 \2 之前"),
-    (r"^no transition from (.+) to (.+): after finishing.*$", r"没有从 \1 到 \2 的转移：完成之后，引擎要释放请求的 KV 块"),
-    (r"^every state says what it holds$", "每个状态都写明了它占有什么"),
-    (r"^every state has a note, but the notes above contradict what the engine does$", "每个状态都有说明，但上面的说明与引擎的行为矛盾"),
-    (r"^no resource note on: (.+?) — .*$", r"这些状态没有资源说明：\1——请写明每个状态占有什么（prompt token、KV 块、batch 槽位、什么都没有……）"),
-    (r"^the decode state's note names the KV cache it holds$", "解码状态的说明写到了它占有的 KV 缓存"),
-    (r"^(.+)'s note should say it holds KV blocks.*$", r"\1 的说明应写明它占有 KV 块（缓存每步增长一个 token）"),
-    (r"^(.+): a waiting request holds no KV block yet.*$", r"\1：等待中的请求还没有 KV 块——被调度时才分配"),
-    (r"^(.+): a released request holds nothing.*$", r"\1：已释放的请求什么都不占——它的 KV 块已回到池中"),
-    (r"^(.+): a decoding request does hold KV blocks.*$", r"\1：解码中的请求确实占有 KV 块——每一步都要读取它们"),
-    (r"^preemption: (.+) returns to the queue.*$", r"抢占：\1 回到队列（释放块，之后重算）"),
-    (r"^preemption: a labelled edge.*$", "抢占：一条带标签的边把请求送回去重算"),
-    (r"^\(optional, \+1\) no preemption.*$", "（可选，+1）没有抢占：KV 块不够时，运行中的请求会被送回 WAITING"),
-    (r"^cancel: (.+) can be cancelled, and the blocks are released$", r"取消：\1 可以被取消，并且会释放块"),
-    (r"^\(optional, \+1\) no transition leaves (.+) when the request is cancelled$", r"（可选，+1）请求被取消时，没有离开 \1 的转移"),
-]]
-
-
-def to_chinese(text: str) -> str:
-    """The Chinese form of one of the grader's feedback lines (unchanged when it has none)."""
-    for rx, repl in _ZH:
-        if rx.match(text):
-            return rx.sub(repl, text)
-    return text
-
-
-def _grade_task1(answer, m: Marks) -> None:
     try:
         d = read_answer(answer)
     except DiagramFormatError as exc:
-        m.wrong(str(exc))
+        m.wrong(m.t("dia.unreadable", error=str(exc)))
         return
+    m.lang = answer_language(" ".join(list(d.states) + list(d.states.values())), m.lang)
+    _grade_task1(d, m)
+
+
+def _grade_task1(d: Diagram, m: Marks) -> None:
     if d.empty:
-        raise NotAttempted("the diagram is still empty: add states and transitions")
+        raise NotAttempted.key("dia.empty")
     g = _Graph(d)
-    for note in d.notes[:3]:
-        m.info(note)
+    for key, fields in d.notes[:3]:
+        m.info(m.t(key, **fields))
 
     # --- 1. the five states ------------------------------------------------------------------
     have = {r: g.with_role(r) for r in ROLES}
     merged = [s for s in d.states if {"finish", "release"} <= g.roles[s]]
     for role in REQUIRED:
         if have[role] and not (role == "release" and merged and set(have["release"]) <= set(merged)):
-            m.ok(f"{ROLES[role][1].split(' / ')[0]} state: {_names(have[role])}", 1)
+            m.ok(m.t("dia.state", role=ROLES[role][1].split(' / ')[0], names=_names(have[role])), 1)
         elif role == "enqueue" and have["new"]:
-            m.missing(f"no queue state: the request goes from {_names(have['new'])} straight on; in an engine it "
-                      f"waits in a queue (WAITING / QUEUED / 入队) until the scheduler admits it")
+            m.missing(m.t("dia.no_queue", names=_names(have['new'])))
             m.score += 0.5
         elif role == "release" and merged:
-            m.ok(f"RELEASED state: {_names(merged)} finishes and releases in one step (the chapter's 完成释放)", 1)
-            m.info("§6 treats 'the logic is done' and 'the resources are back' as two moments; drawing FINISHED → "
-                   "RELEASED apart shows where a leak would sit")
+            m.ok(m.t("dia.merged_release", names=_names(merged)), 1)
+            m.info(m.t("dia.two_moments"))
         else:
-            m.missing(f"no state for {ROLES[role][1]} (named e.g. {ROLES[role][1]})")
+            m.missing(m.t("dia.no_state", role=ROLES[role][1]))
     for s, r in g.roles.items():
         if not r:
-            m.info(f"state {s!r} matches none of the chapter's states; it is kept as an intermediate step")
+            m.info(m.t("dia.unknown_state", name=s))
 
     enq = have["enqueue"] or have["new"]
     pre, dec, fin, rel = have["prefill"], have["decode"], have["finish"], have["release"]
@@ -586,76 +536,69 @@ def _grade_task1(answer, m: Marks) -> None:
     # --- 2. enqueue -> prefill -> decode -----------------------------------------------------
     if enq and pre:
         if g.reach(enq, pre, avoid_roles=("decode",) + terminal):
-            m.ok(f"path {_names(enq)} → {_names(pre)}", 1)
+            m.ok(m.t("dia.path", src=_names(enq), dst=_names(pre)), 1)
         elif g.reach(pre, enq, avoid_roles=terminal):
-            m.wrong(f"the edge between {_names(enq)} and {_names(pre)} points the wrong way: a request waits, then "
-                    f"is prefilled")
+            m.wrong(m.t("dia.wrong_way", src=_names(enq), dst=_names(pre)))
         else:
-            m.missing(f"no transition leads from {_names(enq)} to {_names(pre)} (the scheduler admits the request)")
+            m.missing(m.t("dia.no_admit", src=_names(enq), dst=_names(pre)))
     if pre and dec:
         if g.reach(pre, dec, avoid_roles=terminal + ("enqueue",)):
-            m.ok(f"path {_names(pre)} → {_names(dec)}", 1)
+            m.ok(m.t("dia.path", src=_names(pre), dst=_names(dec)), 1)
         elif g.reach(dec, pre, avoid_roles=terminal):
-            m.wrong(f"{_names(dec)} comes before {_names(pre)}: prefill builds the state that decode continues from")
+            m.wrong(m.t("dia.decode_first", dec=_names(dec), pre=_names(pre)))
         else:
-            m.missing(f"no transition leads from {_names(pre)} to {_names(dec)} (after the first token the request "
-                      f"is active)")
+            m.missing(m.t("dia.no_first_token", src=_names(pre), dst=_names(dec)))
 
     # --- 3. the decode loop ------------------------------------------------------------------
     if dec:
         looped = [s for s in dec if g.has_loop(s)]
         if looped:
-            m.ok(f"{_names(looped)} loops (one token per iteration)", 1)
+            m.ok(m.t("dia.loops", names=_names(looped)), 1)
         else:
-            m.missing(f"{_names(dec)} has no loop: decode runs once per generated token, so draw "
-                      f"{dec[0]} → {dec[0]} or {dec[0]} → SAMPLE → {dec[0]}")
+            m.missing(m.t("dia.no_loop", names=_names(dec), d=dec[0]))
 
     # --- 4. out of the loop to FINISHED, then RELEASED -----------------------------------------
     if dec and fin:
         if g.reach(dec, fin, avoid_roles=("release", "enqueue", "prefill")):
-            m.ok(f"a stop condition leads from {_names(dec)} to {_names(fin)}", 1)
+            m.ok(m.t("dia.stops", dec=_names(dec), fin=_names(fin)), 1)
         else:
-            m.missing(f"no transition leaves {_names(dec)} for {_names(fin)} when a stop condition is met "
-                      f"(EOS, max_tokens, stop string)")
+            m.missing(m.t("dia.no_stop", dec=_names(dec), fin=_names(fin)))
     if merged and (not rel or set(rel) <= set(merged)) and dec and g.reach(dec, merged):
-        m.ok(f"{_names(merged)} ends the request (finish, then release)", 1)
+        m.ok(m.t("dia.merged_ends", names=_names(merged)), 1)
     if fin and rel and not set(rel) <= set(merged):
         sep_fin = [s for s in fin if s not in merged] or fin
         sep_rel = [s for s in rel if s not in merged] or rel
         forward = g.reach(sep_fin, sep_rel)
         backward = g.reach(sep_rel, sep_fin)
         if forward and not backward:
-            m.ok(f"{_names(sep_fin)} comes before {_names(sep_rel)}", 1)
+            m.ok(m.t("dia.fin_before_rel", fin=_names(sep_fin), rel=_names(sep_rel)), 1)
         elif backward and not forward:
-            m.wrong(f"{_names(sep_rel)} comes before {_names(sep_fin)}: the request's logic finishes first (the stop "
-                    f"reason is known), then its resources are released")
+            m.wrong(m.t("dia.rel_before_fin", fin=_names(sep_fin), rel=_names(sep_rel)))
         elif backward and forward:
-            m.wrong(f"{_names(sep_rel)} leads back to {_names(sep_fin)}: a released request is over")
+            m.wrong(m.t("dia.rel_back", fin=_names(sep_fin), rel=_names(sep_rel)))
         else:
-            m.missing(f"no transition from {_names(sep_fin)} to {_names(sep_rel)}: after finishing, the engine frees the "
-                      f"request's KV blocks")
+            m.missing(m.t("dia.no_release", fin=_names(sep_fin), rel=_names(sep_rel)))
     for s in rel:
         onward = [t for t, _ in g.out[s] if t != s and not g.roles[t] & {"release"}]
         if onward and s not in merged:
-            m.warn(f"{s} leads on to {_names(onward)}; a released request holds nothing and goes nowhere")
+            m.warn(m.t("dia.rel_onward", name=s, names=_names(onward)))
 
     # --- 5. resource notes -------------------------------------------------------------------
     bare = [s for s, h in d.states.items() if not h or h.strip(" .?…-") in ("", "TODO", "todo")]
-    contradictions = _contradictions(d, have, dec, merged)
+    contradictions = _contradictions(d, have, dec, merged, m)
     for text in contradictions:
         m.wrong(text)
     if not bare and not contradictions:
-        m.ok("every state says what it holds", 1)
+        m.ok(m.t("dia.notes_ok"), 1)
     elif not bare:
-        m.missing("every state has a note, but the notes above contradict what the engine does")
+        m.missing(m.t("dia.notes_contradict"))
     else:
-        m.missing(f"no resource note on: {_names(bare)} — say what each state holds (prompt tokens, KV blocks, "
-                  f"a batch slot, nothing…)")
+        m.missing(m.t("dia.notes_missing", names=_names(bare)))
     noted = [s for s in dec if d.states.get(s)]
     if noted and any(_holds_kv(d.states[s]) for s in noted):
-        m.ok("the decode state's note names the KV cache it holds", 1)
+        m.ok(m.t("dia.decode_kv"), 1)
     elif dec:
-        m.missing(f"{_names(dec)}'s note should say it holds KV blocks (the cache grows by one token per step)")
+        m.missing(m.t("dia.decode_no_kv", names=_names(dec)))
 
     # --- bonus: preemption and cancel --------------------------------------------------------
     live = dec + pre + have["sample"] + have["update"]
@@ -663,22 +606,20 @@ def _grade_task1(answer, m: Marks) -> None:
     preempt_in = [s for s in pre_states if any(t == s for x in live for t, _ in g.out[x])]
     preempt_edge = [(x, t) for x in live for t, lab in g.out[x] if _PREEMPT.search(lab) and t in enq + pre]
     if preempt_in and g.reach(preempt_in, enq + pre, avoid_roles=terminal):
-        m.add_bonus(f"preemption: {_names(preempt_in)} returns to the queue (blocks freed, recomputed later)", 1)
+        m.add_bonus(m.t("dia.preempt", names=_names(preempt_in)), 1)
     elif preempt_edge:
-        m.add_bonus("preemption: a labelled edge sends the request back to be recomputed", 1)
+        m.add_bonus(m.t("dia.preempt_edge"), 1)
     elif preempt_in:
-        m.info(f"(optional) {_names(preempt_in)} has no way back: a preempted request returns to WAITING and is "
-               f"recomputed")
+        m.info(m.t("dia.preempt_stuck", names=_names(preempt_in)))
     else:
-        m.info("(optional, +1) no preemption: when KV blocks run out, a running request is sent back to WAITING")
+        m.info(m.t("dia.no_preempt"))
     cancel_from = [x for x in dec for t, lab in g.out[x] if _CANCEL.search(lab) or "cancelled" in g.roles[t]]
     if cancel_from:
         cancel_targets = [t for x in cancel_from for t, lab in g.out[x] if _CANCEL.search(lab) or "cancelled" in g.roles[t]]
         if rel and not (set(cancel_targets) & set(rel)) and not g.reach(cancel_targets, rel):
-            m.info(f"(optional) the cancel path from {_names(cancel_from)} never reaches {_names(rel)}: memory would "
-                   f"not drop (chapter scenario: the cancel stopped at the API layer)")
+            m.info(m.t("dia.cancel_leak", names=_names(cancel_from), rel=_names(rel)))
         else:
-            m.add_bonus(f"cancel: {_names(cancel_from)} can be cancelled, and the blocks are released", 1)
+            m.add_bonus(m.t("dia.cancel", names=_names(cancel_from)), 1)
     else:
         where = _names(dec) if dec else "DECODE"
-        m.info(f"(optional, +1) no transition leaves {where} when the request is cancelled")
+        m.info(m.t("dia.no_cancel", names=where))

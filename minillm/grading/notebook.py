@@ -157,16 +157,15 @@ class Session:
         from .sandbox import Deadline, KernelDied
 
         if not self.ensure():
-            return safecall.Outcome(error="the sandboxed kernel is not running (see the report's problems)",
-                                    timed_out=True)
+            return safecall.Outcome.failed("call.no_kernel", timed_out=True)
         try:
             kind, payload = self.kernel.call(name, args, kwargs, timeout)
         except Deadline:
-            return safecall.Outcome(error=f"did not return within {timeout:g} s (an endless loop?)", timed_out=True)
+            return safecall.Outcome.failed("call.timeout", t=timeout, timed_out=True)
         except KernelDied as exc:
-            return safecall.Outcome(error=f"the call ended the kernel ({exc})", timed_out=True)
+            return safecall.Outcome.failed("call.ended_kernel", error=exc, timed_out=True)
         except ValueError:
-            return safecall.Outcome(error="the function returned data the grader cannot read", exc_type=TypeError)
+            return safecall.Outcome.failed("call.unreadable", exc_type=TypeError)
         return safecall.remote_outcome(kind, payload)
 
     def close(self) -> None:

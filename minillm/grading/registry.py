@@ -23,7 +23,21 @@ _MISSING = object()
 
 
 class NotAttempted(Exception):
-    """Raised by a grader when the answer is still the unanswered placeholder."""
+    """Raised by a grader when the answer is still the unanswered placeholder (``zh``: the same
+    message in Chinese; ``NotAttempted.key("na.empty", name=...)`` builds both from the table)."""
+
+    def __init__(self, text: str = "", zh: str | None = None) -> None:
+        super().__init__(text)
+        self.zh = zh
+
+    @classmethod
+    def key(cls, key: str, **fields) -> "NotAttempted":
+        from .messages import both
+
+        return cls(*both(key, **fields))
+
+    def text(self, lang: str) -> str:
+        return self.zh if lang == "zh" and self.zh else str(self)
 
 
 class CannotGrade(Exception):
@@ -38,6 +52,13 @@ class Marks:
         self.bonus = 0.0
         self.feedback: list[Feedback] = []
         self.review = False
+        self.lang = "en"  # the language of this check's feedback (a grader may follow the answer's)
+
+    def t(self, key: str, **fields) -> str:
+        """Message ``key`` of :mod:`messages` in this check's language."""
+        from .messages import msg
+
+        return msg(key, self.lang, **fields)
 
     def ok(self, text: str, points: float = 0.0) -> None:
         self.score += points
@@ -76,19 +97,23 @@ class Exercise:
     grader: Callable[[Any, Marks], None] = field(repr=False)
     bonus_max: float = 0.0
     kind: str = "text"  # text | diagram | quiz | code | engine
+    title_zh: str = ""  # the title in Chinese
+
+    def title_in(self, lang: str) -> str:
+        return self.title_zh if lang == "zh" and self.title_zh else self.title
 
 
 EXERCISES: dict[str, Exercise] = {}
 
 
 def register(id: str, title: str, section: str, max_score: float, answer_name: str | None = None,
-             bonus_max: float = 0.0, kind: str = "text"):
+             bonus_max: float = 0.0, kind: str = "text", title_zh: str = ""):
     """Decorator: register ``grader(answer, marks)`` as exercise ``id``."""
 
     def wrap(fn: Callable[[Any, Marks], None]):
         if id in EXERCISES:
             raise ValueError(f"exercise id {id!r} registered twice")
-        EXERCISES[id] = Exercise(id, title, section, answer_name or id, max_score, fn, bonus_max, kind)
+        EXERCISES[id] = Exercise(id, title, section, answer_name or id, max_score, fn, bonus_max, kind, title_zh)
         return fn
 
     return wrap
@@ -109,6 +134,8 @@ def is_unanswered(value: Any) -> bool:
 
 def resolve_id(exercise_id: str) -> str:
     """An exact id, or a unique prefix such as ``"task1"`` or ``"quiz2"``."""
+    from .messages import msg
+
     if not isinstance(exercise_id, str):
         raise KeyError(f"an exercise id is a string such as 'task1_diagram', got {exercise_id!r}")
     key = exercise_id.strip().lower()
@@ -118,8 +145,8 @@ def resolve_id(exercise_id: str) -> str:
     if len(matches) == 1:
         return matches[0]
     if matches:
-        raise KeyError(f"{exercise_id!r} could mean {', '.join(matches)}: give the full id")
-    raise KeyError(f"no exercise {exercise_id!r}; the ids are: {', '.join(EXERCISES)}")
+        raise KeyError(msg("grade.ambiguous", id=exercise_id, ids=", ".join(matches)))
+    raise KeyError(msg("grade.unknown", id=exercise_id, ids=", ".join(EXERCISES)))
 
 
 def _user_namespace(depth: int = 2) -> dict:
@@ -135,53 +162,64 @@ def _user_namespace(depth: int = 2) -> dict:
     return sys._getframe(depth).f_globals
 
 
-def check(exercise_id: str, answer: Any = _MISSING, *, namespace: dict | None = None) -> Result:
+def check(exercise_id: str, answer: Any = _MISSING, *, namespace: dict | None = None,
+          lang: str | None = None) -> Result:
     """Grade one exercise.
 
     ``check("task2_kv_explain")`` reads the variable ``task2_kv_explain`` from the notebook;
     ``check("task2_kv_explain", "my text")`` grades the given answer instead. A unique prefix
-    works too (``check("task2")``).
+    works too (``check("task2")``). Feedback is in the answer's language where it has one, else
+    in ``lang`` (default: the notebook's, see :func:`~minillm.grading.set_language`).
     """
-    try:
-        ex = EXERCISES[resolve_id(exercise_id)]
-    except KeyError as exc:
-        msg = exc.args[0] if exc.args else str(exc)
-        return Result(str(exercise_id), "unknown exercise", 0, 0, ERROR, [Feedback("wrong", msg)])
-    if answer is _MISSING:
-        ns = namespace if namespace is not None else _user_namespace()
-        if ex.answer_name not in ns:
-            return Result(ex.id, ex.title, 0, ex.max_score, NOT_ATTEMPTED, [Feedback(
-                "info", f"no variable named {ex.answer_name} yet: run the answer cell above first")],
-                bonus_max=ex.bonus_max)
-        answer = ns[ex.answer_name]
-    return grade(ex, answer)
+    from .language import using
+    from .messages import msg
+
+    with using(lang) as lang:
+        try:
+            ex = EXERCISES[resolve_id(exercise_id)]
+        except KeyError as exc:
+            text = exc.args[0] if exc.args else str(exc)
+            return Result(str(exercise_id), "unknown exercise", 0, 0, ERROR, [Feedback("wrong", text)])
+        if answer is _MISSING:
+            ns = namespace if namespace is not None else _user_namespace()
+            if ex.answer_name not in ns:
+                return Result(ex.id, ex.title_in(lang), 0, ex.max_score, NOT_ATTEMPTED, [Feedback(
+                    "info", msg("na.no_variable", name=ex.answer_name))], bonus_max=ex.bonus_max, lang=lang)
+            answer = ns[ex.answer_name]
+        return grade(ex, answer, lang)
 
 
-def grade(ex: Exercise, answer: Any) -> Result:
-    """Run one exercise's grader on an answer; always returns a Result."""
-    marks = Marks()
-    try:
-        if is_unanswered(answer):
-            raise NotAttempted(f"{ex.answer_name} is still empty")
-        ex.grader(answer, marks)
-    except NotAttempted as exc:
-        text = str(exc) or f"{ex.answer_name} is still empty"
-        return Result(ex.id, ex.title, 0, ex.max_score, NOT_ATTEMPTED, [Feedback("info", text)],
-                      bonus_max=ex.bonus_max)
-    except CannotGrade as exc:
-        return Result(ex.id, ex.title, 0, ex.max_score, ERROR, marks.feedback + [Feedback("wrong", str(exc))],
-                      needs_human_review=True, bonus_max=ex.bonus_max)
-    except Exception as exc:  # a bug in a grader must not take the notebook down
-        last = traceback.extract_tb(exc.__traceback__)[-1]
-        return Result(ex.id, ex.title, 0, ex.max_score, ERROR, marks.feedback + [Feedback(
-            "wrong", f"the grader itself failed ({type(exc).__name__}: {exc} at "
-                     f"{last.filename.rsplit('/', 1)[-1]}:{last.lineno}); please report this")],
-            needs_human_review=True, bonus_max=ex.bonus_max)
-    _flag_copy_of_model(ex, answer, marks)
-    score = min(max(marks.score, 0.0), ex.max_score)
-    bonus = min(max(marks.bonus, 0.0), ex.bonus_max)
-    return Result(ex.id, ex.title, score, ex.max_score, GRADED, marks.feedback, marks.review, bonus,
-                  ex.bonus_max)
+def grade(ex: Exercise, answer: Any, lang: str | None = None) -> Result:
+    """Run one exercise's grader on an answer; always returns a Result. ``lang`` is the language
+    for feedback the answer does not decide (default: the current one)."""
+    from .language import using
+    from .messages import msg
+
+    with using(lang) as lang:
+        marks = Marks()
+        marks.lang = lang
+        try:
+            if is_unanswered(answer):
+                raise NotAttempted.key("na.empty", name=ex.answer_name)
+            ex.grader(answer, marks)
+        except NotAttempted as exc:
+            text = exc.text(lang) or msg("na.empty", name=ex.answer_name)
+            return Result(ex.id, ex.title_in(lang), 0, ex.max_score, NOT_ATTEMPTED, [Feedback("info", text)],
+                          bonus_max=ex.bonus_max, lang=lang)
+        except CannotGrade as exc:
+            return Result(ex.id, ex.title_in(lang), 0, ex.max_score, ERROR, marks.feedback + [Feedback("wrong", str(exc))],
+                          needs_human_review=True, bonus_max=ex.bonus_max, lang=lang)
+        except Exception as exc:  # a bug in a grader must not take the notebook down
+            last = traceback.extract_tb(exc.__traceback__)[-1]
+            return Result(ex.id, ex.title_in(lang), 0, ex.max_score, ERROR, marks.feedback + [Feedback(
+                "wrong", msg("grade.failed", error=f"{type(exc).__name__}: {exc}",
+                             where=f"{last.filename.rsplit('/', 1)[-1]}:{last.lineno}"))],
+                needs_human_review=True, bonus_max=ex.bonus_max, lang=lang)
+        _flag_copy_of_model(ex, answer, marks)
+        score = min(max(marks.score, 0.0), ex.max_score)
+        bonus = min(max(marks.bonus, 0.0), ex.bonus_max)
+        return Result(ex.id, ex.title_in(lang), score, ex.max_score, GRADED, marks.feedback, marks.review, bonus,
+                      ex.bonus_max, lang=marks.lang)
 
 
 def _flag_copy_of_model(ex: Exercise, answer: Any, marks: Marks) -> None:
@@ -195,15 +233,17 @@ def _flag_copy_of_model(ex: Exercise, answer: Any, marks: Marks) -> None:
         from .solutions import close_to_model
 
         if close_to_model(ex.id, text):
-            marks.flag("this is very close to the model answer (show_solution): a person should look")
+            marks.flag(marks.t("grade.model_copy"))
     except Exception:  # never let the copy check break grading
         pass
 
 
-def check_all(namespace: dict | None = None) -> Summary:
+def check_all(namespace: dict | None = None, lang: str | None = None) -> Summary:
     """Grade every registered exercise from one namespace (the notebook's by default)."""
+    from .language import resolve
+
     ns = namespace if namespace is not None else _user_namespace()
-    return Summary([check(ex_id, namespace=ns) for ex_id in EXERCISES])
+    return Summary([check(ex_id, namespace=ns, lang=lang) for ex_id in EXERCISES], lang=resolve(lang))
 
 
 summary = check_all  # the notebook's last cell: summary() shows the table of all exercises

@@ -52,6 +52,7 @@ class Result:
     needs_human_review: bool = False
     bonus: float = 0.0
     bonus_max: float = 0.0
+    lang: str = "en"  # the language of the feedback, and of the card's own words
 
     # --- convenience ---------------------------------------------------------------------
     @property
@@ -77,16 +78,21 @@ class Result:
         }
 
     # --- display -------------------------------------------------------------------------
+    def _t(self, key: str, **fields) -> str:
+        from .messages import msg
+
+        return msg(key, self.lang if self.lang in ("en", "zh") else "en", **fields)
+
     def headline(self) -> str:
         if self.status == NOT_ATTEMPTED:
-            return f"{self.exercise_id}: not attempted (0 / {_num(self.max_score)})"
+            return self._t("result.not_attempted", id=self.exercise_id, max=_num(self.max_score))
         if self.status == ERROR:
-            return f"{self.exercise_id}: could not be graded (0 / {_num(self.max_score)})"
+            return self._t("result.error", id=self.exercise_id, max=_num(self.max_score))
         text = f"{self.exercise_id}: {_num(self.score)} / {_num(self.max_score)}"
         if self.bonus_max:
-            text += f" (+{_num(self.bonus)} of {_num(self.bonus_max)} bonus)"
+            text += self._t("result.bonus", bonus=_num(self.bonus), of=_num(self.bonus_max))
         if self.needs_human_review:
-            text += " — flagged for human review"
+            text += self._t("result.review")
         return text
 
     def __str__(self) -> str:
@@ -101,20 +107,20 @@ class Result:
 
     def _repr_html_(self) -> str:
         if self.status == NOT_ATTEMPTED:
-            colour, badge = "#57606a", "not attempted"
+            colour, badge = "#57606a", self._t("badge.not_attempted")
         elif self.status == ERROR:
-            colour, badge = "#cf222e", "could not be graded"
+            colour, badge = "#cf222e", self._t("badge.error")
         elif self.passed:
-            colour, badge = "#1a7f37", "full marks"
+            colour, badge = "#1a7f37", self._t("badge.full")
         elif self.score > 0:
-            colour, badge = "#9a6700", "partly there"
+            colour, badge = "#9a6700", self._t("badge.partly")
         else:
-            colour, badge = "#cf222e", "not yet"
+            colour, badge = "#cf222e", self._t("badge.not_yet")
         score = f"{_num(self.score)} / {_num(self.max_score)}"
         if self.bonus_max:
-            score += f" &nbsp;<span style='color:#0969da'>+{_num(self.bonus)} bonus</span>"
-        review = ("<div style='margin-top:4px;color:#9a6700'>⚑ The heuristic grader is unsure about "
-                  "this answer: it is flagged for a human to read.</div>") if self.needs_human_review else ""
+            score += f" &nbsp;<span style='color:#0969da'>+{_num(self.bonus)} {self._t('badge.bonus')}</span>"
+        review = (f"<div style='margin-top:4px;color:#9a6700'>⚑ {html.escape(self._t('badge.review'))}</div>"
+                  if self.needs_human_review else "")
         items = "".join(
             f"<li style='list-style:none;margin:2px 0'><span style='color:{_KINDS.get(f.kind, ('·', '#57606a'))[1]};"
             f"font-weight:bold;display:inline-block;width:1.2em'>{_KINDS.get(f.kind, ('·',))[0]}</span>"
@@ -141,6 +147,7 @@ class Summary:
     """Several results as one table (``minillm.grading.summary()`` in a notebook)."""
 
     results: list[Result]
+    lang: str = "en"  # the language of the table's headings
 
     @property
     def total(self) -> float:
@@ -158,13 +165,14 @@ class Summary:
         }
 
     def table(self) -> str:
-        rows = [("exercise", "score", "status", "review", "first problem")]
+        zh = self.lang == "zh"
+        rows = [("练习", "得分", "状态", "复核", "第一个问题") if zh else ("exercise", "score", "status", "review", "first problem")]
         for r in self.results:
             first = next((f.as_text() for f in r.feedback if f.kind in ("missing", "wrong", "warn")), "")
             score = f"{_num(r.score)}/{_num(r.max_score)}" + (f" +{_num(r.bonus)}" if r.bonus else "")
             rows.append((r.exercise_id, score, r.status,
-                         "yes" if r.needs_human_review else "", first[:70]))
-        rows.append(("total", f"{_num(self.total)}/{_num(self.total_max)}", "", "", ""))
+                         ("是" if zh else "yes") if r.needs_human_review else "", first[:70]))
+        rows.append(("总分" if zh else "total", f"{_num(self.total)}/{_num(self.total_max)}", "", "", ""))
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         out = []
         for i, row in enumerate(rows):
@@ -183,7 +191,8 @@ class Summary:
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th style='text-align:left;padding:2px 8px'>{h}</th>"
-                       for h in ("exercise", "title", "score", "status", "review"))
+                       for h in (("练习", "名称", "得分", "状态", "复核") if self.lang == "zh" else
+                                 ("exercise", "title", "score", "status", "review")))
         body = "".join(
             f"<tr><td style='padding:2px 8px'><code>{html.escape(r.exercise_id)}</code></td>"
             f"<td style='padding:2px 8px'>{html.escape(r.title)}</td>"
@@ -192,7 +201,7 @@ class Summary:
             f"<td style='padding:2px 8px'>{'⚑' if r.needs_human_review else ''}</td></tr>"
             for r in self.results
         )
-        foot = (f"<tr><td style='padding:2px 8px'><b>total</b></td><td></td>"
+        foot = (f"<tr><td style='padding:2px 8px'><b>{'总分' if self.lang == 'zh' else 'total'}</b></td><td></td>"
                 f"<td style='padding:2px 8px'><b>{_num(self.total)} / {_num(self.total_max)}</b></td>"
                 f"<td></td><td></td></tr>")
         return f"<table style='font-size:13px'><tr>{head}</tr>{body}{foot}</table>"

@@ -34,6 +34,21 @@ class Outcome:
     error: str | None = None  # "ZeroDivisionError: division by zero (line 3, in my_top_p_filter)"
     exc_type: type | None = None
     timed_out: bool = False
+    error_zh: str | None = None  # the same, in Chinese, where the grader wrote it (not the student's exception)
+
+    @classmethod
+    def failed(cls, key: str, *, timed_out: bool = False, exc_type: type | None = None, **fields) -> "Outcome":
+        """An outcome whose error is message ``key`` of :mod:`messages`, in both languages."""
+        from .messages import both
+
+        en, zh = both(key, **fields)
+        return cls(error=en, error_zh=zh, timed_out=timed_out, exc_type=exc_type)
+
+    def describe(self, lang: str | None = None) -> str | None:
+        """The error in ``lang`` (default: the current language)."""
+        from .language import resolve
+
+        return self.error_zh if resolve(lang) == "zh" and self.error_zh else self.error
 
     @property
     def ok(self) -> bool:
@@ -61,7 +76,7 @@ def call(fn, *args, timeout: float | None = None, **kwargs) -> Outcome:
     if isinstance(fn, RemoteFunction):
         return fn.outcome(args, kwargs, timeout)
     if not callable(fn):
-        return Outcome(error=f"expected a function, got {type(fn).__name__}", exc_type=TypeError)
+        return Outcome.failed("call.not_function", type=type(fn).__name__, exc_type=TypeError)
     box: dict = {}
 
     def target():
@@ -80,14 +95,14 @@ def call(fn, *args, timeout: float | None = None, **kwargs) -> Outcome:
         if worker.is_alive():
             _interrupt(worker)
             worker.join(1.0)
-            return Outcome(error=f"did not return within {timeout:g} s (an endless loop?)", timed_out=True)
+            return Outcome.failed("call.timeout", t=timeout, timed_out=True)
     if "exc" in box:
         exc = box["exc"]
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return Outcome(error=f"{type(exc).__name__}{': ' + text if text else ''}{_where(exc)}",
                        exc_type=type(exc))
     if box.get("timeout"):
-        return Outcome(error=f"did not return within {timeout:g} s", timed_out=True)
+        return Outcome.failed("call.timeout_bare", t=timeout, timed_out=True)
     return Outcome(value=box.get("value"))
 
 
