@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 
 DEFAULT_PROMPT = "Once upon a time"
 
@@ -19,12 +20,141 @@ def default_llm(**kwargs):
     return LLM(**opts)
 
 
-def token_text(tokenizer, token_id: int) -> str:
-    """One token as readable text: a leading space shows as '␣', a newline as '↵'."""
-    text = tokenizer.decode([int(token_id)], skip_special_tokens=False)
+def _visible(text: str) -> str:
+    """Whitespace made visible: a leading space shows as '␣', a newline as '↵'."""
     text = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
-    text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
-    return text or "∅"
+    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    """One token as readable text: a leading space shows as '␣', a newline as '↵'; a token that
+    is only part of a character (a byte-level piece of a Chinese character, say) shows its bytes
+    as ‹E5 B0› rather than '�'."""
+    text = tokenizer.decode([int(token_id)], skip_special_tokens=False)
+    if "\ufffd" in text:
+        raw = token_bytes(tokenizer, token_id)
+        if raw is not None:
+            return hex_label(raw)
+    return _visible(text) or "∅"
+
+
+def hex_label(raw: bytes) -> str:
+    return "‹" + " ".join(f"{b:02X}" for b in raw) + "›"
+
+
+_BYTE_LEVEL: dict | None = None
+
+
+def _byte_level_table() -> dict[str, int]:
+    """GPT-2's byte <-> printable character table (what a ByteLevel BPE vocabulary spells
+    bytes with), inverted: character -> byte."""
+    global _BYTE_LEVEL
+    if _BYTE_LEVEL is None:
+        keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
+            + list(range(ord("®"), ord("ÿ") + 1))
+        chars, n = {}, 0
+        for b in range(256):
+            if b in keep:
+                chars[chr(b)] = b
+            else:
+                chars[chr(256 + n)] = b
+                n += 1
+        _BYTE_LEVEL = chars
+    return _BYTE_LEVEL
+
+
+def token_bytes(tokenizer, token_id: int) -> bytes | None:
+    """The raw UTF-8 bytes a token stands for, or None when the tokenizer does not say.
+
+    Byte-level BPE (GPT-2, Llama-3, the shipped model) spells each byte as one printable
+    character; SentencePiece byte fallback spells it ``<0xE5>``; other tokens are their text."""
+    try:
+        piece = tokenizer.convert_ids_to_tokens(int(token_id))
+    except Exception:  # noqa: BLE001 - a tokenizer without the method: no bytes to show
+        return None
+    if not isinstance(piece, str):
+        return None
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        try:
+            return bytes([int(piece[3:5], 16)])
+        except ValueError:
+            return None
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and "ByteLevel" in repr(backend.decoder):
+        table = _byte_level_table()
+        if all(ch in table for ch in piece):
+            return bytes(table[ch] for ch in piece)
+    return piece.replace("▁", " ").encode("utf-8")
+
+
+@dataclass(frozen=True)
+class TokenPiece:
+    """One token as the stepper shows it.
+
+    ``text`` is the text this token adds, as the detokenizer sees it: the characters it
+    completes. A token that is only the first bytes of a character adds nothing yet
+    (``text == ""``, ``partial``), the token that completes the character adds all of it; so
+    the ``text`` of a request's tokens joins to its decoded text, with no '�' in between.
+    ``label`` is the chip's caption: the visible text, or the bytes (‹E5 B0›) of a partial
+    token, followed by the character it completes."""
+
+    token_id: int
+    text: str
+    label: str
+    partial: bool       # part of a character split over several tokens
+    completes: str      # for a partial token: the character(s) its group spells ("" if none)
+
+
+def _incomplete(text: str) -> bool:
+    return text.endswith("\ufffd")
+
+
+def token_pieces(tokenizer, token_ids, *, context=(), max_char_tokens: int = 8) -> list[TokenPiece]:
+    """``token_ids`` cut into the text each token adds (see ``TokenPiece``).
+
+    Tokens are grouped until the group decodes to whole characters (no trailing U+FFFD),
+    decoded after a few ``context`` ids so a tokenizer that drops a leading space on its own
+    (SentencePiece) still shows it. A group still incomplete at the end (a request stopped in
+    the middle of a character) adds no text, as in the request's own detokenized text. A
+    byte sequence that can never be a character (more than ``max_char_tokens`` tokens) is
+    shown as the tokenizer decodes it."""
+    ids = [int(t) for t in token_ids]
+    ctx = [int(t) for t in context][-5:]
+
+    def decode(xs):
+        return tokenizer.decode(xs, skip_special_tokens=False)
+
+    out: list[TokenPiece] = []
+    start = 0  # first id of the group being built
+    i = 0
+    while i < len(ids):
+        window = ctx + ids[max(0, start - 5):start]
+        before = decode(window) if window else ""
+        end = i + 1
+        added = decode(window + ids[start:end])
+        added = added[len(before):] if added.startswith(before) else decode(ids[start:end])
+        if _incomplete(added) and end < len(ids) and end - start < max_char_tokens:
+            i += 1
+            continue
+        group = ids[start:end]
+        if _incomplete(added) and end == len(ids):   # stopped mid-character: nothing shown yet
+            added = added.rstrip("\ufffd")
+            whole = False
+        else:
+            whole = True
+        if len(group) == 1 and whole and "\ufffd" not in added:
+            out.append(TokenPiece(group[0], added, _visible(added) or "∅", False, ""))
+        else:
+            for k, t in enumerate(group):
+                raw = token_bytes(tokenizer, t)
+                label = hex_label(raw) if raw is not None else "‹…›"
+                last = k == len(group) - 1
+                text = added if last else ""
+                if last and added:
+                    label += _visible(added)
+                out.append(TokenPiece(t, text, label, True, added if whole else ""))
+        start = i = end
+    return out
 
 
 def esc(value) -> str:
@@ -75,15 +205,16 @@ def static_html(widget) -> str:
     return ""
 
 
-def widget_bundle(widget, data: dict, plain: str) -> dict:
+def widget_bundle(widget, data: dict, plain: str, lang=None) -> dict:
     """``data`` (the widget's own display data) plus a static HTML snapshot and a readable line.
 
     A notebook opened without a running kernel (or not trusted yet) cannot draw the widget; it
     falls back to the next format in the bundle: the snapshot, or ``plain`` where HTML is not
     rendered. A running kernel still gets the live widget (it ranks first)."""
+    from .i18n import FONT_STACK, phrase
+
     data = dict(data or {})
-    note = ("<div style='font-size:12px;color:#64748b;margin:4px 0'>A snapshot: run the cell to use "
-            "the buttons.</div>")
-    data["text/html"] = note + static_html(widget)
+    note = f"<div style='font-size:12px;color:#64748b;margin:4px 0'>{esc(phrase('snap.note', lang))}</div>"
+    data["text/html"] = f"<div style='font-family:{esc(FONT_STACK)}'>{note}{static_html(widget)}</div>"
     data["text/plain"] = plain
     return data

@@ -16,39 +16,31 @@ import html
 from typing import Iterable
 
 from ..request import TRANSITIONS, RequestState
+from .i18n import SVG_FONT_STACK, PhraseMapping, phrase, resolve_lang
 
-# What moves a request along each edge (the same words the notebooks use).
-EDGE_LABELS: dict[tuple[str, str], str] = {
-    ("NEW", "WAITING"): "tokenize + enqueue",
-    ("NEW", "FINISHED"): "cancel",
-    ("WAITING", "PREFILL"): "scheduled:\nblocks allocated",
-    ("WAITING", "FINISHED"): "cancel",
-    ("PREFILL", "DECODE"): "first token\nsampled",
-    ("PREFILL", "PREFILL"): "next chunk\n(chunked prefill)",
-    ("PREFILL", "WAITING"): "step interrupted:\nrolled back",
-    ("PREFILL", "PREEMPTED"): "out of blocks",
-    ("PREFILL", "FINISHED"): "stop / cancel",
-    ("DECODE", "PREEMPTED"): "out of blocks:\nblocks freed",
-    ("DECODE", "FINISHED"): "stop: EOS, max_tokens,\nstop string, cancel,\ncontext full",
-    ("PREEMPTED", "PREFILL"): "re-admitted:\nrecompute",
-    ("PREEMPTED", "FINISHED"): "cancel",
-    ("FINISHED", "RELEASED"): "release:\nblocks back to pool",
-}
+# What moves a request along each edge (the same words the notebooks use), and what each
+# state holds (a tooltip, and used by the notebooks). Both read the course-wide language
+# when looked up (``minillm.viz.set_language``); the phrases are in ``i18n.PHRASES``.
+_EDGES = [("NEW", "WAITING"), ("NEW", "FINISHED"), ("WAITING", "PREFILL"), ("WAITING", "FINISHED"),
+          ("PREFILL", "DECODE"), ("PREFILL", "PREFILL"), ("PREFILL", "WAITING"), ("PREFILL", "PREEMPTED"),
+          ("PREFILL", "FINISHED"), ("DECODE", "PREEMPTED"), ("DECODE", "FINISHED"), ("PREEMPTED", "PREFILL"),
+          ("PREEMPTED", "FINISHED"), ("FINISHED", "RELEASED")]
+EDGE_LABELS = PhraseMapping({e: f"edge.{e[0]}.{e[1]}" for e in _EDGES})
 DECODE_LOOP = ("DECODE", "DECODE")
 _MAIN_PATH = {("NEW", "WAITING"), ("WAITING", "PREFILL"), ("PREFILL", "DECODE"), ("DECODE", "FINISHED"),
               ("FINISHED", "RELEASED")}
-DECODE_LOOP_LABEL = "decode -> sample\n-> append token"
+STATE_HOLDS = PhraseMapping({st.value: f"holds.{st.value}" for st in RequestState})
 
-# What each state holds (shown as a tooltip and used by the notebooks).
-STATE_HOLDS: dict[str, str] = {
-    "NEW": "prompt text + SamplingParams; no tokens, no blocks",
-    "WAITING": "token ids, a place in the waiting queue; no KV blocks yet",
-    "PREFILL": "a batch slot and KV blocks for the whole prompt, being written this step",
-    "DECODE": "a batch slot and KV blocks that grow by one token per step",
-    "PREEMPTED": "its tokens only: blocks were taken back, the prompt + output will be recomputed",
-    "FINISHED": "a stop reason; its KV blocks until release",
-    "RELEASED": "nothing: blocks back in the pool, statistics recorded",
-}
+
+def state_holds(lang=None) -> dict[str, str]:
+    """state name -> what a request holds in it, in ``lang`` (None: the course-wide language)."""
+    return STATE_HOLDS.in_language(lang)
+
+
+def edge_labels(lang=None) -> dict[tuple[str, str], str]:
+    """(from, to) -> what moves a request along that edge, in ``lang``."""
+    return EDGE_LABELS.in_language(lang)
+
 
 _LIT = "#f59e0b"       # amber: the current state / the edge just taken
 _LIT_FILL = "#fde68a"
@@ -56,9 +48,6 @@ _FILL = "#eef2ff"
 _DONE_FILL = "#f1f5f9"
 _LINE = "#64748b"
 
-_HINT = ("Graphviz's `dot` program was not found, so here is the diagram as DOT text. "
-         "Install Graphviz (e.g. `apt install graphviz`, `brew install graphviz` or "
-         "`conda install graphviz`) to see the picture.")
 
 
 def _state_name(state) -> str | None:
@@ -104,12 +93,16 @@ def lifecycle_diagram(current_state=None, highlight_edge=None, *, show_loop: boo
             colour: the edges the last action crossed. ("DECODE", "DECODE") is the decode loop.
         show_loop: draw the decode -> sample -> append loop on DECODE.
         rankdir: "LR" (left to right) or "TB" (top to bottom).
+        lang: "en" or "zh" for the edge labels and tooltips (None: the course-wide language);
+            state names stay the engine's (WAITING, DECODE, ...).
 
     In a notebook the returned object displays itself as SVG (this needs Graphviz's ``dot``
     program); ``render_diagram`` is the variant that never raises when ``dot`` is missing.
     """
     import graphviz
 
+    lang = resolve_lang(lang)
+    holds, labels = state_holds(lang), edge_labels(lang)
     current = _state_name(current_state)
     lit_edges = _edges_to_light(highlight_edge)
     g = graphviz.Digraph("request_lifecycle", format="svg")
@@ -121,7 +114,7 @@ def lifecycle_diagram(current_state=None, highlight_edge=None, *, show_loop: boo
     g.attr("edge", fontname="Helvetica", fontsize="14", color=_LINE, fontcolor="#334155", arrowsize="0.8")
     for state in RequestState:
         name = state.value
-        attrs = {"tooltip": f"{name}: holds {STATE_HOLDS[name]}", "id": f"state-{name}"}
+        attrs = {"tooltip": phrase("diag.tooltip", lang, state=name, holds=holds[name]), "id": f"state-{name}"}
         if name in ("FINISHED", "RELEASED"):
             attrs["fillcolor"] = _DONE_FILL
         if name == current:
@@ -130,7 +123,7 @@ def lifecycle_diagram(current_state=None, highlight_edge=None, *, show_loop: boo
             attrs["group"] = "main"  # the happy path on one straight line
         g.node(name, name, **attrs)
     for a, b in lifecycle_edges():
-        attrs = {"label": EDGE_LABELS.get((a, b), "")}
+        attrs = {"label": labels.get((a, b), "")}
         if (a, b) in _MAIN_PATH:
             attrs["weight"] = "10"
         if b == "FINISHED" and a in ("NEW", "WAITING", "PREFILL"):
@@ -144,7 +137,7 @@ def lifecycle_diagram(current_state=None, highlight_edge=None, *, show_loop: boo
             attrs["constraint"] = "false"
         g.edge(a, b, **attrs)
     if show_loop:
-        attrs = {"label": DECODE_LOOP_LABEL, "style": "dashed", "dir": "forward"}
+        attrs = {"label": phrase("edge.loop", lang), "style": "dashed", "dir": "forward"}
         if DECODE_LOOP in lit_edges:
             attrs.update(color=_LIT, penwidth="3", fontcolor="#92400e", style="bold")
         g.edge("DECODE", "DECODE", **attrs)
@@ -163,27 +156,36 @@ def _fit_to_width(svg: str) -> str:
     return svg[:cut] + ' style="max-width:100%;height:auto;display:block"' + svg[cut:]
 
 
+def _font_stack(svg: str) -> str:
+    """Graphviz writes ``font-family="Helvetica,sans-Serif"``; give the browser the Chinese fonts
+    too (labels are Chinese in the Chinese edition, and a state's tooltip may be)."""
+    import re
+
+    return re.sub(r'font-family="Helvetica(?:-Bold)?,sans-Serif"', f'font-family="{SVG_FONT_STACK}"', svg)
+
+
 def diagram_svg(current_state=None, highlight_edge=None, **kwargs) -> str:
     """The diagram as an SVG string that scales to its container's width; raises
     graphviz.ExecutableNotFound without ``dot``."""
     svg = lifecycle_diagram(current_state, highlight_edge, **kwargs).pipe(format="svg", encoding="utf-8")
     start = svg.find("<svg")  # drop the XML prolog and doctype so it can sit inside HTML
-    return _fit_to_width(svg[start:] if start != -1 else svg)
+    return _font_stack(_fit_to_width(svg[start:] if start != -1 else svg))
 
 
 def _fallback_html(current_state, highlight_edge, **kwargs) -> str | None:
     """The text shown instead of the picture when Graphviz is missing (None when it is there)."""
+    lang = kwargs.get("lang")
     try:
         import graphviz
     except ImportError:
-        return (f"<div class='minillm-diagram minillm-diagram-fallback'><p><em>The Python package "
-                f"<code>graphviz</code> is not installed (<code>pip install graphviz</code>); the "
-                f"current state is <b>{html.escape(str(_state_name(current_state)))}</b>.</em></p></div>")
+        return (f"<div class='minillm-diagram minillm-diagram-fallback'><p><em>"
+                + phrase("diag.no_package", lang, state=html.escape(str(_state_name(current_state))))
+                + "</em></p></div>")
     try:
         diagram_svg(current_state, highlight_edge, **kwargs)
     except (graphviz.ExecutableNotFound, OSError):
         source = lifecycle_diagram(current_state, highlight_edge, **kwargs).source
-        return (f"<div class='minillm-diagram minillm-diagram-fallback'><p><em>{html.escape(_HINT)}</em></p>"
+        return (f"<div class='minillm-diagram minillm-diagram-fallback'><p><em>{html.escape(phrase('diag.no_dot', lang))}</em></p>"
                 f"<pre style='font-size:12px'>{html.escape(source)}</pre></div>")
     return None
 
@@ -202,6 +204,7 @@ class DiagramView:
     (inline SVG, or the DOT-text fallback) for embedding in a widget."""
 
     def __init__(self, current_state=None, highlight_edge=None, **kwargs):
+        kwargs["lang"] = resolve_lang(kwargs.get("lang"))  # fixed now: the SVG and PNG agree
         self.state = _state_name(current_state)
         self._args = (current_state, highlight_edge, kwargs)
         self.fallback = _fallback_html(current_state, highlight_edge, **kwargs)

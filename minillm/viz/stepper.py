@@ -31,9 +31,9 @@ import math
 from ..params import SamplingParams
 from ..request import LIVE_STATES, RequestState
 from ..trace import Event
-from ._common import DEFAULT_PROMPT, default_llm, esc, fmt_bytes, fmt_ms, token_text
-from .i18n import resolve_lang
-from .diagram import STATE_HOLDS, diagram_html, edges_of_events
+from ._common import DEFAULT_PROMPT, default_llm, esc, fmt_bytes, fmt_ms, token_pieces, token_text
+from .i18n import FONT_STACK, MONO_STACK, phrase, resolve_lang
+from .diagram import diagram_html, edges_of_events, state_holds
 
 S = RequestState
 ACTIONS = ("tokenize", "prefill", "decode_one", "run_to_end", "cancel", "release")
@@ -48,39 +48,99 @@ BUTTON_LABELS = {
 DEFAULT_LOGPROBS = 8
 
 
-def describe_event(e: Event, tokenizer=None, lang=None) -> str:
-    """One engine event in plain words (used by the stepper's log and the notebooks)."""
+def button_labels(lang=None) -> dict[str, str]:
+    """action -> button label in ``lang`` (None: the course-wide language)."""
+    return {a: phrase(f"btn.{a}", lang) for a in ACTIONS + ("new",)}
+
+
+def _quote(text: str, lang) -> str:
+    return f"「{text}」" if resolve_lang(lang) == "zh" else repr(text)
+
+
+def describe_event(e: Event, tokenizer=None, lang=None, *, token_label=None) -> str:
+    """One engine event in plain words (used by the stepper's log and the notebooks).
+
+    ``lang``: "en" or "zh" (None: the course-wide language). ``token_label(event)``, when
+    given, names a sampled token (the stepper passes the text its detokenized request shows);
+    otherwise the token's own text from ``tokenizer``."""
+    lang = resolve_lang(lang)
     d = e.data
-    who = f"request {e.request_id}"
+    who = phrase("ev.who", lang, rid=e.request_id)
     if e.kind == "transition":
         frm, to = d.get("from"), d.get("to")
         if frm is None:
-            return f"{who} created: NEW (prompt and SamplingParams validated, not tokenized yet)"
+            return phrase("ev.created", lang, who=who)
         if to == "WAITING":
-            return f"{who}: NEW -> WAITING, tokenized into {d.get('prompt_tokens')} tokens and queued"
+            return phrase("ev.waiting", lang, who=who, n=d.get("prompt_tokens"))
         if to == "PREFILL":
             cached = d.get("cached_tokens", 0)
-            extra = f", {cached} prompt tokens found in the prefix cache" if cached else ""
-            return f"{who}: {frm} -> PREFILL, scheduled with {d.get('blocks')} KV blocks{extra}"
+            extra = phrase("ev.prefill_cached", lang, n=cached) if cached else ""
+            return phrase("ev.prefill", lang, who=who, frm=frm, blocks=d.get("blocks"), extra=extra)
         if to == "DECODE":
-            return f"{who}: PREFILL -> DECODE, the first token is out; from now on one token per step"
+            return phrase("ev.decode", lang, who=who)
         if to == "PREEMPTED":
-            return f"{who}: {frm} -> PREEMPTED, {d.get('blocks')} blocks taken back (will be recomputed)"
+            return phrase("ev.preempted", lang, who=who, frm=frm, blocks=d.get("blocks"))
         if to == "FINISHED":
-            return f"{who}: {frm} -> FINISHED, stop reason {d.get('stop_reason')}"
+            return phrase("ev.finished", lang, who=who, frm=frm, reason=d.get("stop_reason"))
         if to == "RELEASED":
-            return f"{who}: FINISHED -> RELEASED, {d.get('blocks')} KV blocks back in the pool"
+            return phrase("ev.released", lang, who=who, blocks=d.get("blocks"))
         return f"{who}: {frm} -> {to}"
     if e.kind == "token":
-        text = f" {token_text(tokenizer, d['token_id'])!r}" if tokenizer is not None else ""
+        label = token_label(e) if token_label is not None else (
+            token_text(tokenizer, d["token_id"]) if tokenizer is not None else None)
+        text = f" {_quote(label, lang)}" if label is not None else ""
         prob = f" (p={math.exp(d['logprob']):.3f})" if "logprob" in d else ""
-        return f"{who}: sampled output token #{d['index']} = id {d['token_id']}{text}{prob}"
+        return phrase("ev.token", lang, who=who, index=d["index"], id=d["token_id"], text=text, prob=prob)
     if e.kind == "step":
         n = d["num_tokens"]
-        return (f"engine step {e.step}: {d['num_prefill']} prefill + {d['num_decode']} decode, "
-                f"{n} token{'' if n == 1 else 's'} through the model; KV pool {d['used_blocks']}/"
-                f"{d['total_blocks']} blocks used")
+        key = "ev.step_one" if n == 1 else "ev.step"
+        return phrase(key, lang, step=e.step, prefill=d["num_prefill"], decode=d["num_decode"], n=n,
+                      used=d["used_blocks"], total=d["total_blocks"])
     return repr(e)
+
+
+def summarize_action(action: str, events: list[Event], request_id, tokenizer=None, lang=None, *,
+                     token_label=None) -> str:
+    """One sentence for what a stepper action did to its request, from the events it caused,
+    e.g. "Prefill: one forward pass over 5 prompt tokens, 1 KV block allocated, first token
+    'fox' sampled"."""
+    lang = resolve_lang(lang)
+    mine = [e for e in events if e.request_id == request_id]
+    steps = [e for e in events if e.kind == "step"]
+    tokens = [e for e in mine if e.kind == "token"]
+    moved = {e.data.get("to"): e for e in mine if e.kind == "transition"}
+
+    def name(e):
+        label = token_label(e) if token_label is not None else (
+            token_text(tokenizer, e.data["token_id"]) if tokenizer is not None else str(e.data["token_id"]))
+        return _quote(label, lang)
+
+    parts = []
+    if action == "tokenize" and "WAITING" in moved:
+        parts.append(phrase("sum.tokenize", lang, n=moved["WAITING"].data.get("prompt_tokens")))
+    elif action in ("prefill", "decode_one") and "PREFILL" in moved:
+        pre = moved["PREFILL"].data
+        n = steps[0].data["num_tokens"] if len(steps) == 1 else sum(s.data["num_tokens"] for s in steps)
+        parts.append(phrase("sum.prefill", lang, n=n, blocks=pre.get("blocks")))
+        if pre.get("cached_tokens"):
+            parts.append(phrase("sum.cached", lang, n=pre["cached_tokens"]))
+        if tokens:
+            parts.append(phrase("sum.first", lang, tok=name(tokens[0])))
+    elif action == "decode_one" and tokens:
+        parts.append(phrase("sum.decode", lang, tok=name(tokens[-1]), index=tokens[-1].data["index"]))
+    elif action == "run_to_end":
+        parts.append(phrase("sum.run", lang, steps=len(steps), n=len(tokens)))
+    elif action == "cancel":
+        parts.append(phrase("sum.cancel", lang, blocks=moved.get("RELEASED").data.get("blocks")
+                            if "RELEASED" in moved else 0))
+    elif action == "release" and "RELEASED" in moved:
+        parts.append(phrase("sum.release", lang, blocks=moved["RELEASED"].data.get("blocks")))
+    if "FINISHED" in moved and action not in ("cancel",):
+        parts.append(phrase("sum.finished", lang, reason=moved["FINISHED"].data.get("stop_reason")))
+    if not parts:
+        return ""
+    sep = "，" if lang == "zh" else ", "
+    return phrase(f"btn.{action}", lang) + ("：" if lang == "zh" else ": ") + sep.join(parts)
 
 
 class RequestStepperCore:
@@ -137,8 +197,9 @@ class RequestStepperCore:
 
     def _require(self, action: str) -> None:
         if not self.can(action):
-            raise ValueError(f"{BUTTON_LABELS[action]} does not apply: the request is {self.state.value}"
-                             + ("" if self.req is not None else " (press Tokenize first)"))
+            raise ValueError(phrase("err.not_now", self.lang, label=phrase(f"btn.{action}", self.lang),
+                                    state=self.state.value)
+                             + ("" if self.req is not None else phrase("err.tokenize_first", self.lang)))
 
     def _record(self, action: str, start: int) -> list[Event]:
         events = list(self.llm.trace[start:])
@@ -237,17 +298,35 @@ class RequestStepperCore:
     def blocks_held(self) -> int:
         return 0 if self.req is None else len(self.req.block_table)
 
-    def prompt_tokens(self) -> list[tuple[int, str]]:
+    def prompt_pieces(self):
+        """The prompt's tokens as ``TokenPiece``s: the text each adds (a Chinese character split
+        over byte tokens shows on the token that completes it; the others are marked partial)."""
         if self.req is None:
             return []
-        tok = self.llm.tokenizer
-        return [(t, token_text(tok, t)) for t in self.req.prompt_token_ids]
+        return token_pieces(self.llm.tokenizer, self.req.prompt_token_ids)
+
+    def output_pieces(self):
+        """The output tokens as ``TokenPiece``s, decoded after the prompt as the request's
+        detokenizer does: their ``text`` joins to ``req.text`` (unless a stop string cut it)."""
+        if self.req is None:
+            return []
+        return token_pieces(self.llm.tokenizer, self.req.output_token_ids, context=self.req.prompt_token_ids)
+
+    def prompt_tokens(self) -> list[tuple[int, str]]:
+        """(id, label) per prompt token; the label is the visible text or ‹bytes› of a partial token."""
+        return [(p.token_id, p.label) for p in self.prompt_pieces()]
 
     def output_tokens(self) -> list[tuple[int, str]]:
-        if self.req is None:
-            return []
-        tok = self.llm.tokenizer
-        return [(t, token_text(tok, t)) for t in self.req.output_token_ids]
+        return [(p.token_id, p.label) for p in self.output_pieces()]
+
+    def token_label(self, event) -> str:
+        """The caption of a sampled token event: the piece of the output it is."""
+        if self.req is not None and event.request_id == self.req.request_id:
+            pieces = self.output_pieces()
+            i = event.data.get("index", -1)
+            if 0 <= i < len(pieces) and pieces[i].token_id == event.data["token_id"]:
+                return pieces[i].label
+        return token_text(self.llm.tokenizer, event.data["token_id"])
 
     def candidates(self) -> dict | None:
         """The top candidates the engine reported for the latest sampled token (raw model
@@ -303,10 +382,11 @@ class RequestStepperCore:
         """The status line, with the stable ``minillm-state`` / ``minillm-blocks`` hooks."""
         rid = "–" if self.req is None else esc(self.req.request_id)
         reason = self.req.stop_reason.value if self.req is not None and self.req.stop_reason else "–"
-        return (f"<div class='minillm-status'>request <b>{rid}</b> · state "
-                f"<span class=\"minillm-state\">{self.state.value}</span> · KV blocks held "
-                f"<span class=\"minillm-blocks\">{self.blocks_held}</span> · engine step "
-                f"<b>{self.llm.step_count}</b> · stop reason <b>{reason}</b></div>")
+        return ("<div class='minillm-status'>" + phrase(
+            "st.line", self.lang, rid=f"<b>{rid}</b>",
+            state=f"<span class=\"minillm-state\">{self.state.value}</span>",
+            blocks=f"<span class=\"minillm-blocks\">{self.blocks_held}</span>",
+            step=f"<b>{self.llm.step_count}</b>", reason=f"<b>{reason}</b>") + "</div>")
 
 
 # ----------------------------------------------------------------------------------------
@@ -315,9 +395,12 @@ class RequestStepperCore:
 
 _CSS = """
 <style>
-.minillm-stepper .widget-html-content{line-height:1.45}
+.minillm-stepper .widget-html-content{line-height:1.45;font-family:%(font)s}
+.minillm-stepper .widget-button,.minillm-stepper .widget-label,.minillm-stepper textarea{font-family:%(font)s}
 .minillm-stepper .mm-chip{display:inline-block;margin:2px;padding:2px 5px;border-radius:6px;
-  font-family:monospace;font-size:12px;text-align:center;line-height:1.2;vertical-align:top}
+  font-family:%(mono)s;font-size:12px;text-align:center;line-height:1.2;vertical-align:top}
+.minillm-stepper .mm-partial{border-style:dotted;color:#7c2d12}
+.minillm-stepper .mm-summary{font-size:13px;font-weight:bold;color:#92400e;margin:2px 0 4px 0}
 .minillm-stepper .mm-chip small{display:block;font-size:12px;opacity:.75}
 .minillm-stepper .mm-prompt{background:#dbeafe;border:1px solid #93c5fd}
 .minillm-stepper .mm-special{background:#e5e7eb;border:1px dashed #9ca3af;font-style:italic}
@@ -336,39 +419,50 @@ _CSS = """
 .minillm-stepper .mm-h{font-weight:bold;margin:6px 0 2px 0}
 .minillm-stepper .minillm-status{font-size:14px;padding:4px 8px;background:#f8fafc;border-left:4px solid #f59e0b}
 .minillm-stepper .minillm-state{font-weight:bold;color:#92400e}
-.minillm-stepper .mm-log{font-family:monospace;font-size:12px;max-height:220px;overflow-y:auto}
+.minillm-stepper .mm-log{font-family:%(mono)s;font-size:12px;max-height:220px;overflow-y:auto}
 .minillm-stepper .mm-diagram svg{width:100%;max-width:100%;height:auto}
 .minillm-stepper .mm-grid{display:grid;grid-template-columns:repeat(16,30px);gap:0}
 .minillm-stepper .jupyter-button:disabled,.minillm-stepper .jupyter-button[disabled]{background:#e5e7eb !important;
   color:#9ca3af !important;opacity:1;box-shadow:none;cursor:not-allowed}
 </style>
-"""
+""".replace("%(font)s", FONT_STACK).replace("%(mono)s", MONO_STACK)
 
 
 def tokens_html(core: RequestStepperCore) -> str:
+    lang = core.lang
     if core.req is None:
-        return ("<div class='mm-h'>Tokens</div><div><em>Not tokenized yet: the prompt is still text. "
-                "Press <b>Tokenize</b>.</em></div>")
+        return f"<div class='mm-h'>{phrase('tok.head', lang)}</div><div><em>{phrase('tok.none', lang)}</em></div>"
     special = set(core.llm.tokenizer.all_special_ids)
+    partial_tip = phrase("tok.partial_tip", lang)
     chips = []
-    for t, text in core.prompt_tokens():
-        cls = "mm-special" if t in special else "mm-prompt"
-        chips.append(f"<span class='mm-chip {cls}' title='prompt token id {t}'>{esc(text)}<small>{t}</small></span>")
-    outs = core.output_tokens()
-    for i, (t, text) in enumerate(outs):
+
+    def chip(piece, cls, title):
+        if piece.partial:
+            cls += " mm-partial"
+            title += " · " + partial_tip + (f" → {piece.completes}" if piece.completes else "")
+        return (f"<span class='mm-chip {cls}' title='{esc(title)}'>{esc(piece.label)}"
+                f"<small>{piece.token_id}</small></span>")
+
+    for piece in core.prompt_pieces():
+        cls = "mm-special" if piece.token_id in special else "mm-prompt"
+        chips.append(chip(piece, cls, phrase("tok.prompt_tip", lang, id=piece.token_id)))
+    outs = core.output_pieces()
+    for i, piece in enumerate(outs):
         cls = "mm-new" if i == len(outs) - 1 else "mm-out"
-        chips.append(f"<span class='mm-chip {cls}' title='output token #{i}, id {t}'>{esc(text)}<small>{t}</small></span>")
+        chips.append(chip(piece, cls, phrase("tok.out_tip", lang, i=i, id=piece.token_id)))
     n_in, n_out = len(core.req.prompt_token_ids), len(outs)
-    return (f"<div class='mm-h'>Tokens: {n_in} prompt (blue) + {n_out} output (green, newest in amber)</div>"
+    return (f"<div class='mm-h'>{phrase('tok.counts', lang, n_in=n_in, n_out=n_out)}</div>"
             f"<div>{''.join(chips)}</div>"
-            f"<div style='font-size:12px;margin-top:3px'>text so far: <code>{esc(core.req.text)}</code></div>")
+            f"<div style='font-size:12px;margin-top:3px'>{phrase('tok.so_far', lang)} "
+            f"<code>{esc(core.req.text)}</code></div>")
 
 
 def candidates_html(core: RequestStepperCore) -> str:
+    lang = core.lang
     c = core.candidates()
-    head = "<div class='mm-h'>Next-token candidates</div>"
+    head = f"<div class='mm-h'>{phrase('cand.head', lang)}</div>"
     if c is None:
-        return head + "<div><em>No token sampled yet. The first one comes out of Prefill.</em></div>"
+        return head + f"<div><em>{phrase('cand.none', lang)}</em></div>"
     rows = []
     top = c["top"]
     if c["chosen_rank"] is None:
@@ -376,41 +470,36 @@ def candidates_html(core: RequestStepperCore) -> str:
     pmax = max(p for _, _, p in top) or 1.0
     for rank, (t, text, p) in enumerate(top):
         chosen = t == c["chosen"]
-        mark = "★ sampled" if chosen else ""
+        mark = phrase("cand.sampled", lang) if chosen else ""
         rank_txt = str(rank + 1) if rank < len(c["top"]) else "…"
         rows.append(f"<tr class='{'mm-chosen' if chosen else ''}'><td>{rank_txt}</td><td><code>{esc(text)}</code></td>"
                     f"<td>{t}</td><td><span class='mm-bar' style='width:{int(120 * p / pmax)}px'></span></td>"
                     f"<td>{p:.3f}</td><td>{mark}</td></tr>")
     p = core.req.params
     knobs = f"temperature={p.temperature}, top_k={p.top_k}, top_p={p.top_p}, seed={p.seed}"
-    return (head + f"<div style='font-size:12px'>for output token #{c['index']}: the model's probabilities "
-            f"(before temperature and filters) and the token the sampler drew with {esc(knobs)}. "
-            f"That token is now part of the history.</div>"
-            f"<table class='mm-cand'><tr><td>#</td><td>token</td><td>id</td><td></td><td>p</td><td></td></tr>"
-            f"{''.join(rows)}</table>")
+    return (head + f"<div style='font-size:12px'>{phrase('cand.explain', lang, index=c['index'], knobs=esc(knobs))}"
+            f"</div><table class='mm-cand'><tr><td>#</td><td>{phrase('cand.token', lang)}</td><td>id</td><td></td>"
+            f"<td>p</td><td></td></tr>{''.join(rows)}</table>")
 
 
 def blocks_html(core: RequestStepperCore) -> str:
+    lang = core.lang
     kv = core.kv()
     cells = []
     for c in core.pool():
         label = "" if c["pos"] is None else str(c["pos"])
-        share = " (shared)" if c["shared"] else ""
-        title = {"mine": f"block {c['block']}: entry {c['pos']} of this request's block table{share}",
-                 "other": f"block {c['block']}: held by another request{share}",
-                 "cached": f"block {c['block']}: free, still holds a cached prefix",
-                 "free": f"block {c['block']}: free"}[c["kind"]]
+        share = phrase("pool.shared", lang) if c["shared"] else ""
+        title = phrase(f"pool.tip_{c['kind']}", lang, block=c["block"], pos=c["pos"], share=share)
         cells.append(f"<span class='mm-cell mm-{c['kind']}' title='{esc(title)}'>{label}</span>")
-    legend = ("<span class='mm-cell mm-mine'>0</span> this request (number = position in its block table) "
-              "<span class='mm-cell mm-other'></span> other requests "
-              "<span class='mm-cell mm-cached'></span> free, prefix still cached "
-              "<span class='mm-cell mm-free'></span> free")
-    held = (f"this request holds <b>{kv['blocks']}</b> blocks = {kv['slots']} token slots "
-            f"({kv['tokens_in_cache']} filled with K/V) = <b>{fmt_bytes(kv['bytes_held'])}</b> "
-            f"({kv['bytes_per_token']} bytes per token)")
-    pool = (f"pool: {kv['used_blocks']} / {kv['total_blocks']} blocks in use, "
-            f"{fmt_bytes(kv['used_bytes'])} of {fmt_bytes(kv['total_bytes'])}")
-    return (f"<div class='mm-h'>KV cache pool ({kv['total_blocks']} blocks × {kv['block_size']} tokens)</div>"
+    legend = (f"<span class='mm-cell mm-mine'>0</span> {phrase('pool.leg_mine', lang)} "
+              f"<span class='mm-cell mm-other'></span> {phrase('pool.leg_other', lang)} "
+              f"<span class='mm-cell mm-cached'></span> {phrase('pool.leg_cached', lang)} "
+              f"<span class='mm-cell mm-free'></span> {phrase('pool.leg_free', lang)}")
+    held = phrase("pool.held", lang, blocks=kv["blocks"], slots=kv["slots"], filled=kv["tokens_in_cache"],
+                  bytes=fmt_bytes(kv["bytes_held"]), bpt=kv["bytes_per_token"])
+    pool = phrase("pool.total", lang, used=kv["used_blocks"], total=kv["total_blocks"],
+                  used_bytes=fmt_bytes(kv["used_bytes"]), total_bytes=fmt_bytes(kv["total_bytes"]))
+    return (f"<div class='mm-h'>{phrase('pool.head', lang, total=kv['total_blocks'], size=kv['block_size'])}</div>"
             f"<div class='mm-grid'>{''.join(cells)}</div><div style='font-size:12px'>{legend}</div>"
             f"<div style='font-size:12px;margin-top:4px'>{held}<br>{pool}</div>")
 
@@ -419,30 +508,39 @@ def metrics_html(core: RequestStepperCore) -> str:
     m = core.metrics()
     if not m:
         return ""
-    return ("<div class='mm-h'>Timings (from the engine's trace; stepping by hand, your pauses between "
-            "clicks count too)</div><div style='font-size:12px'>"
-            f"TTFT {fmt_ms(m['ttft'])} · TPOT {fmt_ms(m['tpot'])} · queue {fmt_ms(m['queue_time'])} · "
-            f"end-to-end {fmt_ms(m['e2e'])} · FINISHED→RELEASED {fmt_ms(m['release_delay'])} · "
-            f"output tokens {m['num_output_tokens']}</div>")
+    lang = core.lang
+    return (f"<div class='mm-h'>{phrase('met.head', lang)}</div><div style='font-size:12px'>"
+            + phrase("met.line", lang, ttft=fmt_ms(m["ttft"]), tpot=fmt_ms(m["tpot"]),
+                     queue=fmt_ms(m["queue_time"]), e2e=fmt_ms(m["e2e"]), release=fmt_ms(m["release_delay"]),
+                     n=m["num_output_tokens"]) + "</div>")
 
 
 def log_html(core: RequestStepperCore) -> str:
+    lang = core.lang
     tok = core.llm.tokenizer
-    if core.last_action is None:
-        st = core.state.value
-        return (f"<div class='mm-h'>What happened</div><div style='font-size:12px'>Nothing yet. In {st} a request "
-                f"holds: {esc(STATE_HOLDS[st])}.</div>")
-    lines = [esc(describe_event(e, tok)) for e in core.last_events]
-    label = BUTTON_LABELS.get(core.last_action, core.last_action)
-    if core.last_action in ("prefill", "decode_one") and core.req is not None and core.state == S.WAITING:
-        lines.append("(the scheduler could not admit the request this step: no free slot, budget or blocks)")
+    holds = state_holds(lang)
     st = core.state.value
-    history = "<br>".join(f"<b>{esc(BUTTON_LABELS.get(a, a))}</b>: " + "; ".join(
-        esc(describe_event(e, tok)) for e in evs if e.request_id is not None) for a, evs in core.log)
-    return (f"<div class='mm-h'>What “{esc(label)}” did in the engine</div>"
-            f"<div class='mm-log'>{'<br>'.join(lines) or 'no events'}</div>"
-            f"<div style='font-size:12px;margin-top:3px'>Now {st}: holds {esc(STATE_HOLDS[st])}.</div>"
-            f"<details><summary style='font-size:12px'>all events of this request</summary>"
+    head = f"<div class='mm-h'>{phrase('log.head_idle', lang)}</div>"
+    if core.last_action is None:
+        return head + f"<div style='font-size:12px'>{esc(phrase('log.nothing', lang, state=st, holds=holds[st]))}</div>"
+
+    def say(e):
+        return esc(describe_event(e, tok, lang, token_label=core.token_label))
+
+    lines = [say(e) for e in core.last_events]
+    action = "new" if core.last_action == "reset" else core.last_action
+    label = phrase(f"btn.{action}", lang) if action in ACTIONS + ("new",) else action
+    if core.last_action in ("prefill", "decode_one") and core.req is not None and core.state == S.WAITING:
+        lines.append(esc(phrase("log.not_admitted", lang)))
+    summary = summarize_action(core.last_action, core.last_events, core.request_id, tok, lang,
+                               token_label=core.token_label)
+    history = "<br>".join(f"<b>{esc(phrase(f'btn.{a}', lang))}</b>: " + "; ".join(
+        say(e) for e in evs if e.request_id is not None) for a, evs in core.log)
+    return (f"<div class='mm-h'>{esc(phrase('log.head', lang, label=label))}</div>"
+            + (f"<div class='mm-summary'>{esc(summary)}</div>" if summary else "")
+            + f"<div class='mm-log'>{'<br>'.join(lines) or esc(phrase('log.no_events', lang))}</div>"
+            f"<div style='font-size:12px;margin-top:3px'>{esc(phrase('log.now', lang, state=st, holds=holds[st]))}</div>"
+            f"<details><summary style='font-size:12px'>{phrase('log.all', lang)}</summary>"
             f"<div class='mm-log'>{history}</div></details>")
 
 
@@ -456,27 +554,57 @@ def _import_widgets():
     return w
 
 
-def language_notice(prompt: str, num_tokens: int) -> str:
-    """One line of HTML when the prompt is not plain English text, else "".
+class ButtonMap(dict):
+    """label -> Button, where a button also answers to its English label and its action name.
 
-    The shipped model learned English children's stories only; its byte-level tokenizer still
-    accepts any text, but a Chinese character becomes several byte tokens the model never saw
-    in training, so what it generates next is noise. Say so instead of letting it look broken."""
-    foreign = sum(1 for ch in prompt if ord(ch) > 127)
-    if not foreign:
+    Iterating (``keys``, ``values``, ``items``) shows each button once, under the label it
+    shows; ``buttons["Prefill"]``, ``buttons["预填充"]`` and ``buttons["prefill"]`` are the
+    same button, so a notebook's code works in both languages."""
+
+    def __init__(self):
+        super().__init__()
+        self._alias: dict[str, str] = {}
+
+    def add(self, button, label: str, *aliases: str) -> None:
+        self[label] = button
+        for a in aliases:
+            if a != label:
+                self._alias[a] = label
+
+    def __getitem__(self, key):
+        return super().__getitem__(self._alias.get(key, key))
+
+    def __contains__(self, key):
+        return super().__contains__(self._alias.get(key, key))
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
+def language_notice(pieces, lang=None) -> str:
+    """One line of HTML when some characters of the prompt are not in the tokenizer's
+    vocabulary (they fell back to byte tokens), else "".
+
+    A byte-level tokenizer accepts any text, but a character it never learned becomes two to
+    four byte tokens the model has hardly seen in training, so what it generates next is
+    noise. Say so instead of letting it look broken. ``pieces``: ``token_pieces`` of the prompt."""
+    chars = [p.completes for p in pieces if p.partial and p.completes]
+    if not chars:
         return ""
-    return (f"<div style='color:#92400e;font-size:13px'>ℹ The shipped model was trained on English stories "
-            f"only: these {len(prompt)} characters became {num_tokens} tokens, the non-English ones as raw "
-            f"bytes it has hardly seen, so expect nonsense after them. The engine's mechanics are the same; "
-            f"LLM(\"path/to/a/multilingual/model\") loads a model that reads them.</div>")
+    n_tokens = sum(1 for p in pieces if p.partial)
+    sample = "".join(dict.fromkeys("".join(chars)))[:12]
+    return ("<div style='color:#92400e;font-size:13px'>ℹ "
+            + esc(phrase("notice.bytes", lang, chars=len(chars), n=n_tokens, sample=sample)) + "</div>")
 
 
 class RequestStepper(_import_widgets().VBox):
     """The widget: ``RequestStepper(llm=None, prompt="Once upon a time", params=None)``.
 
     ``stepper.core`` is the ``RequestStepperCore``; ``stepper.buttons`` maps each button
-    label to its ``ipywidgets.Button`` (``stepper.buttons["Prefill"].click()`` works in
-    tests); ``stepper.status`` is the HTML widget with the state and block-count spans.
+    label to its ``ipywidgets.Button``: the label shown (``"预填充"`` with ``lang="zh"``), the
+    English label (``stepper.buttons["Prefill"].click()`` works in every language) or the
+    action name (``"prefill"``); ``stepper.status`` is the HTML widget with the state and
+    block-count spans. ``lang``: "en" or "zh" (None: the course-wide ``set_language``).
     """
 
     def __init__(self, llm=None, prompt: str = DEFAULT_PROMPT, params: SamplingParams | None = None, *,
@@ -488,31 +616,34 @@ class RequestStepper(_import_widgets().VBox):
         p = self.core.params
         style = {"description_width": "90px"}
         lay = w.Layout(width="330px")
-        self.prompt_box = w.Textarea(value=prompt, description="prompt", layout=w.Layout(width="330px", height="60px"),
+        L = lambda key: phrase(key, self.lang)  # noqa: E731
+        self.prompt_box = w.Textarea(value=prompt, description=L("ctl.prompt"), layout=w.Layout(width="330px", height="60px"),
                                      style=style)
         self.temperature = w.FloatSlider(value=p.temperature, min=0.0, max=2.0, step=0.05, description="temperature",
                                          style=style, layout=lay, continuous_update=False)
-        self.top_k = w.IntSlider(value=p.top_k, min=0, max=100, description="top-k (0=off)", style=style, layout=lay,
+        self.top_k = w.IntSlider(value=p.top_k, min=0, max=100, description=L("ctl.top_k"), style=style, layout=lay,
                                  continuous_update=False)
         self.top_p = w.FloatSlider(value=p.top_p, min=0.05, max=1.0, step=0.05, description="top-p", style=style,
                                    layout=lay, continuous_update=False)
-        self.seed = w.IntText(value=0 if p.seed is None else p.seed, description="seed", style=style, layout=lay)
-        self.max_tokens = w.IntSlider(value=p.max_tokens, min=1, max=64, description="max tokens", style=style,
+        self.seed = w.IntText(value=0 if p.seed is None else p.seed, description=L("ctl.seed"), style=style, layout=lay)
+        self.max_tokens = w.IntSlider(value=p.max_tokens, min=1, max=64, description=L("ctl.max_tokens"), style=style,
                                       layout=lay, continuous_update=False)
         self._controls = [self.prompt_box, self.temperature, self.top_k, self.top_p, self.seed, self.max_tokens]
-        self.buttons: dict[str, object] = {}
+        labels = button_labels(self.lang)
+        self.buttons = ButtonMap()
         for action in ACTIONS:
-            b = w.Button(description=BUTTON_LABELS[action], layout=w.Layout(width="150px"),
+            b = w.Button(description=labels[action], layout=w.Layout(width="150px"),
                          button_style="warning" if action == "cancel" else "")
             b.add_class(f"minillm-btn-{action.replace('_', '-')}")
             b.on_click(lambda _b, a=action: self._do(a))
-            self.buttons[BUTTON_LABELS[action]] = b
-        self.new_button = w.Button(description="New request", layout=w.Layout(width="150px"), button_style="info")
+            self.buttons.add(b, labels[action], BUTTON_LABELS[action], action)
+        self.new_button = w.Button(description=labels["new"], layout=w.Layout(width="150px"), button_style="info")
         self.new_button.add_class("minillm-btn-new")
         self.new_button.on_click(lambda _b: self._do("reset"))
-        self.buttons["New request"] = self.new_button
+        self.buttons.add(self.new_button, labels["new"], "New request", "new")
         self.status = w.HTML()
         self.message = w.HTML()
+        self._notice = ""
         self.diagram = w.HTML(layout=w.Layout(width="100%"))
         self.diagram.add_class("mm-diagram")
         self.tokens = w.HTML()
@@ -520,9 +651,9 @@ class RequestStepper(_import_widgets().VBox):
         self.blocks = w.HTML(layout=w.Layout(width="52%"))
         self.timings = w.HTML()
         self.events_view = w.HTML(layout=w.Layout(width="420px"))
-        settings = w.VBox([w.HTML("<div class='mm-h'>The request: prompt + SamplingParams</div>")] + self._controls)
-        buttons = w.VBox([w.HTML("<div class='mm-h'>Engine actions</div>")]
-                         + [self.buttons[BUTTON_LABELS[a]] for a in ACTIONS] + [self.new_button])
+        settings = w.VBox([w.HTML(f"<div class='mm-h'>{L('ctl.request')}</div>")] + self._controls)
+        buttons = w.VBox([w.HTML(f"<div class='mm-h'>{L('ctl.actions')}</div>")]
+                         + [self.buttons[a] for a in ACTIONS] + [self.new_button])
         top = w.HBox([settings, buttons, self.events_view], layout=w.Layout(align_items="flex-start"))
         self.children = [w.HTML(_CSS), self.status, self.message, top, self.diagram, self.tokens,
                          w.HBox([self.cands, self.blocks], layout=w.Layout(align_items="flex-start")),
@@ -537,15 +668,15 @@ class RequestStepper(_import_widgets().VBox):
 
     def _do(self, action: str) -> None:
         try:
-            note = ""
             if action == "tokenize":
                 self.core.tokenize(self.prompt_box.value, self._params_from_controls())
-                note = language_notice(self.prompt_box.value, len(self.core.req.prompt_token_ids))
+                self._notice = language_notice(self.core.prompt_pieces(), self.lang)
             elif action == "reset":
                 self.core.reset()
+                self._notice = ""
             else:
                 getattr(self.core, action)()
-            self.message.value = note
+            self.message.value = self._notice  # the byte-token notice stays while the request lives
         except Exception as exc:  # a bad prompt or parameter: say so, keep the widget alive
             self.message.value = f"<div style='color:#b91c1c'>⚠ {esc(type(exc).__name__)}: {esc(exc)}</div>"
         self.refresh()
@@ -553,20 +684,20 @@ class RequestStepper(_import_widgets().VBox):
     def _repr_mimebundle_(self, **kwargs):
         from ._common import widget_bundle
 
-        plain = (f"RequestStepper: request {self.core.request_id or '(none yet)'} in {self.core.state} "
-                 f"(run the cell to use the buttons)")
-        return widget_bundle(self, super()._repr_mimebundle_(**kwargs), plain)
+        plain = phrase("st.plain", self.lang, rid=self.core.request_id or phrase("st.none_yet", self.lang),
+                       state=self.core.state.value)
+        return widget_bundle(self, super()._repr_mimebundle_(**kwargs), plain, lang=self.lang)
 
     def refresh(self) -> None:
         """Redraw every view from the engine's current state."""
         core = self.core
         for action in ACTIONS:
-            self.buttons[BUTTON_LABELS[action]].disabled = not core.can(action)
+            self.buttons[action].disabled = not core.can(action)
         self.new_button.disabled = core.req is None
         for c in self._controls:
             c.disabled = core.req is not None  # parameters travel with the request once it exists
         self.status.value = core.status_html()
-        self.diagram.value = diagram_html(core.state, core.last_edges() or None)
+        self.diagram.value = diagram_html(core.state, core.last_edges() or None, lang=self.lang)
         self.tokens.value = tokens_html(core)
         self.cands.value = candidates_html(core)
         self.blocks.value = blocks_html(core)
