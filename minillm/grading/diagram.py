@@ -377,6 +377,7 @@ ROLES: dict[str, tuple[str, str]] = {
 }
 _ROLE_RE = {k: re.compile(v[0], re.IGNORECASE) for k, v in ROLES.items()}
 REQUIRED = ("enqueue", "prefill", "decode", "finish", "release")
+_ROLE_NAME_ZH = {"enqueue": "入队", "prefill": "预填充", "decode": "解码", "finish": "完成", "release": "释放"}
 LOOP_OK = {"decode", "sample", "update", None}  # roles a decode loop may pass through
 _KV = re.compile(r"\bkv\b|cache|blocks?|\bkeys?\b|\bvalues?\b|k/v|显存|缓存|键值|块|KV", re.IGNORECASE)
 _NOTHING = re.compile(r"\bnothing\b|\bnone\b|\bno\b|\bfree\w*|\breturn\w*|\breleas\w*|\bback\b|\b0\b|"
@@ -516,7 +517,8 @@ def _grade_task1(d: Diagram, m: Marks) -> None:
     merged = [s for s in d.states if {"finish", "release"} <= g.roles[s]]
     for role in REQUIRED:
         if have[role] and not (role == "release" and merged and set(have["release"]) <= set(merged)):
-            m.ok(m.t("dia.state", role=ROLES[role][1].split(' / ')[0], names=_names(have[role])), 1)
+            m.ok(m.t("dia.state", role=_ROLE_NAME_ZH[role] if m.lang == "zh" else ROLES[role][1].split(' / ')[0],
+                     names=_names(have[role])), 1)
         elif role == "enqueue" and have["new"]:
             m.missing(m.t("dia.no_queue", names=_names(have['new'])))
             m.score += 0.5

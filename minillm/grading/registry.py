@@ -219,7 +219,7 @@ def grade(ex: Exercise, answer: Any, lang: str | None = None) -> Result:
         score = min(max(marks.score, 0.0), ex.max_score)
         bonus = min(max(marks.bonus, 0.0), ex.bonus_max)
         return Result(ex.id, ex.title_in(lang), score, ex.max_score, GRADED, marks.feedback, marks.review, bonus,
-                      ex.bonus_max, lang=marks.lang)
+                      ex.bonus_max, lang=lang)
 
 
 def _flag_copy_of_model(ex: Exercise, answer: Any, marks: Marks) -> None:

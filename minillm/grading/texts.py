@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .language import Bi, answer_language
 from .registry import Marks, NotAttempted, is_unanswered, register
 from .text import CLAUSE, W, char_count, compile_all, idea, keyword_list, misconception, normalize
 
@@ -159,28 +160,39 @@ NO_EFFECT_LATER = misconception(
 
 
 class _TypeProblem(Exception):
-    """The answer has the wrong type: graded 0 with a message, never an error."""
+    """The answer has the wrong type: graded 0 with a message (English, Chinese), never an error."""
+
+    def __init__(self, en: str, zh: str) -> None:
+        super().__init__(en)
+        self.zh = zh
+
+
+def _empty(name: str) -> NotAttempted:
+    return NotAttempted.key("na.empty", name=name)
 
 
 def _as_text(answer, name: str) -> str:
     if isinstance(answer, (list, tuple)) and all(isinstance(a, str) for a in answer):
         answer = " ".join(answer)
     if not isinstance(answer, str):
-        raise _TypeProblem(f"{name} should be a string (text in quotes), got {type(answer).__name__}")
+        t = type(answer).__name__
+        raise _TypeProblem(f"{name} should be a string (text in quotes), got {t}",
+                           f"{name} 应该是一个字符串（用引号括起来的文字），得到的是 {t}")
     text = normalize(answer)
     if not text:
-        raise NotAttempted(f"{name} is still empty")
+        raise _empty(name)
     return text
 
 
 def _wrong_type(fn):
-    """A grader wrapper that turns a wrong answer type into feedback."""
+    """A grader wrapper that turns a wrong answer type into feedback (in the notebook's language:
+    a value of the wrong type has no language of its own)."""
 
     def grader(answer, m: Marks):
         try:
             fn(answer, m)
         except _TypeProblem as exc:
-            m.wrong(str(exc))
+            m.wrong(exc.zh if m.lang == "zh" else str(exc))
 
     grader.__name__ = fn.__name__
     grader.__doc__ = fn.__doc__
@@ -227,6 +239,21 @@ def _grade_ideas(text: str, m: Marks, ideas, points_each: float) -> int:
             m.missing(f"missing idea: {item.label} — {item.missing_hint}" if item.missing_hint
                       else f"missing idea: {item.label}")
     return got
+
+
+def _task3_misconceptions(text: str, m: Marks, lang: str) -> bool:
+    """Task 3's reasons: the two misconceptions about what the cache is, said in the answer's language."""
+    from . import ideas as I
+
+    zh = {"hit_miss": I.HIT_MISS.feedback_zh, "saves_memory": I.SAVES_MEMORY.feedback_zh}
+    found = False
+    for item in (HIT_MISS, SAVES_MEMORY):
+        phrase = item.find(text)
+        if phrase:
+            m.wrong(_say(lang, f"misconception ('{phrase.strip()}'): {item.feedback}",
+                         f"误解（“{phrase.strip()}”）：{zh[item.key]}"))
+            found = True
+    return found
 
 
 def _length_gate(text: str, limit: int, m: Marks, what: str = "your answer") -> bool:
@@ -333,7 +360,7 @@ def _short_answer(text: str, m: Marks, ideas, misconceptions, prompts, limit: fl
     from .concepts import length_units, read
 
     r = read(text, ideas, misconceptions, prompts)
-    lang = r.lang
+    lang = r.lang = answer_language(text, m.lang)
     if r.copied:
         m.wrong(_say(lang, "this repeats the task's own words; explain it in yours",
                      "这是在重复题目里的话；请用自己的话解释"))
@@ -361,7 +388,8 @@ def _short_answer(text: str, m: Marks, ideas, misconceptions, prompts, limit: fl
                     "非常短：需要人工确认它确实解释了机制"))
 
 
-@register("task2_kv_explain", "Task 2 · the KV cache in ≤ 100 characters", "§3 KV cache", 2)
+@register("task2_kv_explain", "Task 2 · the KV cache in ≤ 100 characters", "§3 KV cache", 2,
+          title_zh="任务 2 · 100 字以内解释 KV Cache")
 @_wrong_type
 def grade_task2(answer, m: Marks) -> None:
     """Both ideas: it avoids recomputing past tokens, and it costs memory that grows."""
@@ -470,16 +498,21 @@ def _scenario_items(answer) -> list[tuple[str, str]]:
                     head, sep, tail = entry.partition("：")
                 items.append((head, tail) if sep else (entry, ""))
             else:
-                raise _TypeProblem(f"each scenario should be a (scenario, reason) pair, got {entry!r}")
+                raise _TypeProblem(f"each scenario should be a (scenario, reason) pair, got {entry!r}",
+                                   f"每个场景都应是一个 (场景, 理由) 二元组，得到的是 {entry!r}")
     elif isinstance(answer, str):
         raise _TypeProblem("task3_pressure should be a dict {scenario: reason} (or a list of "
-                           "(scenario, reason) pairs), not one string")
+                           "(scenario, reason) pairs), not one string",
+                           "task3_pressure 应该是字典 {场景: 理由}（或 (场景, 理由) 二元组的列表），而不是一个字符串")
     else:
-        raise _TypeProblem(f"task3_pressure should be a dict {{scenario: reason}}, got {type(answer).__name__}")
+        t = type(answer).__name__
+        raise _TypeProblem(f"task3_pressure should be a dict {{scenario: reason}}, got {t}",
+                           f"task3_pressure 应该是字典 {{场景: 理由}}，得到的是 {t}")
     clean = []
     for scen, reason in items:
         if not isinstance(scen, str) or not isinstance(reason, str):
-            raise _TypeProblem(f"scenario names and reasons should be strings, got {scen!r}: {reason!r}")
+            raise _TypeProblem(f"scenario names and reasons should be strings, got {scen!r}: {reason!r}",
+                               f"场景名和理由都应是字符串，得到的是 {scen!r}: {reason!r}")
         if scen.strip() or reason.strip():
             clean.append((normalize(scen), normalize(reason)))
     return clean
@@ -491,16 +524,15 @@ _KIND_ZH = {"long_context": "长上下文（长提示、长对话历史）", "hi
             "bigger_model": "层数或 KV 头更多的模型（每个 token 字节更多）"}
 
 
-@register("task3_pressure", "Task 3 · three cache-pressure scenarios, with reasons", "§3 KV cache + key table", 6)
+@register("task3_pressure", "Task 3 · three cache-pressure scenarios, with reasons", "§3 KV cache + key table", 6,
+          title_zh="任务 3 · 三种拉高缓存压力的场景及理由")
 @_wrong_type
 def grade_task3(answer, m: Marks) -> None:
     """2 points per scenario: a recognised, distinct scenario, and a reason that says what state grows."""
     items = _scenario_items(answer)
     if not items:
-        raise NotAttempted("task3_pressure is still empty")
-    from .concepts import language
-
-    lang = language(" ".join(f"{a} {b}" for a, b in items))
+        raise _empty("task3_pressure")
+    lang = answer_language(" ".join(f"{a} {b}" for a, b in items), m.lang)
     if len(items) < 3:
         m.missing(_say(lang, f"you give {len(items)} scenario(s); the task asks for three",
                        f"你给出了 {len(items)} 个场景；题目要求三个"))
@@ -528,9 +560,12 @@ def grade_task3(answer, m: Marks) -> None:
             m.missing(_say(lang, f"'{name}': no reason given — say why it makes requests hold more state",
                            f"“{name}”：没有给出理由——请说明它为什么让请求占用更多状态"))
             continue
-        if not _length_gate(reason, TASK3_REASON_LIMIT, m, f"the reason for '{name}'"):
+        n = char_count(reason)
+        if n > TASK3_REASON_LIMIT:
+            m.wrong(_say(lang, f"the reason for '{name}' is {n} characters; the limit is {TASK3_REASON_LIMIT} — cut it down",
+                         f"“{name}”的理由有 {n} 字，上限 {TASK3_REASON_LIMIT} 字——请精简"))
             continue
-        if _misconceptions(reason, m, [HIT_MISS, SAVES_MEMORY]):
+        if _task3_misconceptions(reason, m, lang):
             continue
         if keyword_list(reason) == "list":
             m.wrong(_say(lang, f"'{name}': the reason is a keyword list; write why as a sentence",
@@ -552,9 +587,10 @@ def grade_task3(answer, m: Marks) -> None:
                            f"“{name}”：理由没有说明缓存为什么增长：这个场景让什么变多了？引擎为每一份保存了什么？"))
         reasons.append(reason.lower())
     if len(reasons) >= 2 and len(set(reasons)) < len(reasons):
-        m.flag("the same reason is repeated for different scenarios")
+        m.flag(_say(lang, "the same reason is repeated for different scenarios", "不同场景重复使用了同一个理由"))
     if len(items) > 3:
-        m.info(f"you gave {len(items)} scenarios; the first three were graded")
+        m.info(_say(lang, f"you gave {len(items)} scenarios; the first three were graded",
+                    f"你给出了 {len(items)} 个场景；只评了前三个"))
 
 
 # =============================================================================================
@@ -563,7 +599,8 @@ def grade_task3(answer, m: Marks) -> None:
 TASK4_LIMIT = 160  # in the units of concepts.length_units (about 70 English words)
 
 
-@register("task4_sampling", "Task 4 · why sampling is part of the request", "§4 sampling", 2)
+@register("task4_sampling", "Task 4 · why sampling is part of the request", "§4 sampling", 2,
+          title_zh="任务 4 · 为什么 sampling 属于请求执行语义")
 @_wrong_type
 def grade_task4(answer, m: Marks) -> None:
     """The sampled token joins the history, and every later step builds on it."""
@@ -580,81 +617,130 @@ def grade_task4(answer, m: Marks) -> None:
 
 
 @dataclass(frozen=True)
+class Option:
+    text: Bi  # the option as the question shows it
+    why: Bi  # why it is right or wrong (shown after a pick)
+
+
+@dataclass(frozen=True)
 class Question:
+    """One self-check question; every text in it is in both languages (see :class:`Bi`)."""
+
     id: str
     section: str
-    text: str
-    options: dict  # letter -> (option text, explanation)
+    text: Bi
+    options: dict  # letter -> Option
     answer: str
+
+
+def _opt(en: str, zh: str, why_en: str, why_zh: str) -> Option:
+    return Option(Bi(en, zh), Bi(why_en, why_zh))
 
 
 QUIZ = [
     Question("quiz1_live_requests", "§1 look from the request",
-             "Why does an inference engine manage live requests, not just model computation?", {
-                 "A": ("Because every request runs the same forward pass, so the engine only has to count how many "
-                       "requests it has.",
-                       "The forward pass is shared code, but what each request holds (its tokens, its KV blocks, "
-                       "its state) differs, and that is what the engine has to track."),
-                 "B": ("Because each request holds resources until it is released, and the engine decides who runs, "
-                       "who waits, who is freed.",
-                       "Right: state plus resource occupation. Scheduling is deciding how many of these live, "
-                       "resource-holding objects can coexist."),
-                 "C": ("Because requests must be processed strictly one at a time, in the order in which they "
-                       "arrived at the server.",
-                       "Engines run many live requests together (batching); order is a policy, not the reason."),
-                 "D": ("Because the model weights are copied into every request, so each request needs its own "
-                       "private copy of the model.",
-                       "Weights are loaded once and shared; what is per request is its context and KV cache."),
+             Bi("Why does an inference engine manage live requests, not just model computation?",
+                "为什么说推理引擎管理的是“活跃请求”，而不只是“模型计算”？"), {
+                 "A": _opt("Because every request runs the same forward pass, so the engine only has to count how many "
+                           "requests it has.",
+                           "因为每个请求跑的都是同一次前向计算，引擎只需要数一数有多少个请求。",
+                           "The forward pass is shared code, but what each request holds (its tokens, its KV blocks, "
+                           "its state) differs, and that is what the engine has to track.",
+                           "前向计算的代码是共用的，但每个请求占有的东西（它的 token、KV 块、状态）各不相同，"
+                           "引擎要跟踪的正是这些。"),
+                 "B": _opt("Because each request holds resources until it is released, and the engine decides who runs, "
+                           "who waits, who is freed.",
+                           "因为每个请求在释放之前都占着资源，由引擎决定谁运行、谁等待、谁被释放。",
+                           "Right: state plus resource occupation. Scheduling is deciding how many of these live, "
+                           "resource-holding objects can coexist.",
+                           "正确：状态加上资源占用。调度就是决定这些活着、占着资源的对象能同时容纳多少个。"),
+                 "C": _opt("Because requests must be processed strictly one at a time, in the order in which they "
+                           "arrived at the server.",
+                           "因为请求必须严格一个一个地处理，并且按到达服务器的先后顺序。",
+                           "Engines run many live requests together (batching); order is a policy, not the reason.",
+                           "引擎会把很多活跃请求放在一起跑（batching）；先后顺序只是一种策略，不是原因。"),
+                 "D": _opt("Because the model weights are copied into every request, so each request needs its own "
+                           "private copy of the model.",
+                           "因为模型权重会复制到每个请求里，每个请求都需要一份自己的模型副本。",
+                           "Weights are loaded once and shared; what is per request is its context and KV cache.",
+                           "权重只加载一次、所有请求共用；每个请求各自拥有的是它的上下文和 KV Cache。"),
              }, "B"),
     Question("quiz2_kv_tradeoff", "§3 KV cache",
-             "Why is the KV cache both a benefit and a source of pressure?", {
-                 "A": ("It stores the answers to earlier prompts, so that repeated questions are fast, but a low hit "
-                       "rate wastes its memory.",
-                       "This is pitfall 1: the KV cache is not a hit/miss cache of answers, it is the execution "
-                       "state of live requests."),
-                 "B": ("It makes the prefill of long prompts faster, but it makes every later decode step slower "
-                       "than before.",
-                       "It is decode that it speeds up; prefill writes the cache, decode reads it every step."),
-                 "C": ("It compresses the model weights: memory use goes down, and the accuracy of the model goes "
-                       "down a little.",
-                       "That describes quantization. The KV cache holds activations (keys and values), not weights."),
-                 "D": ("It spares decode from redoing past tokens' keys and values, and that storage grows with "
-                       "tokens and live requests.",
-                       "Right: saved compute is paid for in memory, per token and per live request."),
+             Bi("Why is the KV cache both a benefit and a source of pressure?",
+                "KV Cache 为什么既是收益来源，也是压力来源？"), {
+                 "A": _opt("It stores the answers to earlier prompts, so that repeated questions are fast, but a low hit "
+                           "rate wastes its memory.",
+                           "它保存之前 prompt 的答案，重复的问题会很快；但命中率低时会浪费显存。",
+                           "This is pitfall 1: the KV cache is not a hit/miss cache of answers, it is the execution "
+                           "state of live requests.",
+                           "这正是误区 1：KV Cache 不是按命中与否存取答案的缓存，而是活跃请求的执行状态。"),
+                 "B": _opt("It makes the prefill of long prompts faster, but it makes every later decode step slower "
+                           "than before.",
+                           "它让长 prompt 的 prefill 变快，但让之后每一步 decode 都比原来更慢。",
+                           "It is decode that it speeds up; prefill writes the cache, decode reads it every step.",
+                           "它加速的是 decode：prefill 写入缓存，decode 每一步读取它。"),
+                 "C": _opt("It compresses the model weights: memory use goes down, and the accuracy of the model goes "
+                           "down a little.",
+                           "它压缩模型权重：显存占用下降，模型精度也略有下降。",
+                           "That describes quantization. The KV cache holds activations (keys and values), not weights.",
+                           "这说的是量化。KV Cache 保存的是激活值（key 和 value），不是权重。"),
+                 "D": _opt("It spares decode from redoing past tokens' keys and values, and that storage grows with "
+                           "tokens and live requests.",
+                           "它让 decode 不必重算历史 token 的 key 和 value，而这份存储随 token 数和活跃请求数增长。",
+                           "Right: saved compute is paid for in memory, per token and per live request.",
+                           "正确：省下的计算是用显存换来的，按每个 token、每个活跃请求计。"),
              }, "D"),
     Question("quiz3_sampling_interface", "§4 sampling",
-             "Why do sampling parameters belong in the service interface and the request's state, not only in "
-             "the product layer?", {
-                 "A": ("Because they only change how creative the final text looks, which is a choice the user "
-                       "should make.",
-                       "This is pitfall 2: sampling is not a cosmetic knob, it picks every token."),
-                 "B": ("Because sampling runs once, before prefill, to decide how long the answer to the prompt is "
-                       "allowed to be.",
-                       "Sampling runs after every forward pass: once after prefill for the first token, then in "
-                       "each decode step."),
-                 "C": ("Because each sampled token joins the request's history and conditions every later step, "
-                       "inside the decode loop.",
-                       "Right: sampling moves the request's state forward, so its parameters are part of the "
-                       "request's execution semantics."),
-                 "D": ("Because the API has to validate every parameter before it accepts a request, and that "
-                       "happens at the service.",
-                       "Validation is good practice, but it could happen anywhere; it is not why the engine must "
-                       "carry the parameters."),
+             Bi("Why do sampling parameters belong in the service interface and the request's state, not only in "
+                "the product layer?",
+                "sampling 参数为什么会进入服务接口和请求状态，而不是只留给产品层？"), {
+                 "A": _opt("Because they only change how creative the final text looks, which is a choice the user "
+                           "should make.",
+                           "因为它们只改变最终文字看起来有多“有创意”，这应该由用户来选。",
+                           "This is pitfall 2: sampling is not a cosmetic knob, it picks every token.",
+                           "这正是误区 2：sampling 不是装饰性的旋钮，每一个 token 都是它选出来的。"),
+                 "B": _opt("Because sampling runs once, before prefill, to decide how long the answer to the prompt is "
+                           "allowed to be.",
+                           "因为 sampling 只在 prefill 之前运行一次，用来决定回答最多能有多长。",
+                           "Sampling runs after every forward pass: once after prefill for the first token, then in "
+                           "each decode step.",
+                           "sampling 在每次前向计算之后都要运行：prefill 之后一次得到第一个 token，之后每一步 decode 各一次。"),
+                 "C": _opt("Because each sampled token joins the request's history and conditions every later step, "
+                           "inside the decode loop.",
+                           "因为每个采样出的 token 都会进入请求的历史，并在 decode 循环中影响之后的每一步。",
+                           "Right: sampling moves the request's state forward, so its parameters are part of the "
+                           "request's execution semantics.",
+                           "正确：sampling 推动请求的状态前进，所以它的参数属于请求执行语义的一部分。"),
+                 "D": _opt("Because the API has to validate every parameter before it accepts a request, and that "
+                           "happens at the service.",
+                           "因为 API 在接受请求之前要校验每个参数，而校验发生在服务层。",
+                           "Validation is good practice, but it could happen anywhere; it is not why the engine must "
+                           "carry the parameters.",
+                           "校验是好习惯，但放在哪里都可以；这不是引擎必须携带这些参数的原因。"),
              }, "C"),
     Question("quiz4_states_before_batching", "§5 scheduling preview",
-             "Why must you think in request state machines before studying batching?", {
-                 "A": ("Because batching only works for requests whose prompts are identical, which the states "
-                       "help to detect.",
-                       "Batching mixes requests with different prompts and lengths; that is what makes it hard."),
-                 "B": ("Because state machines make the model's outputs more accurate, and accurate outputs are what "
-                       "batching needs to work.",
-                       "States describe the engine's bookkeeping; they do not change the model's numbers."),
-                 "C": ("Because a batch is a static list of tasks that is fixed once, when all the requests have "
-                       "arrived.",
-                       "With continuous batching the batch changes every step as requests join and finish."),
-                 "D": ("Because a batch mixes requests in different states, and every scheduling decision moves "
-                       "one of them to a new state.",
-                       "Right: batching operates on a set of changing states, not on static tasks."),
+             Bi("Why must you think in request state machines before studying batching?",
+                "后面谈 batching 时，为什么必须先有请求状态机意识？"), {
+                 "A": _opt("Because batching only works for requests whose prompts are identical, which the states "
+                           "help to detect.",
+                           "因为 batching 只适用于 prompt 完全相同的请求，状态可以帮助识别它们。",
+                           "Batching mixes requests with different prompts and lengths; that is what makes it hard.",
+                           "batching 混合的是 prompt 和长度各不相同的请求；难点正在这里。"),
+                 "B": _opt("Because state machines make the model's outputs more accurate, and accurate outputs are what "
+                           "batching needs to work.",
+                           "因为状态机能让模型输出更准确，而 batching 需要准确的输出才能工作。",
+                           "States describe the engine's bookkeeping; they do not change the model's numbers.",
+                           "状态描述的是引擎的记账方式，不会改变模型算出的数。"),
+                 "C": _opt("Because a batch is a static list of tasks that is fixed once, when all the requests have "
+                           "arrived.",
+                           "因为一个 batch 是一份静态的任务清单，在所有请求到齐时一次定好。",
+                           "With continuous batching the batch changes every step as requests join and finish.",
+                           "在 continuous batching 中，随着请求加入和完成，batch 每一步都在变。"),
+                 "D": _opt("Because a batch mixes requests in different states, and every scheduling decision moves "
+                           "one of them to a new state.",
+                           "因为一个 batch 里混着处于不同状态的请求，每一次调度决策都会把其中某个请求推进到新状态。",
+                           "Right: batching operates on a set of changing states, not on static tasks.",
+                           "正确：batching 操作的是一批不断变化的状态，而不是静态任务。"),
              }, "D"),
 ]
 
@@ -662,9 +748,9 @@ _CUE = re.compile(r"(answer|option|choice|pick|choose|select|go with|i think|i'd
                   r"(选|选项|答案是?|答|是)\s*[:：]?\s*$", re.I)
 
 
-def parse_choice(value: str, options) -> tuple[str | None, str]:
+def parse_choice(value: str, options, lang: str = "en") -> tuple[str | None, str]:
     """The one option letter an answer names ("B", "Answer: D", "选C", "I think d", "(b)"), or
-    (None, why not): no letter, or more than one ("B or D" is not an answer)."""
+    (None, why not, in ``lang``): no letter, or more than one ("B or D" is not an answer)."""
     letters = "".join(options)
     t = re.sub(f"(\\bnot\\b|\\brather than\\b|\\binstead of\\b|而不是|不是|不选|排除)\\s*[{letters}{letters.lower()}](?![A-Za-z])",
                " ", normalize(value), flags=re.I)
@@ -676,10 +762,12 @@ def parse_choice(value: str, options) -> tuple[str | None, str]:
     if len(upper) == 1:
         return upper.pop(), ""
     if len(upper) > 1:
-        return None, f"give one letter, not several ({', '.join(sorted(upper))})"
+        return None, _say(lang, f"give one letter, not several ({', '.join(sorted(upper))})",
+                          f"只写一个字母，不要写多个（{'、'.join(sorted(upper))}）")
     if re.fullmatch(f"[{letters}{letters.lower()}]{{2,}}", t.strip(" .()[]")):
-        return None, "give one letter, not several"
-    return None, f"answer with one letter, {', '.join(options)}; got {value!r}"
+        return None, _say(lang, "give one letter, not several", "只写一个字母，不要写多个")
+    return None, _say(lang, f"answer with one letter, {', '.join(options)}; got {value!r}",
+                      f"请用一个字母作答（{'、'.join(options)}）；得到的是 {value!r}")
 
 
 def _quiz_why_ideas(q: Question):
@@ -699,7 +787,8 @@ def _quiz_answer(answer, q: Question) -> tuple:
         answer = next(iter(answer))
     if not isinstance(answer, str):
         raise _TypeProblem(f"{q.id} should be a letter such as \"B\", or (\"B\", \"why, in one sentence\"), "
-                           f"got {answer!r}")
+                           f"got {answer!r}",
+                           f"{q.id} 应该是一个字母，如 \"B\"，或 (\"B\", \"一句话理由\")，得到的是 {answer!r}")
     t = normalize(answer)
     m = re.match(r"^\W*(?:answer|option|选项?|答案是?)?\W*([A-Da-d])(?![A-Za-z])[\s,，.。:：;；—-]*(because\b|since\b|"
                  r"as\b|因为|由于)(.*)$", t, re.I)
@@ -709,27 +798,30 @@ def _quiz_answer(answer, q: Question) -> tuple:
 
 
 def _register_question(q: Question) -> None:
-    @register(q.id, f"Self-check · {q.text[:48].rstrip()}…", q.section, 2, kind="quiz")
+    @register(q.id, f"Self-check · {q.text.en[:48].rstrip()}…", q.section, 2, kind="quiz",
+              title_zh=f"自测 · {q.text.zh[:24].rstrip()}…")
     @_wrong_type
     def grader(answer, m: Marks, q=q) -> None:
-        from .concepts import is_salad, language, length_units, read
+        from .concepts import is_salad, length_units, read
 
         letter_text, why = _quiz_answer(answer, q)
-        lang = language(why) if why else language(letter_text)
+        # the why carries the answer's language; a bare letter has none, so the notebook's decides
+        lang = answer_language(why, m.lang) if why.strip() else m.lang
         if is_unanswered(letter_text) and is_unanswered(why):
-            raise NotAttempted(f"{q.id} is still empty")
-        letter, problem = parse_choice(letter_text, q.options)
+            raise _empty(q.id)
+        letter, problem = parse_choice(letter_text, q.options, lang)
         if letter is None:
             m.wrong(f"{q.id}: {problem}")
             return
         if letter == q.answer:
-            m.ok(_say(lang, f"{letter} is right. {q.options[letter][1]}", f"{letter} 正确。{q.options[letter][1]}"), 1)
-            for other, (_, expl) in q.options.items():
+            why_right = re.sub(r"^(Right: |正确：)", "", q.options[letter].why(lang))
+            m.ok(_say(lang, f"{letter} is right: {why_right}", f"{letter} 正确：{why_right}"), 1)
+            for other, option in q.options.items():
                 if other != letter:
-                    m.info(f"{other}: {expl}")
+                    m.info(f"{other}{'：' if lang == 'zh' else ': '}{option.why(lang)}")
         else:
-            m.wrong(_say(lang, f"{letter} is not the best answer: {q.options[letter][1]} Try again.",
-                         f"{letter} 不是最佳答案：{q.options[letter][1]} 再试一次。"))
+            m.wrong(_say(lang, f"{letter} is not the best answer: {q.options[letter].why(lang)} Try again.",
+                         f"{letter} 不是最佳答案：{q.options[letter].why(lang)}再试一次。"))
             return
         if not why.strip():
             m.missing(_say(lang, "add why, in one sentence: answer (\"B\", \"because …\") for the second point",
@@ -785,28 +877,40 @@ _SAME_LIFECYCLE = (rf"(same|one|single)\s+{W}{{0,2}}(request|lifecycle|life cycl
 
 @dataclass(frozen=True)
 class Pitfall:
+    """A statement to judge true or false; its texts are in both languages (see :class:`Bi`)."""
+
     id: str
-    statement: str
+    statement: Bi
     truth: bool
-    why: str
+    why: Bi
 
 
 PITFALLS = [
     Pitfall("pitfall1_kv_not_hit_cache",
-            "The KV cache works like a web cache: when a new prompt hits it, the stored answer is reused; "
-            "on a miss the model computes the answer.", False,
-            "It is execution state: the keys and values of one live request's tokens, written at prefill, read "
-            "and extended every decode step, freed when the request is released."),
+            Bi("The KV cache works like a web cache: when a new prompt hits it, the stored answer is reused; "
+               "on a miss the model computes the answer.",
+               "KV Cache 和网页缓存一样：新的 prompt 命中时直接复用存好的答案，未命中时才让模型去算。"), False,
+            Bi("It is execution state: the keys and values of one live request's tokens, written at prefill, read "
+               "and extended every decode step, freed when the request is released.",
+               "它是执行状态：一个活跃请求自己的 token 的 key 和 value，在 prefill 时写入，每一步 decode 读取并追加，"
+               "请求释放时归还。")),
     Pitfall("pitfall2_sampling_not_ui",
-            "Sampling parameters such as temperature and top-p are a UI knob: they make the final text more or "
-            "less random but do not change what the engine computes at each step.", False,
-            "Sampling picks every token, and each picked token becomes part of the context that all later steps "
-            "are computed from, so it changes the request's path."),
+            Bi("Sampling parameters such as temperature and top-p are a UI knob: they make the final text more or "
+               "less random but do not change what the engine computes at each step.",
+               "temperature、top-p 这类采样参数只是 UI 旋钮：它们让最终文字更随机或更稳定，但不改变引擎每一步算什么。"),
+            False,
+            Bi("Sampling picks every token, and each picked token becomes part of the context that all later steps "
+               "are computed from, so it changes the request's path.",
+               "每一个 token 都由采样选出，选中的 token 会成为之后每一步计算所依据的上下文，所以它改变请求的推进路径。")),
     Pitfall("pitfall3_one_lifecycle",
-            "Prefill and decode are two phases of one request's lifecycle: decode continues from the state (the "
-            "KV cache) that prefill built for the same request.", True,
-            "Prefill builds the request's initial state (its KV cache and first token); decode moves forward "
-            "from exactly that state. Seeing them as one path is what makes scheduling make sense later."),
+            Bi("Prefill and decode are two phases of one request's lifecycle: decode continues from the state (the "
+               "KV cache) that prefill built for the same request.",
+               "prefill 和 decode 是同一个请求生命周期里的两个阶段：decode 接着 prefill 为这个请求建立的状态"
+               "（KV Cache）继续往前走。"), True,
+            Bi("Prefill builds the request's initial state (its KV cache and first token); decode moves forward "
+               "from exactly that state. Seeing them as one path is what makes scheduling make sense later.",
+               "prefill 建立请求的初始状态（它的 KV Cache 和第一个 token），decode 正是从这个状态继续前进。"
+               "把它们看成一条链路，后面的调度才讲得通。")),
 ]
 
 _TRUE = {"true", "t", "yes", "y", "1", "对", "正确", "是", "真", "√", "✓"}
@@ -835,13 +939,15 @@ def _pitfall_answer(answer, name: str) -> tuple[bool | None, str]:
     elif isinstance(answer, (list, tuple)) and len(answer) == 1:
         verdict, reason = answer[0], ""
     else:
-        raise _TypeProblem(f"{name} should be a pair (True or False, \"your reason\"), got {answer!r}")
+        raise _TypeProblem(f"{name} should be a pair (True or False, \"your reason\"), got {answer!r}",
+                           f"{name} 应该是一个二元组 (True 或 False, \"你的理由\")，得到的是 {answer!r}")
     if is_unanswered(verdict) and is_unanswered(reason):
-        raise NotAttempted(f"{name} is still empty")
+        raise _empty(name)
     if reason is None:
         reason = ""
     if not isinstance(reason, str):
-        raise _TypeProblem(f"the reason in {name} should be a string, got {type(reason).__name__}")
+        t = type(reason).__name__
+        raise _TypeProblem(f"the reason in {name} should be a string, got {t}", f"{name} 中的理由应是字符串，得到的是 {t}")
     return _verdict(verdict), normalize(reason)
 
 
@@ -877,13 +983,14 @@ _PITFALL_HINT = {"pitfall1_kv_not_hit_cache": "request_state", "pitfall2_samplin
 
 
 def _register_pitfall(p: Pitfall) -> None:
-    @register(p.id, f"Pitfall · {p.statement[:44].rstrip()}…", "pitfalls", 2, kind="text")
+    @register(p.id, f"Pitfall · {p.statement.en[:44].rstrip()}…", "pitfalls", 2, kind="text",
+              title_zh=f"误区 · {p.statement.zh[:22].rstrip()}…")
     @_wrong_type
     def grader(answer, m: Marks, p=p) -> None:
-        from .concepts import is_salad, language, length_units
+        from .concepts import is_salad, length_units
 
         verdict, reason = _pitfall_answer(answer, p.id)
-        lang = language(reason) if reason else "en"
+        lang = answer_language(reason, m.lang) if reason else m.lang
         if verdict is None:
             m.wrong(_say(lang, f"the first item of {p.id} should be True or False",
                          f"{p.id} 的第一项应为 True 或 False"))
@@ -923,9 +1030,11 @@ for _p in PITFALLS:
 # =============================================================================================
 TRIM_POLICIES = {"last_n": ("last_n", "last n", "keep the last n turns", "keep_last", "最近n轮", "保留最近n轮", "截断"),
                  "summary": ("summary", "summarize", "summarise", "replace old turns with a summary", "摘要", "总结")}
-TASK5_SCENARIO = ("A tutoring chat runs for 40 turns. In turn 1 the student pastes the exercise they are stuck "
-                  "on (about 300 tokens); in almost every later turn they refer back to it (\"as the exercise "
-                  "says …\"). The server must keep each request under a fixed KV budget.")
+TASK5_SCENARIO = Bi("A tutoring chat runs for 40 turns. In turn 1 the student pastes the exercise they are stuck "
+                    "on (about 300 tokens); in almost every later turn they refer back to it (\"as the exercise "
+                    "says …\"). The server must keep each request under a fixed KV budget.",
+                    "一段辅导对话持续 40 轮。第 1 轮，学生把卡住的那道题贴了进来（约 300 个 token）；之后几乎每一轮"
+                    "都要回头引用它（“题目里说……”）。服务端必须把每个请求的 KV 占用控制在固定预算之内。")
 
 
 def _policy(value: str) -> str | None:
@@ -934,22 +1043,24 @@ def _policy(value: str) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-@register("task5_trim_policy", "Task 5 · the long chat: pick a trimming policy", "§3 scenario 1 (long chat)", 2)
+@register("task5_trim_policy", "Task 5 · the long chat: pick a trimming policy", "§3 scenario 1 (long chat)", 2,
+          title_zh="任务 5 · 长对话：选一种裁剪历史的策略")
 @_wrong_type
 def grade_task5(answer, m: Marks) -> None:
     """1 point: the summary policy (the last-N window would drop turn 1, which every later turn needs);
     1 point: a reason that says what each policy keeps or loses."""
     from . import ideas as I
-    from .concepts import is_salad, language, read
+    from .concepts import is_salad, read
 
     if not (isinstance(answer, (list, tuple)) and len(answer) == 2):
-        raise _TypeProblem('task5_trim_policy should be a pair ("summary" or "last_n", "why, in a sentence")')
+        raise _TypeProblem('task5_trim_policy should be a pair ("summary" or "last_n", "why, in a sentence")',
+                           'task5_trim_policy 应该是一个二元组 ("summary" 或 "last_n", "一句话理由")')
     choice, why = answer
     if is_unanswered(choice) and is_unanswered(why):
-        raise NotAttempted("task5_trim_policy is still empty")
+        raise _empty("task5_trim_policy")
     if not isinstance(choice, str) or not isinstance(why, str):
-        raise _TypeProblem("both items of task5_trim_policy should be strings")
-    lang = language(why) if why.strip() else language(choice)
+        raise _TypeProblem("both items of task5_trim_policy should be strings", "task5_trim_policy 的两项都应是字符串")
+    lang = answer_language(why, m.lang) if why.strip() else answer_language(choice, m.lang)
     policy = _policy(choice)
     if policy is None:
         m.wrong(_say(lang, 'the first item should name one policy: "summary" or "last_n"',

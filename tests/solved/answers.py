@@ -97,3 +97,53 @@ def my_check_stop(token_id, output_ids, text, params, eos_token_id, prompt_len, 
         return StopReason.CONTEXT_FULL
     return None''',
 }
+
+# The Chinese notebook's reference answers: the written ones in Chinese (each must grade to full
+# marks with Chinese feedback); code is the same in both notebooks.
+SOLVED_DIAGRAM_ZH = '''task1_diagram = {
+    "states": {
+        "进入请求": "prompt 文本和它的采样参数；设备上什么都不占",
+        "入队": "队列里的 prompt token 与采样参数；还没有 KV 块",
+        "预填充": "整段 prompt 的 KV 块、一个 batch 槽位、本步的 prompt token 预算",
+        "解码": "自己的 KV 块（每步多一个 token）、一个 batch 槽位、已生成的输出 token",
+        "被抢占": "只剩 token id：KV 块已被释放，之后要重算",
+        "完成": "停止原因和输出；KV 块仍然占着",
+        "释放": "什么都不占：KV 块已回到池中，统计已记录",
+    },
+    "transitions": [
+        ("进入请求", "入队", "分词、入队"),
+        ("入队", "预填充", "被调度（分配块）"),
+        ("预填充", "解码", "采样出第一个 token"),
+        ("解码", "解码", "解码 → 采样 → 追加到历史"),
+        ("解码", "被抢占", "抢占：KV 块不够"),
+        ("被抢占", "入队", "重新排队"),
+        ("解码", "完成", "EOS / max_tokens / 停止字符串 / 上下文已满"),
+        ("解码", "完成", "用户取消"),
+        ("入队", "完成", "用户取消"),
+        ("完成", "释放", "释放：归还块、记录统计"),
+    ],
+}'''
+
+SOLVED_ANSWERS_ZH = {
+    **SOLVED_ANSWERS,
+    "task1_diagram": SOLVED_DIAGRAM_ZH,
+    "task2_kv_explain": 'task2_kv_explain = "KV Cache 保存历史 token 的 K/V，decode 时无需重复计算；代价是显存占用随上下文和并发请求增长。"',
+    "task3_pressure": '''task3_pressure = [
+    ("长上下文", "每个 prompt token 都要在缓存里保留自己的 K 和 V，上下文越长，请求占用的 KV 越多。"),
+    ("高并发", "每个活跃请求同时各自占着 KV 块，总占用随请求数增长。"),
+    ("长输出", "每生成一个 token 就要在每一层多追加一份 K/V，而且请求占用缓存的时间更长。"),
+]''',
+    "task4_sampling": '''task4_sampling = ("采样选出的 token 会追加到请求的历史上下文中，下一步 decode 基于它继续计算，"
+                  "所以每次选择都决定后续路径；这也是 temperature、top-p 要随请求携带的原因。")''',
+    "quiz1_live_requests": 'quiz1_live_requests = ("B", "因为每个请求在释放之前都占着状态和资源：KV 块和 batch 槽位")',
+    "quiz2_kv_tradeoff": 'quiz2_kv_tradeoff = ("D", "它避免重复计算历史 token 的键值，但显存占用随 token 数和请求数增长")',
+    "quiz3_sampling_interface": 'quiz3_sampling_interface = ("C", "采样出的 token 会加入历史，后续每一步都基于它计算")',
+    "quiz4_states_before_batching": 'quiz4_states_before_batching = ("D", "一个 batch 里混着状态各不相同的请求，而且状态每一步都在变化")',
+    "pitfall1_kv_not_hit_cache": '''pitfall1_kv_not_hit_cache = (False, "它是绑定在每个活跃请求上的执行状态：保存的是该请求自身 token 的键值，"
+                                     "不是按 prompt 查找的答案。")''',
+    "pitfall2_sampling_not_ui": '''pitfall2_sampling_not_ui = (False, "采样选出每一个 token，选中的 token 会追加到历史上下文中，下一步基于它计算，"
+                                    "所以它改变请求的推进路径。")''',
+    "pitfall3_one_lifecycle": '''pitfall3_one_lifecycle = (True, "prefill 建立请求的 KV 缓存，decode 基于同一份缓存继续，每步一个 token。")''',
+    "task5_trim_policy": '''task5_trim_policy = ("summary", "只保留最近 N 轮会丢掉第 1 轮的题目，而后面每一轮都要引用它；摘要能保留它的要点，"
+                              "同时每轮的 KV 占用也有上限。")''',
+}
