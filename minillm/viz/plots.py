@@ -35,7 +35,8 @@ import time
 from typing import Iterable, Sequence
 
 from .. import trace as tracemod
-from .i18n import resolve_lang
+from .fonts import with_cjk_fonts
+from .i18n import MONO_STACK, phrase, resolve_lang
 
 __all__ = [
     # data from the trace
@@ -204,6 +205,7 @@ def _kv_sample(step, x, kind, request_id, used_blocks, per_blocks, geometry, pro
     }
 
 
+@with_cjk_fonts
 def plot_kv_timeline(samples: Sequence[dict], *, ax=None, title: str | None = None,
                      show_formula: bool = True, capacity: bool | None = None, mark_events: bool = True,
                      marks: Sequence[tuple[float, str]] = (), ymax_bytes: int | None = None, lang=None):
@@ -216,13 +218,14 @@ def plot_kv_timeline(samples: Sequence[dict], *, ax=None, title: str | None = No
     ``capacity``: draw the pool's size (default: only when it is less than 4x the peak).
     ``marks``: extra ``(x, label)`` vertical lines. ``ymax_bytes``: fix the y scale (to compare
     several charts)."""
+    lang = resolve_lang(lang)
     fig = None
     if ax is None:
         fig, axes = _new_figure(8.5, 3.8)
         ax = axes[0][0]
-    ax.set_xlabel("engine step")
+    ax.set_xlabel(phrase('plot.engine_step', lang))
     if not samples:
-        ax.text(0.5, 0.5, "no steps in the trace yet", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, phrase('plot.no_steps', lang), ha="center", va="center", transform=ax.transAxes)
         return fig or ax.figure
     peak = max(_kv_peak(samples), ymax_bytes or 0)
     total_bytes = samples[-1]["total_blocks"] * samples[-1]["block_size"] * samples[-1]["bytes_per_token"]
@@ -237,24 +240,24 @@ def plot_kv_timeline(samples: Sequence[dict], *, ax=None, title: str | None = No
         vals = [s["per_request_bytes"].get(rid, 0) / div for s in samples]
         upper = [a + b for a, b in zip(lower, vals)]
         ax.fill_between(xs, lower + lower[-1:], upper + upper[-1:], step="post", color=_request_color(i),
-                        alpha=0.75, linewidth=0, label=f"request {rid}" if len(ids) <= 12 else None)
+                        alpha=0.75, linewidth=0, label=phrase('plot.request', lang, rid=rid) if len(ids) <= 12 else None)
         lower = upper
     used = [s["used_bytes"] / div for s in samples]
     ax.step(xs, used + used[-1:], where="post", color="black", linewidth=1.6,
-            label="pool: used blocks x block bytes")
+            label=phrase('kv.pool_line', lang))
     if show_formula:
         formula = [s["formula_bytes"] / div for s in samples]
         ax.step(xs, formula + formula[-1:], where="post", color="black", linestyle="--", linewidth=1.1,
-                label="formula: tokens x bytes/token")
+                label=phrase('kv.formula_line', lang))
     if capacity:
         ax.axhline(total_bytes / div, color="#999999", linestyle=":", linewidth=1.2,
-                   label=f"pool size ({samples[-1]['total_blocks']} blocks)")
+                   label=phrase('kv.pool_size', lang, n=samples[-1]['total_blocks']))
     if mark_events:
         for s in samples:
             if s["kind"] in ("cancel", "release"):
                 ax.axvline(s["x"], color="#e15759" if s["kind"] == "cancel" else "#59a14f",
                            linestyle=":", linewidth=1.3)
-                ax.annotate(f"{s['kind']} {s['request_id']}", (s["x"], top / div), xytext=(3, -10),
+                ax.annotate(phrase(f"kv.mark_{s['kind']}", lang, rid=s["request_id"]), (s["x"], top / div), xytext=(3, -10),
                             textcoords="offset points", fontsize=8, va="top")
     for x, label in marks:
         ax.axvline(x, color="#666666", linestyle=":", linewidth=1.0)
@@ -262,20 +265,21 @@ def plot_kv_timeline(samples: Sequence[dict], *, ax=None, title: str | None = No
     ax.set_ylim(0, top / div * 1.08)
     ax.set_xlim(xs[0] - 0.5 if xs[0] > 0 else 0, xs[-1])
     _integer_ticks(ax)
-    ax.set_ylabel(f"KV cache ({unit})")
-    ax.set_title(title or f"KV cache over steps ({samples[-1]['bytes_per_token']} bytes/token, "
-                          f"{samples[-1]['block_size']} tokens/block)")
+    ax.set_ylabel(phrase('kv.ylabel', lang, unit=unit))
+    ax.set_title(title or phrase('kv.title', lang, bpt=samples[-1]['bytes_per_token'], bs=samples[-1]['block_size']))
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     return fig or ax.figure
 
 
+@with_cjk_fonts
 def compare_kv_timelines(runs: dict[str, Sequence[dict]], *, title: str | None = None,
                          marks: Sequence[tuple[float, str]] | dict[str, Sequence[tuple[float, str]]] = (),
                          lang=None, **kwargs):
     """Several KV timelines side by side on one y scale (e.g. a leaky cancel vs a real one).
     ``marks``: ``(x, label)`` lines for every panel, or a dict run name -> marks.
     Extra keyword arguments go to :func:`plot_kv_timeline`."""
+    lang = resolve_lang(lang)
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.0 * len(runs) + 1.5, 3.8), layout="constrained")
@@ -283,7 +287,7 @@ def compare_kv_timelines(runs: dict[str, Sequence[dict]], *, title: str | None =
     top = max([_kv_peak(samples) for samples in runs.values()] + [1])
     for ax, (name, samples) in zip(axes, runs.items()):
         run_marks = marks.get(name, ()) if isinstance(marks, dict) else marks
-        plot_kv_timeline(samples, ax=ax, title=name, marks=run_marks, ymax_bytes=top, **kwargs)
+        plot_kv_timeline(samples, ax=ax, title=name, marks=run_marks, ymax_bytes=top, lang=lang, **kwargs)
         legend = ax.get_legend()
         if legend is not None and ax is not axes[-1]:
             legend.remove()
@@ -296,9 +300,11 @@ def _kv_peak(samples: Sequence[dict]) -> int:
     return max([max(s["used_bytes"], sum(s["per_request_bytes"].values())) for s in samples] + [0])
 
 
+@with_cjk_fonts
 def plot_kv_growth(samples: Sequence[dict], request_id: str, *, ax=None, title: str | None = None, lang=None):
     """One request's KV bytes against the tokens it holds: the formula's straight line
     (tokens x bytes_per_token) and the allocator's staircase (whole blocks)."""
+    lang = resolve_lang(lang)
     fig = None
     if ax is None:
         fig, axes = _new_figure(7.0, 3.6)
@@ -306,31 +312,33 @@ def plot_kv_growth(samples: Sequence[dict], request_id: str, *, ax=None, title: 
     pts = [(s["per_request_tokens"][request_id], s["per_request_bytes"][request_id])
            for s in samples if s["per_request_tokens"].get(request_id)]
     if not pts:
-        ax.text(0.5, 0.5, f"request {request_id} holds no KV in this trace", ha="center", va="center",
+        ax.text(0.5, 0.5, phrase('growth.none', lang, rid=request_id), ha="center", va="center",
                 transform=ax.transAxes)
         return fig or ax.figure
     bpt, bs = samples[-1]["bytes_per_token"], samples[-1]["block_size"]
     tmax = max(t for t, _ in pts)
     div, unit = _byte_unit(max(b for _, b in pts))
     ax.plot([0, tmax], [0, tmax * bpt / div], color="black", linestyle="--", linewidth=1.2,
-            label=f"formula: tokens x {bpt} B")
+            label=phrase('growth.formula', lang, bpt=bpt))
     ts = [t for t, _ in pts]
     bs_measured = [b / div for _, b in pts]
     ax.step(ts, bs_measured, where="pre", color=STATE_COLORS["DECODE"], linewidth=2,
-            label=f"measured: blocks x {bs} tokens x {bpt} B")
+            label=phrase('growth.measured', lang, bs=bs, bpt=bpt))
     ax.plot(ts, bs_measured, "o", color=STATE_COLORS["DECODE"], markersize=2.5)
-    ax.set_xlabel("tokens in the cache")
-    ax.set_ylabel(f"KV bytes ({unit})")
+    ax.set_xlabel(phrase('growth.xlabel', lang))
+    ax.set_ylabel(phrase('growth.ylabel', lang, unit=unit))
     ax.set_xlim(0, tmax * 1.02)
     ax.set_ylim(0, None)
-    ax.set_title(title or f"request {request_id}: KV grows with every token, a block at a time")
+    ax.set_title(title or phrase('growth.title', lang, rid=request_id))
     ax.legend(fontsize=8, loc="upper left", frameon=False)
     ax.grid(alpha=0.3)
     return fig or ax.figure
 
 
+@with_cjk_fonts
 def plot_kv_peaks(peaks: dict[str, dict], *, ax=None, title: str | None = None, lang=None):
     """Bars of peak KV bytes, one per scenario: ``{name: {"peak_bytes": int, "note": str}}``."""
+    lang = resolve_lang(lang)
     fig = None
     if ax is None:
         fig, axes = _new_figure(7.5, 3.4)
@@ -344,9 +352,9 @@ def plot_kv_peaks(peaks: dict[str, dict], *, ax=None, title: str | None = None, 
         ax.annotate(f" {_fmt_bytes(peaks[n]['peak_bytes'])}  {note}", (bar.get_width(), bar.get_y()
                     + bar.get_height() / 2), va="center", fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel(f"peak KV cache ({unit})")
+    ax.set_xlabel(phrase('peaks.xlabel', lang, unit=unit))
     ax.set_xlim(0, max(vals + [1]) / div * 1.6)
-    ax.set_title(title or "peak KV memory, measured on the engine")
+    ax.set_title(title or phrase('peaks.title', lang))
     ax.grid(axis="x", alpha=0.3)
     return fig or ax.figure
 
@@ -405,6 +413,7 @@ def state_grid(source) -> dict[str, dict]:
     return grid
 
 
+@with_cjk_fonts
 def plot_state_timeline(grid: dict[str, dict], *, ax=None, title: str | None = None,
                         show_reasons: bool = True, max_requests: int = 40, lang=None):
     """A Gantt chart: one row per request, one column per step, coloured by state.
@@ -412,6 +421,7 @@ def plot_state_timeline(grid: dict[str, dict], *, ax=None, title: str | None = N
     FINISHED shows as a green end cap on the step where the request stopped (green cells
     after it mean it finished but still held its blocks), RELEASED as a black bar where its
     blocks went back, PREEMPTED as red cells. The stop reason is written after the row."""
+    lang = resolve_lang(lang)
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -421,8 +431,8 @@ def plot_state_timeline(grid: dict[str, dict], *, ax=None, title: str | None = N
         fig, axes = _new_figure(9.0, max(1.8, 0.38 * len(ids) + 1.2))
         ax = axes[0][0]
     if not ids:
-        ax.text(0.5, 0.5, "no requests in the trace yet", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xlabel("engine step")
+        ax.text(0.5, 0.5, phrase('plot.no_requests', lang), ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlabel(phrase('plot.engine_step', lang))
         return fig or ax.figure
     xmax = 1
     all_steps = [s for rid in ids for s, _ in grid[rid]["cells"]] or [0]
@@ -457,20 +467,20 @@ def plot_state_timeline(grid: dict[str, dict], *, ax=None, title: str | None = N
     labels = []
     for rid in ids:
         n = grid[rid]["prompt_tokens"]
-        labels.append(f"req {rid}" + (f" ({n} tok)" if n is not None else ""))
+        labels.append(phrase('plot.req', lang, rid=rid) + (phrase('plot.n_tok', lang, n=n) if n is not None else ""))
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_ylim(len(ids) - 0.5, -0.5)
     xmin = min(all_steps) - 0.5
     ax.set_xlim(xmin, xmax + 0.5 + (1.5 + 0.12 * (xmax - xmin) if show_reasons else 0))
     _integer_ticks(ax)
-    ax.set_xlabel("engine step")
+    ax.set_xlabel(phrase('plot.engine_step', lang))
     ax.grid(axis="x", alpha=0.25)
     ax.set_axisbelow(True)
     handles = [Patch(color=STATE_COLORS[s], label=s) for s in ("WAITING", "PREFILL", "DECODE", "PREEMPTED",
                                                                "FINISHED")]
     handles.append(Line2D([], [], color=STATE_COLORS["RELEASED"], linewidth=2.2, label="RELEASED"))
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    ax.set_title(title or "request states over engine steps")
+    ax.set_title(title or phrase('states.title', lang))
     return fig or ax.figure
 
 
@@ -489,18 +499,20 @@ def shift_grid(grid: dict[str, dict], first_step: int = 1) -> dict[str, dict]:
             for r, g in grid.items()}
 
 
+@with_cjk_fonts
 def compare_timelines(grids: dict[str, dict[str, dict]], *, title: str | None = None, relative: bool = True, lang=None):
     """Several state timelines stacked on one step scale (e.g. static vs continuous batching).
     With ``relative`` (default) each run's steps are counted from its own first step."""
+    lang = resolve_lang(lang)
     n_rows = [max(len(g), 1) for g in grids.values()]
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(9.0, 0.36 * sum(n_rows) + 1.4 * len(grids)), layout="constrained")
     axes = fig.subplots(len(grids), 1, gridspec_kw={"height_ratios": n_rows}, squeeze=False)[:, 0]
     for ax, (name, grid) in zip(axes, grids.items()):
-        plot_state_timeline(shift_grid(grid) if relative else grid, ax=ax, title=name)
+        plot_state_timeline(shift_grid(grid) if relative else grid, ax=ax, title=name, lang=lang)
         if relative:
-            ax.set_xlabel("steps since the run began")
+            ax.set_xlabel(phrase('states.relative', lang))
     lo = min(ax.get_xlim()[0] for ax in axes)
     hi = max(ax.get_xlim()[1] for ax in axes)
     for ax in axes:
@@ -565,8 +577,10 @@ def token_times(source, request_id: str) -> list[float]:
     return [t - enq for t in times]
 
 
+@with_cjk_fonts
 def plot_step_durations(rows: Sequence[dict], *, ax=None, title: str | None = None, lang=None):
     """Bars of each step's duration, coloured by what it did (prefill, decode, both)."""
+    lang = resolve_lang(lang)
     from matplotlib.patches import Patch
 
     fig = None
@@ -578,19 +592,21 @@ def plot_step_durations(rows: Sequence[dict], *, ax=None, title: str | None = No
     ax.bar([r["step"] for r in rows], [r["duration"] * 1e3 for r in rows],
            color=[colors[r["phase"]] for r in rows], width=0.85)
     used = [p for p in ("prefill", "decode", "mixed") if any(r["phase"] == p for r in rows)]
-    ax.legend(handles=[Patch(color=colors[p], label=f"{p} step") for p in used], fontsize=8, frameon=False)
-    ax.set_xlabel("engine step")
+    ax.legend(handles=[Patch(color=colors[p], label=phrase(f"steps.{p}", lang)) for p in used], fontsize=8, frameon=False)
+    ax.set_xlabel(phrase('plot.engine_step', lang))
     _integer_ticks(ax)
-    ax.set_ylabel("step duration (ms)")
-    ax.set_title(title or "how long each engine step took")
+    ax.set_ylabel(phrase('steps.ylabel', lang))
+    ax.set_title(title or phrase('steps.title', lang))
     ax.grid(axis="y", alpha=0.3)
     return fig or ax.figure
 
 
+@with_cjk_fonts
 def plot_token_times(source, request_ids: Sequence[str] | None = None, *, ax=None,
                      title: str | None = None, lang=None):
     """When each token arrived, one row per request, measured from its enqueue; the first
     gap is the TTFT, the even spacing after it is the TPOT."""
+    lang = resolve_lang(lang)
     events = _events(source)
     lat = {r["request_id"]: r for r in request_latencies(events)}
     ids = list(request_ids) if request_ids is not None else list(lat)
@@ -610,19 +626,21 @@ def plot_token_times(source, request_ids: Sequence[str] | None = None, *, ax=Non
             text += f", TPOT {m['tpot'] * 1e3:.1f} ms"
         ax.annotate(text, (ts[-1], row), xytext=(6, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_yticks(range(len(ids)))
-    ax.set_yticklabels([f"req {r} ({lat[r]['prompt_tokens']} tok)" if r in lat else f"req {r}" for r in ids],
+    ax.set_yticklabels([phrase('plot.req', lang, rid=r) + (phrase('plot.n_tok', lang, n=lat[r]['prompt_tokens']) if r in lat else "") for r in ids],
                        fontsize=8)
     ax.set_ylim(len(ids) - 0.5, -0.5)
-    ax.set_xlabel("ms since the request was queued   (orange: waiting for the first token, | = a token)")
+    ax.set_xlabel(phrase('times.xlabel', lang))
     lo, hi = ax.get_xlim()
     ax.set_xlim(0, hi * 1.3)
-    ax.set_title(title or "token arrival times: TTFT, then one token per decode step")
+    ax.set_title(title or phrase('times.title', lang))
     ax.grid(axis="x", alpha=0.3)
     return fig or ax.figure
 
 
+@with_cjk_fonts
 def plot_ttft_tpot(rows: Sequence[dict], *, ax=None, title: str | None = None, lang=None):
     """TTFT and TPOT of each request side by side (ms), requests labelled by prompt length."""
+    lang = resolve_lang(lang)
     fig = None
     if ax is None:
         fig, axes = _new_figure(7.5, 3.4)
@@ -631,13 +649,13 @@ def plot_ttft_tpot(rows: Sequence[dict], *, ax=None, title: str | None = None, l
     xs = list(range(len(rows)))
     w = 0.38
     ax.bar([x - w / 2 for x in xs], [r["ttft"] * 1e3 for r in rows], width=w, color=STATE_COLORS["PREFILL"],
-           label="TTFT: queued -> first token")
+           label=phrase('lat.ttft', lang))
     ax.bar([x + w / 2 for x in xs], [(r["tpot"] or 0) * 1e3 for r in rows], width=w,
-           color=STATE_COLORS["DECODE"], label="TPOT: mean gap between later tokens")
+           color=STATE_COLORS["DECODE"], label=phrase('lat.tpot', lang))
     ax.set_xticks(xs)
-    ax.set_xticklabels([f"req {r['request_id']}\n{r['prompt_tokens']} prompt tok" for r in rows], fontsize=8)
+    ax.set_xticklabels([phrase('lat.xtick', lang, rid=r['request_id'], n=r['prompt_tokens']) for r in rows], fontsize=8)
     ax.set_ylabel("ms")
-    ax.set_title(title or "time to first token vs time per output token")
+    ax.set_title(title or phrase('lat.title', lang))
     ax.legend(fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     return fig or ax.figure
@@ -767,33 +785,35 @@ def measure_cache_vs_recompute(llm, context_lengths: Sequence[int], *, decode_st
     return rows
 
 
+@with_cjk_fonts
 def plot_prefill_times(rows: Sequence[dict], *, decode_step_s: float | None = None, title: str | None = None, lang=None):
     """Left: prefill time against prompt length. Right: the same time per prompt token, with
     (optionally) one decode step's time per token beside it."""
+    lang = resolve_lang(lang)
     fig, axes = _new_figure(10.0, 3.6, ncols=2)
     ax, ax2 = axes[0]
     ns = [r["prompt_tokens"] for r in rows]
     ms = [r["seconds"] * 1e3 for r in rows]
     ax.plot(ns, ms, "o-", color=STATE_COLORS["PREFILL"])
-    ax.set_xlabel("prompt tokens")
-    ax.set_ylabel("prefill step (ms)")
-    ax.set_title("one prefill step vs prompt length")
+    ax.set_xlabel(phrase('pre.xlabel', lang))
+    ax.set_ylabel(phrase('pre.ylabel', lang))
+    ax.set_title(phrase('pre.title', lang))
     ax.set_xlim(0, None)
     ax.set_ylim(0, None)
     ax.grid(alpha=0.3)
     per = [m / n for m, n in zip(ms, ns)]
-    ax2.plot(ns, per, "o-", color=STATE_COLORS["PREFILL"], label="prefill: ms per prompt token")
+    ax2.plot(ns, per, "o-", color=STATE_COLORS["PREFILL"], label=phrase('pre.per_token', lang))
     if decode_step_s is not None:
         ax2.axhline(decode_step_s * 1e3, color=STATE_COLORS["DECODE"], linestyle="--",
-                    label="decode: ms per generated token (1 request)")
+                    label=phrase('pre.decode', lang))
     ax2.set_yscale("log")
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     ax2.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     ax2.yaxis.set_minor_formatter(NullFormatter())
-    ax2.set_xlabel("prompt tokens")
-    ax2.set_ylabel("ms per token (log)")
-    ax2.set_title("cost per token")
+    ax2.set_xlabel(phrase('pre.xlabel', lang))
+    ax2.set_ylabel(phrase('pre.ylabel2', lang))
+    ax2.set_title(phrase('pre.title2', lang))
     ax2.legend(fontsize=8, frameon=False)
     ax2.grid(alpha=0.3, which="both")
     if title:
@@ -801,25 +821,27 @@ def plot_prefill_times(rows: Sequence[dict], *, decode_step_s: float | None = No
     return fig
 
 
+@with_cjk_fonts
 def plot_cache_vs_recompute(rows: Sequence[dict], *, title: str | None = None, lang=None):
     """Cost of one new token against context length: decode with the KV cache (an engine step)
     vs recomputing the whole context (``full_logits``)."""
+    lang = resolve_lang(lang)
     fig, axes = _new_figure(8.0, 3.6)
     ax = axes[0][0]
     ns = [r["context_tokens"] for r in rows]
     ax.plot(ns, [r["with_cache_s"] * 1e3 for r in rows], "o-", color=STATE_COLORS["DECODE"],
-            label="with KV cache: one decode step")
+            label=phrase('cvr.with', lang))
     ax.plot(ns, [r["recompute_s"] * 1e3 for r in rows], "s-", color=STATE_COLORS["PREEMPTED"],
-            label="without: recompute the whole context")
+            label=phrase('cvr.without', lang))
     last = rows[-1]
     ratio = last["recompute_s"] / last["with_cache_s"]
     ax.annotate(f"{ratio:.0f}x", (ns[-1], last["recompute_s"] * 1e3), xytext=(-10, 6),
                 textcoords="offset points", ha="right", fontsize=9)
-    ax.set_xlabel("tokens in the context")
-    ax.set_ylabel("ms for the next token")
+    ax.set_xlabel(phrase('cvr.xlabel', lang))
+    ax.set_ylabel(phrase('cvr.ylabel', lang))
     ax.set_xlim(0, ns[-1] * 1.08)
     ax.set_ylim(0, last["recompute_s"] * 1e3 * 1.15)
-    ax.set_title(title or "the next token's cost as the context grows")
+    ax.set_title(title or phrase('cvr.title', lang))
     ax.legend(fontsize=8, frameon=False, loc="upper left")
     ax.grid(alpha=0.3)
     return fig
@@ -829,14 +851,14 @@ def plot_cache_vs_recompute(rows: Sequence[dict], *, title: str | None = None, l
 # the widget
 # ---------------------------------------------------------------------------------------------
 
-def _bytes_formula(llm) -> tuple[str, int]:
+def _bytes_formula(llm, lang=None) -> tuple[str, int]:
     cfg = llm.model_config
     import torch
 
     elem = torch.empty((), dtype=llm.dtype).element_size()
     value = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * elem
-    text = (f"2 x {cfg.num_hidden_layers} layers x {cfg.num_key_value_heads} kv_heads x "
-            f"{cfg.head_dim} head_dim x {elem} bytes = {value} bytes per token")
+    text = phrase("mon.formula", lang, layers=cfg.num_hidden_layers, heads=cfg.num_key_value_heads,
+                  dim=cfg.head_dim, elem=elem, value=value)
     return text, value
 
 
@@ -911,30 +933,30 @@ class CacheMonitor:
     def summary(self) -> str:
         """One line of text: where the pool stands now, and the bytes-per-token formula."""
         s = self.stats()
-        formula, bpt = _bytes_formula(self.llm)
+        formula, bpt = _bytes_formula(self.llm, self.lang)
         held = self.llm.blocks_held()
         tokens = sum(r.num_computed_tokens for r in self.llm.requests.values() if r.block_table)
-        return (f"after step {self.llm.step_count}: {s.used_blocks} of {s.total_blocks} blocks in use = "
-                f"{s.used_blocks} x {s.block_size} tokens x {s.bytes_per_token} B = "
-                f"{_fmt_bytes(s.used_bytes)} "
-                f"({len(held)} request(s) holding blocks, {tokens} tokens cached = "
-                f"{_fmt_bytes(tokens * bpt)} by the formula); {formula}")
+        return phrase("mon.summary", self.lang, step=self.llm.step_count, used=s.used_blocks, total=s.total_blocks,
+                      bs=s.block_size, bpt=s.bytes_per_token, used_bytes=_fmt_bytes(s.used_bytes), held=len(held),
+                      tokens=tokens, formula_bytes=_fmt_bytes(tokens * bpt), formula=formula)
 
     def note(self) -> str:
         if self.can_step():
             live = sum(r.is_live for r in self.llm.requests.values())
-            return f"{live} request(s) still to run: press Step."
-        return "Nothing left to run: every request has finished and been released. Press Add a request."
+            return phrase("mon.live", self.lang, n=live)
+        return phrase("mon.idle", self.lang)
 
+    @with_cjk_fonts
     def figure(self):
+        lang = self.lang
         if not self.data():
             fig, axes = _new_figure(8.0, 2.2)
             ax = axes[0][0]
-            ax.text(0.5, 0.5, "no engine step yet: add a request, then press Step", ha="center", va="center",
+            ax.text(0.5, 0.5, phrase('mon.empty', lang), ha="center", va="center",
                     fontsize=12, transform=ax.transAxes)
             ax.set_axis_off()
             return fig
-        return plot_kv_timeline(self.data(), title=self.title)
+        return plot_kv_timeline(self.data(), title=self.title, lang=lang)
 
     # --- widget ----------------------------------------------------------------------------
     @property
@@ -946,14 +968,14 @@ class CacheMonitor:
             self._note = w.HTML()
             self._image = w.Image(format="png", layout=w.Layout(max_width="100%"))
             parts = [self._html, self._image]
+            L = lambda key: phrase(key, self.lang)  # noqa: E731
             if self.controls:
                 b = self._buttons = {
-                    "add": w.Button(description="Add a request",
-                                    tooltip=f"llm.add_request(): {self.prompt_tokens} prompt tokens, "
-                                            f"{self.max_tokens} output tokens"),
-                    "step": w.Button(description="Step", tooltip="llm.step(), then refresh"),
-                    "step10": w.Button(description="Step x10", tooltip="ten llm.step() calls, then refresh"),
-                    "refresh": w.Button(description="Refresh", tooltip="re-read the trace and cache_stats()"),
+                    "add": w.Button(description=L("mon.add"),
+                                    tooltip=phrase("mon.add_tip", self.lang, n=self.prompt_tokens, m=self.max_tokens)),
+                    "step": w.Button(description=L("mon.step"), tooltip=L("mon.step_tip")),
+                    "step10": w.Button(description=L("mon.step10"), tooltip=L("mon.step10_tip")),
+                    "refresh": w.Button(description=L("mon.refresh"), tooltip=L("mon.refresh_tip")),
                 }
                 b["add"].on_click(lambda _b: self.add_request())
                 b["step"].on_click(lambda _b: self.step(1))
@@ -978,7 +1000,8 @@ class CacheMonitor:
         self._image.value = buf.getvalue()
         import html as _html
 
-        self._html.value = f"<code style='font-size:12px'>{_html.escape(self.summary())}</code>"
+        self._html.value = (f"<code style='font-size:12px;font-family:{_html.escape(MONO_STACK)}'>"
+                            f"{_html.escape(self.summary())}</code>")
         if self._buttons:
             idle = not self.can_step()
             self._buttons["step"].disabled = idle
@@ -996,7 +1019,7 @@ class CacheMonitor:
             return {"text/plain": self.summary(), "image/png": buf.getvalue()}
         from ._common import widget_bundle
 
-        return widget_bundle(widget, widget._repr_mimebundle_(), f"CacheMonitor: {self.summary()}")
+        return widget_bundle(widget, widget._repr_mimebundle_(), f"CacheMonitor: {self.summary()}", lang=self.lang)
 
     def __repr__(self) -> str:
         return f"CacheMonitor({self.summary()})"
