@@ -5,8 +5,8 @@ process waits until the server answers ``/api/status``, prints the URL to open (
 included), opens a browser unless ``--no-browser``, and then stays in the foreground until
 JupyterLab stops. Ctrl-C, SIGINT or SIGTERM stop JupyterLab (and its kernels) cleanly.
 ``--lang zh`` opens the Chinese edition's start page (``notebooks/zh/``) instead of the English
-one: both editions are built from the same sources and served together, so a learner can switch
-by opening the other folder.
+one, with JupyterLab's own menus in Chinese (see ``LAB_SETTINGS_DIRS``): both editions are built
+from the same sources and served together, so a learner can switch by opening the other folder.
 
 Everything that would reach the internet is switched off: the news feed (and its pop-up),
 the update check and the extension manager's PyPI listing. ``tests/`` (where the solved
@@ -58,11 +58,22 @@ OFFLINE_ARGS = (
 #:   which also logs "Notebook ... is not trusted" at debug level instead of once per notebook;
 #: * kernels talk to the server over local IPC sockets instead of TCP (``kernel_transport_args``),
 #:   so no kernel prints "Kernel is running over TCP without encryption".
-LAB_SETTINGS_DIR = Path(__file__).resolve().parent / "assets" / "lab" / "settings"
-COURSE_ARGS = (
-    f"--LabApp.app_settings_dir={LAB_SETTINGS_DIR}",
-    "--ServerApp.contents_manager_class=minillm.lab_contents.CourseContentsManager",
-)
+#: The Chinese edition's settings (``assets/lab/settings-zh``) are the same plus JupyterLab's
+#: interface language, 简体中文 (``zh_CN``), so menus and dialogs match the notebooks. The text
+#: comes from the ``jupyterlab-language-pack-zh-CN`` package (course extra); without it JupyterLab
+#: stays English. These are defaults: a language picked in Settings → Language still wins.
+_ASSETS = Path(__file__).resolve().parent / "assets" / "lab"
+LAB_SETTINGS_DIRS = {"en": _ASSETS / "settings", "zh": _ASSETS / "settings-zh"}
+LAB_SETTINGS_DIR = LAB_SETTINGS_DIRS[DEFAULT_LANG]
+#: JupyterLab's locale for each edition (what ``settings-zh`` sets; None: the browser's default).
+LAB_LOCALES = {"en": None, "zh": "zh_CN"}
+_CONTENTS_ARG = "--ServerApp.contents_manager_class=minillm.lab_contents.CourseContentsManager"
+COURSE_ARGS = (f"--LabApp.app_settings_dir={LAB_SETTINGS_DIR}", _CONTENTS_ARG)
+
+
+def course_args(lang: str = DEFAULT_LANG) -> tuple[str, ...]:
+    """:data:`COURSE_ARGS` for the ``lang`` edition (its own JupyterLab settings folder)."""
+    return (f"--LabApp.app_settings_dir={LAB_SETTINGS_DIRS[check_lang(lang)]}", _CONTENTS_ARG)
 #: A Unix socket path may be at most ~107 bytes; kernel IPC sockets live in the runtime dir.
 IPC_PATH_LIMIT = 100
 
@@ -126,13 +137,14 @@ def lab_path(rel: str | None) -> str:
 
 
 def jupyter_command(*, port: int, notebook_dir: Path, ip: str = "127.0.0.1", default_url: str = "/lab",
-                    extra: list[str] | tuple[str, ...] = (), log_level: str | None = None) -> list[str]:
+                    extra: list[str] | tuple[str, ...] = (), log_level: str | None = None,
+                    lang: str = DEFAULT_LANG) -> list[str]:
     """The ``jupyter lab`` command line (the token travels in the environment, see :func:`jupyter_env`)."""
     cmd = [sys.executable, "-m", "jupyterlab",
            f"--ip={ip}", f"--port={port}", "--ServerApp.port_retries=0",
            f"--ServerApp.root_dir={notebook_dir}",
            f"--LabApp.default_url={default_url}",
-           *OFFLINE_ARGS, *COURSE_ARGS, *kernel_transport_args()]
+           *OFFLINE_ARGS, *course_args(lang), *kernel_transport_args()]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     if log_level:
@@ -265,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         for attempt in range(attempts):
             port = args.port or free_port()
             cmd = jupyter_command(port=port, notebook_dir=notebook_dir, ip=args.ip, default_url=default_url,
-                                  extra=extra, log_level=None if args.verbose else "WARN")
+                                  extra=extra, log_level=None if args.verbose else "WARN", lang=args.lang)
             proc = subprocess.Popen(cmd, env=env, cwd=str(notebook_dir), start_new_session=True)
             if interrupted["sig"] is not None:  # a signal came before the server existed
                 _forward(interrupted["sig"], None)

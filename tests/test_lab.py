@@ -166,6 +166,15 @@ def test_minillm_lab_starts_answers_and_stops(sig, lang, isolated_env):
         status, body = _get(f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification", token)
         props = json.loads(body)["schema"]["properties"]  # overrides.json becomes the schema's defaults
         assert props["fetchNews"]["default"] == "false" and props["checkForUpdates"]["default"] is False
+        # the Chinese edition's JupyterLab speaks Chinese (its menus), from the installed language pack
+        status, body = _get(f"{base}/lab/api/settings/@jupyterlab/translation-extension:plugin", token)
+        locale = json.loads(body)["schema"]["properties"]["locale"]["default"]
+        assert locale == ("zh_CN" if lang == "zh" else "default"), (lang, locale)
+        if lang == "zh":
+            status, body = _get(f"{base}/lab/api/translations/zh_CN", token)
+            pack = json.loads(body)
+            assert not pack.get("message"), pack.get("message")  # e.g. "Language pack 'zh_CN' not installed!"
+            assert pack["data"]["jupyterlab"]["Run All Cells"] == ["运行所有单元格"]
         # tests/ (the solved exercises) is neither listed nor served, whatever the URL
         status, body = _get(f"{base}/api/contents?content=1", token)
         names = {m["name"] for m in json.loads(body)["content"]}
@@ -240,6 +249,17 @@ def test_lab_command_line_is_offline_and_local(tmp_path):
     assert not any("token" in c.lower() for c in cmd), "the token must not be on the command line (ps shows it)"
     env = lab.jupyter_env("abc", base={})
     assert env["JUPYTER_TOKEN"] == "abc"
+    # the Chinese edition: its own settings folder, the English one's settings plus JupyterLab's locale
+    zh = lab.jupyter_command(port=12345, notebook_dir=tmp_path, lang="zh")
+    assert f"--LabApp.app_settings_dir={lab.LAB_SETTINGS_DIRS['zh']}" in zh
+    assert not any(a.startswith("--LabApp.app_settings_dir=") and a.endswith("settings") for a in zh)
+    en_over = json.loads((lab.LAB_SETTINGS_DIRS["en"] / "overrides.json").read_text())
+    zh_over = json.loads((lab.LAB_SETTINGS_DIRS["zh"] / "overrides.json").read_text())
+    locale_key = "@jupyterlab/translation-extension:plugin"
+    assert {k: v for k, v in zh_over.items() if k != locale_key} == en_over, "the editions' settings drifted apart"
+    assert zh_over[locale_key] == {"locale": lab.LAB_LOCALES["zh"]} and locale_key not in en_over
+    with pytest.raises(ValueError, match="lang must be one of"):
+        lab.jupyter_command(port=1, notebook_dir=tmp_path, lang="fr")
 
 
 def test_course_hides_the_tests_folder():
