@@ -151,6 +151,13 @@ def test_request_stepper_with_a_chinese_prompt(jlab, lab):
         expect(b).to_be_enabled(timeout=30_000)
         b.click()
 
+    # The Chinese edition's stepper speaks Chinese (labels from the viz phrase table, not copied here).
+    from minillm.viz.i18n import phrase
+
+    for action, key in (("tokenize", "btn.tokenize"), ("prefill", "btn.prefill"), ("decode-one", "btn.decode_one"),
+                        ("cancel", "btn.cancel"), ("release", "btn.release")):
+        expect(button(action)).to_have_text(phrase(key, "zh"))
+
     # A fresh request whatever the notebook did with this stepper; only then is the prompt editable.
     if state.inner_text().strip() != "NEW":
         press("new")
@@ -174,6 +181,7 @@ def test_request_stepper_with_a_chinese_prompt(jlab, lab):
     assert len(prompt_chips) <= len(PROMPT), (f"{len(PROMPT)} Chinese characters became {len(prompt_chips)} "
                                               f"tokens: {[c['text'] for c in prompt_chips]}")
     assert "\ufffd" not in stepper.inner_text()
+    assert stepper.locator(".mm-chip.mm-prompt.mm-partial").count() == 0, "a prompt character was split into bytes"
     if font_ok:
         han_chip = stepper.locator(".mm-chip.mm-prompt").filter(has_text=HAN).first
         assert_drawn_with_cjk_font(page, han_chip, "a prompt token chip")
