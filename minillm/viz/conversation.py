@@ -22,6 +22,8 @@ from typing import Sequence
 
 from ..chat import encode_conversation
 from ..params import SamplingParams
+from .fonts import with_cjk_fonts
+from .i18n import phrase, resolve_lang
 
 __all__ = ["POLICIES", "conversation_for_turn", "run_chat", "plot_chat_turns", "chat_summary"]
 
@@ -52,11 +54,15 @@ def run_chat(llm, messages: Sequence[str], *, policy: str = "full", keep_turns: 
              summary: str | None = None, params: SamplingParams | None = None, lang=None) -> list[dict]:
     """Play one conversation on ``llm``, one request per turn; return one row per turn.
 
+    ``lang`` only checks the language setting here (run_chat prints nothing and its rows are
+    numbers and the model's replies); the chart is ``plot_chat_turns(..., lang=...)``.
+
     Each row: ``turn``, ``prompt_tokens``, ``cached_tokens`` (found in the prefix cache at
     admission, from the PREFILL transition event), ``prefilled_tokens`` (the rest: what the
     model really computed), ``output_tokens``, ``kv_blocks`` and ``kv_bytes`` (held by the
     turn's request when it finished, shared prefix blocks included), ``ttft`` (seconds) and
     ``reply``. Every request is released before the next turn: nothing is left allocated."""
+    resolve_lang(lang)
     if isinstance(messages, str) or not messages or not all(isinstance(m, str) and m for m in messages):
         raise ValueError("messages must be a non-empty list of non-empty strings (the user's turns)")
     if llm.has_unfinished():
@@ -108,11 +114,13 @@ def chat_summary(rows: Sequence[dict], last: int = 4) -> dict:
     }
 
 
+@with_cjk_fonts
 def plot_chat_turns(runs: dict[str, Sequence[dict]], *, title: str | None = None, lang=None):
     """Four panels, one line per run: prompt tokens, tokens really prefilled (prompt minus
     prefix-cache hits), KV held by the turn's request, and TTFT, against the turn number."""
     from .plots import _byte_unit, _new_figure, _request_color
 
+    lang = resolve_lang(lang)
     if not runs:
         raise ValueError("runs must be a non-empty dict {name: rows from run_chat}")
     fig, axes = _new_figure(10.0, 6.4, ncols=2, nrows=2)
@@ -127,13 +135,13 @@ def plot_chat_turns(runs: dict[str, Sequence[dict]], *, title: str | None = None
         ax_kv.plot(turns, [r["kv_bytes"] / div for r in rows], **style)
         ax_ttft.plot(turns, [r["ttft"] * 1e3 for r in rows], **style)
     for ax, ylabel, text in (
-            (ax_prompt, "tokens", "prompt tokens sent this turn"),
-            (ax_prefill, "tokens", "tokens through the model in prefill\n(prompt minus prefix-cache hits)"),
-            (ax_kv, unit, "KV cache held by this turn's request"),
-            (ax_ttft, "ms", "TTFT (wall time: noisy; compare with the panel above)")):
+            (ax_prompt, phrase("chat.tokens", lang), phrase("chat.prompt", lang)),
+            (ax_prefill, phrase("chat.tokens", lang), phrase("chat.prefill", lang)),
+            (ax_kv, unit, phrase("chat.kv", lang)),
+            (ax_ttft, "ms", phrase("chat.ttft", lang))):
         ax.set_title(text, fontsize=11)
         ax.set_ylabel(ylabel, fontsize=11)
-        ax.set_xlabel("turn", fontsize=11)
+        ax.set_xlabel(phrase("chat.turn", lang), fontsize=11)
         ax.tick_params(labelsize=10)
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)

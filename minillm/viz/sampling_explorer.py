@@ -23,8 +23,9 @@ import torch
 
 from ..params import SamplingParams
 from ..sampler import apply_temperature, make_generator, min_p_filter, processed_logits, top_k_filter, top_p_filter
-from ._common import default_llm, esc, token_text
-from .i18n import resolve_lang
+from ._common import default_llm, esc, token_pieces, token_text
+from .fonts import with_cjk_fonts
+from .i18n import FONT_STACK, MONO_STACK, phrase, resolve_lang
 
 DEFAULT_EXPLORER_PROMPT = "Once upon a time, there was a little"
 
@@ -131,25 +132,26 @@ class SamplingExplorerCore:
         """The distribution after each step, in the sampler's order. With temperature 0 the
         engine is greedy: it takes the argmax and skips every filter."""
         x = self.logits
-        out = [Stage("raw", "model (raw logits)", x, x.softmax(-1), True)]
+        lang = self.lang
+        out = [Stage("raw", phrase("se.raw", lang), x, x.softmax(-1), True)]
         if self.temperature == 0.0:
             g = processed_logits(x, self.params)
-            out.append(Stage("greedy", "temperature 0: greedy (argmax)", g, g.softmax(-1), True))
+            out.append(Stage("greedy", phrase("se.greedy", lang), g, g.softmax(-1), True))
             return out
         x = apply_temperature(x, self.temperature)
         out.append(Stage("temperature", f"temperature={self.temperature:g}", x, x.softmax(-1),
                          self.temperature != 1.0))
         if self.top_k > 0:
             x = top_k_filter(x, self.top_k)
-        out.append(Stage("top-k", f"top-k (k={self.top_k})" if self.top_k > 0 else "top-k (off)", x,
+        out.append(Stage("top-k", phrase("se.top_k", lang, k=self.top_k) if self.top_k > 0 else phrase("se.top_k_off", lang), x,
                          x.softmax(-1), self.top_k > 0))
         if self.top_p < 1.0:
             x = top_p_filter(x, self.top_p)
-        out.append(Stage("top-p", f"top-p (p={self.top_p:g})" if self.top_p < 1.0 else "top-p (off)", x,
+        out.append(Stage("top-p", phrase("se.top_p", lang, p=f"{self.top_p:g}") if self.top_p < 1.0 else phrase("se.top_p_off", lang), x,
                          x.softmax(-1), self.top_p < 1.0))
         if self.min_p > 0.0:
             x = min_p_filter(x, self.min_p)
-        out.append(Stage("min-p", f"min-p ({self.min_p:g})" if self.min_p > 0 else "min-p (off)", x,
+        out.append(Stage("min-p", phrase("se.min_p", lang, p=f"{self.min_p:g}") if self.min_p > 0 else phrase("se.min_p_off", lang), x,
                          x.softmax(-1), self.min_p > 0.0))
         return out
 
@@ -237,7 +239,8 @@ class SamplingExplorerCore:
         lines = []
         for s in self.stages():
             top = int(s.probs.argmax())
-            lines.append(f"{s.label:<32} kept {s.kept:>5} tokens; top {self.text(top)!r} p={float(s.probs[top]):.3f}")
+            lines.append(f"{s.label:<32} " + phrase("se.summary", self.lang, kept=f"{s.kept:>5}", top=repr(self.text(top)),
+                                                    p=f"{float(s.probs[top]):.3f}"))
         return "\n".join(lines)
 
     def print_table(self, n: int = 8, digits: int = 3) -> None:
@@ -246,16 +249,18 @@ class SamplingExplorerCore:
         raw = stages[0].probs
         order = raw.topk(min(n, raw.shape[-1])).indices.tolist()
         width = 14
+        removed, left = phrase("se.removed", self.lang), phrase("se.tokens_left_row", self.lang)
         print(f"{'token':<14}" + "".join(f"{s.name:>{width}}" for s in stages))
         for t in order:
             cells = []
             for s in stages:
                 p = float(s.probs[t])
-                cells.append(f"{p:>{width}.{digits}f}" if p > 0 else f"{'removed':>{width}}")
+                cells.append(f"{p:>{width}.{digits}f}" if p > 0 else f"{removed:>{width}}")
             print(f"{self.text(t)!r:<14}" + "".join(cells))
-        print(f"{'tokens left':<14}" + "".join(f"{s.kept:>{width}}" for s in stages))
+        print(f"{left:<14}" + "".join(f"{s.kept:>{width}}" for s in stages))
 
     # --- plot --------------------------------------------------------------------------------
+    @with_cjk_fonts
     def figure(self, n: int = 15):
         """A matplotlib Figure: the top-``n`` tokens at every stage (same tokens, same order,
         so you can see what each step removes), then a histogram of ``num_draws`` draws."""
@@ -267,7 +272,8 @@ class SamplingExplorerCore:
         sampled = self.sample()
         if sampled not in order:  # a high temperature can pick a token outside the top n: show it too
             order = [sampled] + order
-        labels = [f"{self.text(t)}" + (f" (rank {self.rank(t)})" if t == sampled and t == order[0]
+        lang = self.lang
+        labels = [f"{self.text(t)}" + (phrase("se.rank", lang, r=self.rank(t)) if t == sampled and t == order[0]
                                       and len(order) > n else "") for t in order]
         fig = Figure(figsize=(2.1 * (len(stages) + 1), 0.26 * len(order) + 1.4), dpi=90)
         axes = fig.subplots(1, len(stages) + 1, sharey=False)
@@ -285,8 +291,8 @@ class SamplingExplorerCore:
             ax.barh(range(len(order)), vals, color=colors)
             for y, v in enumerate(vals):
                 if v == 0:
-                    ax.text(0.0, y, " removed", va="center", fontsize=9, color="#9ca3af")
-            ax.set_title(f"{s.label}\n{s.kept} tokens left", fontsize=10)
+                    ax.text(0.0, y, " " + phrase("se.removed", lang), va="center", fontsize=9, color="#9ca3af")
+            ax.set_title(f"{s.label}\n" + phrase("se.tokens_left", lang, n=s.kept), fontsize=10)
             ax.set_yticks(range(len(order)))
             ax.set_yticklabels(labels if ax is axes[0] else [], fontsize=10)
             ax.set_xlim(0, xmax)  # one scale for every stage: sharper means longer bars
@@ -301,10 +307,10 @@ class SamplingExplorerCore:
         ax.barh(range(len(top)), [c / len(draws) for _, c in top],
                 color=["#f59e0b" if t == sampled else "#10b981" for t, _ in top])
         ax.scatter([float(probs[t]) for t, _ in top], range(len(top)), marker="|", color="black", s=60,
-                   label="probability", zorder=3)
+                   label=phrase("se.probability", lang), zorder=3)
         ax.set_yticks(range(len(top)))
         ax.set_yticklabels([self.text(t) for t, _ in top], fontsize=10)
-        ax.set_title(f"{len(draws)} draws, seed {self.seed}\nbar: share, |: probability", fontsize=10)
+        ax.set_title(phrase("se.draws_title", lang, n=len(draws), seed=self.seed), fontsize=10)
         ax.tick_params(axis="x", labelsize=9)
         # fixed margins (tight_layout would cost a second full draw on every slider move)
         fig.subplots_adjust(left=0.09, right=0.98, top=1 - 0.5 / fig.get_figheight(),
@@ -329,13 +335,15 @@ def _import_widgets():
 
 _CSS = """
 <style>
-.minillm-sampling .widget-html-content{line-height:1.45}
-.minillm-sampling .mm-chip{display:inline-block;margin:1px;padding:1px 4px;border-radius:5px;font-family:monospace;
+.minillm-sampling .widget-html-content{line-height:1.45;font-family:%(font)s}
+.minillm-sampling .widget-button,.minillm-sampling .widget-label,.minillm-sampling input{font-family:%(font)s}
+.minillm-sampling .mm-chip{display:inline-block;margin:1px;padding:1px 4px;border-radius:5px;font-family:%(mono)s;
   font-size:12px}
+.minillm-sampling .mm-partial{border:1px dotted #9a3412;color:#7c2d12}
 .minillm-sampling .mm-prompt{background:#dbeafe}
 .minillm-sampling .mm-added{background:#fde68a;border:1px solid #f59e0b}
 </style>
-"""
+""".replace("%(font)s", FONT_STACK).replace("%(mono)s", MONO_STACK)
 
 
 class SamplingExplorer(_import_widgets().VBox):
@@ -351,33 +359,38 @@ class SamplingExplorer(_import_widgets().VBox):
         self.core = SamplingExplorerCore(llm, prompt, lang=lang, **core_kw)
         self.lang = self.core.lang
         c = self.core
+        L = lambda key: phrase(key, self.lang)  # noqa: E731
         style = {"description_width": "100px"}
         lay = w.Layout(width="340px")
         self.temperature = w.FloatSlider(value=c.temperature, min=0.0, max=2.0, step=0.05, description="temperature",
                                          style=style, layout=lay, continuous_update=False)
-        self.top_k = w.IntSlider(value=c.top_k, min=0, max=100, description="top-k (0=off)", style=style, layout=lay,
+        self.top_k = w.IntSlider(value=c.top_k, min=0, max=100, description=L("ctl.top_k"), style=style, layout=lay,
                                  continuous_update=False)
         self.top_p = w.FloatSlider(value=c.top_p, min=0.05, max=1.0, step=0.01, description="top-p", style=style,
                                    layout=lay, continuous_update=False)
         self.min_p = w.FloatSlider(value=c.min_p, min=0.0, max=0.5, step=0.01, description="min-p", style=style,
                                    layout=lay, continuous_update=False)
-        self.seed = w.IntText(value=c.seed, description="seed", style=style, layout=lay)
-        self.num_draws = w.IntSlider(value=c.num_draws, min=10, max=2000, step=10, description="draws", style=style,
+        self.seed = w.IntText(value=c.seed, description=L("ctl.seed"), style=style, layout=lay)
+        self.num_draws = w.IntSlider(value=c.num_draws, min=10, max=2000, step=10, description=L("se.draws"), style=style,
                                      layout=lay, continuous_update=False)
         self.sliders = [self.temperature, self.top_k, self.top_p, self.min_p, self.seed, self.num_draws]
         for s in self.sliders:
             s.observe(self._on_change, names="value")
-        self.buttons = {}
-        for label, fn in (("Append sampled token", self._append), ("Undo", self._undo), ("Reset", self._reset)):
-            b = w.Button(description=label, layout=w.Layout(width="180px" if label.startswith("Append") else "90px"),
-                         button_style="success" if label.startswith("Append") else "")
+        from .stepper import ButtonMap
+
+        self.buttons = ButtonMap()
+        for action, english, fn in (("append", "Append sampled token", self._append), ("undo", "Undo", self._undo),
+                                    ("reset", "Reset", self._reset)):
+            label = L(f"se.btn_{action}")
+            b = w.Button(description=label, layout=w.Layout(width="180px" if action == "append" else "90px"),
+                         button_style="success" if action == "append" else "")
             b.on_click(lambda _b, f=fn: f())
-            b.add_class("minillm-btn-" + label.split()[0].lower())
-            self.buttons[label] = b
-        self.prompt_box = w.Text(value=prompt, description="prompt", style=style, layout=w.Layout(width="520px"))
-        self.prompt_button = w.Button(description="Use this prompt", layout=w.Layout(width="150px"))
+            b.add_class("minillm-btn-" + action)
+            self.buttons.add(b, label, english, action)
+        self.prompt_box = w.Text(value=prompt, description=L("ctl.prompt"), style=style, layout=w.Layout(width="520px"))
+        self.prompt_button = w.Button(description=L("se.btn_prompt"), layout=w.Layout(width="150px"))
         self.prompt_button.on_click(lambda _b: self._new_prompt())
-        self.buttons["Use this prompt"] = self.prompt_button
+        self.buttons.add(self.prompt_button, L("se.btn_prompt"), "Use this prompt", "prompt")
         self.context = w.HTML()
         self.info = w.HTML(layout=w.Layout(width="520px"))
         self.plot = w.Image(format="png", layout=w.Layout(max_width="100%"))
@@ -386,6 +399,9 @@ class SamplingExplorer(_import_widgets().VBox):
         self.children = [w.HTML(_CSS), w.HBox([self.prompt_box, self.prompt_button]), self.message, self.context,
                          w.HBox([controls, self.info]), self.plot]
         self.add_class("minillm-sampling")
+        from .stepper import language_notice
+
+        self.message.value = language_notice(token_pieces(c.llm.tokenizer, c.prompt_ids), self.lang)
         self.refresh()
 
     def _on_change(self, _change=None) -> None:
@@ -410,14 +426,14 @@ class SamplingExplorer(_import_widgets().VBox):
         except ValueError as exc:
             self.message.value = f"<div style='color:#b91c1c'>⚠ {esc(exc)}</div>"
             return
-        self.message.value = language_notice(self.prompt_box.value, len(self.core.prompt_ids))
+        self.message.value = language_notice(token_pieces(c.llm.tokenizer, self.core.prompt_ids), self.lang)
         self.refresh()
 
     def _repr_mimebundle_(self, **kwargs):
         from ._common import widget_bundle
 
-        plain = f"SamplingExplorer: {self.core.summary().splitlines()[0]} (run the cell to use the sliders)"
-        return widget_bundle(self, super()._repr_mimebundle_(**kwargs), plain)
+        plain = phrase("se.plain", self.lang, line=self.core.summary().splitlines()[0])
+        return widget_bundle(self, super()._repr_mimebundle_(**kwargs), plain, lang=self.lang)
 
     def _append(self) -> None:
         self.core.append()
@@ -433,21 +449,29 @@ class SamplingExplorer(_import_widgets().VBox):
 
     def refresh(self) -> None:
         c = self.core
-        chips = [f"<span class='mm-chip mm-prompt' title='id {t}'>{esc(c.text(t))}</span>" for t in c.prompt_ids]
-        chips += [f"<span class='mm-chip mm-added' title='id {t}'>{esc(c.text(t))}</span>" for t in c.appended]
-        self.context.value = (f"<div><b>Context</b> ({len(c.prompt_ids)} prompt tokens in blue, "
-                              f"{len(c.appended)} sampled tokens in amber):</div><div>{''.join(chips)}</div>")
+        lang = self.lang
+        partial_tip = phrase("tok.partial_tip", lang)
+        chips = []
+        for i, piece in enumerate(token_pieces(c.llm.tokenizer, c.context_ids)):
+            cls = "mm-prompt" if i < len(c.prompt_ids) else "mm-added"
+            title = f"id {piece.token_id}"
+            if piece.partial:
+                cls += " mm-partial"
+                title += " · " + partial_tip + (f" → {piece.completes}" if piece.completes else "")
+            chips.append(f"<span class='mm-chip {cls}' title='{esc(title)}'>{esc(piece.label)}</span>")
+        self.context.value = (f"<div>{phrase('se.context', lang, n=len(c.prompt_ids), m=len(c.appended))}</div>"
+                              f"<div>{''.join(chips)}</div>")
         stages = c.stages()
         sampled = c.sample()
         probs = c.probs()
         rows = "".join(f"<tr><td>{esc(s.label)}</td><td style='text-align:right'>{s.kept}</td></tr>" for s in stages)
         self.info.value = (
-            f"<table style='font-size:12px'><tr><th>step (engine order)</th><th>tokens left</th></tr>{rows}</table>"
-            f"<div style='font-size:13px;margin-top:6px'>The engine would sample <b><code>{esc(c.text(sampled))}</code></b>"
-            f" (id {sampled}, p={float(probs[sampled]):.3f}, rank {c.rank(sampled)} in the model's distribution) "
-            f"with seed {c.seed} at this position. "
-            f"<b>Append sampled token</b> puts it into the context: it becomes history, and the next "
-            f"distribution is computed from it.</div>")
+            f"<table style='font-size:12px'><tr><th>{phrase('se.step_col', lang)}</th>"
+            f"<th>{phrase('se.left_col', lang)}</th></tr>{rows}</table>"
+            f"<div style='font-size:13px;margin-top:6px'>"
+            + phrase("se.would_sample", lang, tok=f"<b><code>{esc(c.text(sampled))}</code></b>", id=sampled,
+                     p=f"{float(probs[sampled]):.3f}", rank=c.rank(sampled), seed=c.seed,
+                     button=f"<b>{esc(phrase('se.btn_append', lang))}</b>") + "</div>")
         self.buttons["Undo"].disabled = not c.appended
         self.buttons["Reset"].disabled = not c.appended
         self.plot.value = c.png()
