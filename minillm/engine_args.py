@@ -29,6 +29,9 @@ DEVICE_TYPES = ("cpu", "cuda")
 SCHEDULING = ("continuous", "static")
 #: names of ``minillm.attention.BACKENDS`` (kept here so checking options imports no model code)
 ATTENTION_BACKENDS = ("gather", "paged")
+#: values of ``weight_dtype`` (``minillm.models.weights``): None keeps the weights in ``dtype``;
+#: "int8" stores the projections as int8 with per-output-channel scales (CPU, float32 only)
+WEIGHT_DTYPES = (None, "int8")
 # default KV budget on CPU (the pool is zero-filled, so it is resident memory at once)
 CPU_KV_BUDGET_BYTES = 256 << 20
 # default KV budget on CUDA: this fraction of the free memory after the weights are loaded
@@ -146,13 +149,28 @@ class EngineOptions:
     trace_limit: int | None
     num_threads: int | None = None
     attention_backend: str = "gather"
+    weight_dtype: str | None = None
+
+
+def check_weight_dtype(weight_dtype, device: torch.device, dtype: torch.dtype):
+    """``weight_dtype`` is one of ``WEIGHT_DTYPES``; "int8" needs the CPU (torch's quantized
+    linear) and float32 activations."""
+    if weight_dtype is not None and (not isinstance(weight_dtype, str) or weight_dtype not in WEIGHT_DTYPES):
+        raise ValueError(f"weight_dtype must be one of {WEIGHT_DTYPES} (None: weights in dtype), got {weight_dtype!r}")
+    if weight_dtype == "int8":
+        if device.type != "cpu":
+            raise ValueError(f"weight_dtype='int8' runs on the CPU only (torch's quantized linear), "
+                             f"got device={str(device)!r}")
+        if dtype != torch.float32:
+            raise ValueError(f"weight_dtype='int8' needs dtype='float32' (float32 activations), got dtype={dtype}")
+    return weight_dtype
 
 
 def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_blocks=None, kv_cache_tokens=None,
                          max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=None,
                          enable_prefix_caching=True, enable_chunked_prefill=True, scheduling="continuous",
                          seed=0, max_history=None, trace_limit=None, num_threads=None,
-                         attention_backend="gather") -> EngineOptions:
+                         attention_backend="gather", weight_dtype=None) -> EngineOptions:
     """Check every option that does not depend on the model; raise ``ValueError`` naming the
     first bad one and its allowed values. Nothing is loaded or allocated."""
     dev = pick_device(device)
@@ -162,9 +180,10 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
         raise ValueError(f"scheduling must be one of {SCHEDULING}, got {scheduling!r}")
     if not isinstance(attention_backend, str) or attention_backend not in ATTENTION_BACKENDS:
         raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {attention_backend!r}")
+    torch_dtype = pick_dtype(dtype, dev)
     return EngineOptions(
         device=dev,
-        dtype=pick_dtype(dtype, dev),
+        dtype=torch_dtype,
         block_size=as_int("block_size", block_size, 1, MAX_BLOCK_SIZE),
         num_kv_blocks=as_optional_int("num_kv_blocks", num_kv_blocks, 1, none_means="sized from memory"),
         kv_cache_tokens=as_optional_int("kv_cache_tokens", kv_cache_tokens, 1, none_means="sized from memory"),
@@ -179,6 +198,7 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
         trace_limit=as_optional_int("trace_limit", trace_limit, 0, none_means="keep everything"),
         num_threads=as_optional_int("num_threads", num_threads, 1, 4096, none_means="chosen from the model size"),
         attention_backend=attention_backend,
+        weight_dtype=check_weight_dtype(weight_dtype, dev, torch_dtype),
     )
 
 

@@ -234,13 +234,43 @@ class LlamaForCausalLM(nn.Module):
             x = x.index_select(0, logits_rows)
         return self.lm_head(self.model.norm(x))
 
+    @torch.no_grad()
+    def use_decode_layout(self, transposed: bool = True) -> "LlamaForCausalLM":
+        """Store every projection's weight ``[out, in]`` as a view of ``[in, out]`` memory
+        (``transposed=True``) or back in the usual row-major layout. ``F.linear`` is the same
+        call either way; with the transposed layout a few-row product becomes ``x @ Wt`` over a
+        contiguous ``Wt``, which MKL streams faster at decode batch sizes on this CPU
+        (``benchmarks/linear_paths.py``). Same float32 results up to rounding. A tied lm head
+        keeps sharing its memory with the embedding table (a lookup then reads a strided row)."""
+        tied = isinstance(self.lm_head, nn.Linear) and self.lm_head.weight is self.model.embed_tokens.weight
+        for layer in self.model.layers:
+            for owner, name in ((layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"),
+                                (layer.mlp, "gate_up_proj"), (layer.mlp, "down_proj")):
+                _relayout(getattr(owner, name), transposed)
+        if isinstance(self.lm_head, nn.Linear):
+            _relayout(self.lm_head, transposed)
+            if tied:
+                self.model.embed_tokens.weight = self.lm_head.weight
+        return self
+
     @torch.inference_mode()
     def full_logits(self, token_ids: list[int] | torch.Tensor) -> torch.Tensor:
         """Logits at every position of one sequence, recomputing everything: no KV cache.
         This is what each decode step would cost without a cache."""
-        device = self.lm_head.weight.device
+        device = self.model.embed_tokens.weight.device  # (the lm head may be int8: no .weight)
         ids = torch.as_tensor(token_ids, dtype=torch.long, device=device)
         n = ids.shape[0]
         batch = AttentionBatch(positions=torch.arange(n, device=device), slot_mapping=None,
                                prefills=[PrefillSeq(q_start=0, q_len=n, ctx_len=n)])
         return self.forward(ids, batch).float()
+
+
+def _relayout(linear: nn.Module, transposed: bool) -> None:
+    if not isinstance(linear, nn.Linear):  # an int8 projection has its own packed layout
+        return
+    w = linear.weight
+    is_t = w.dim() == 2 and w.stride(0) == 1 and w.shape[0] > 1
+    if transposed and not is_t:
+        linear.weight = nn.Parameter(w.detach().t().contiguous().t(), requires_grad=w.requires_grad)
+    elif not transposed and is_t:
+        linear.weight = nn.Parameter(w.detach().contiguous(), requires_grad=w.requires_grad)

@@ -1,0 +1,101 @@
+"""How a loaded model stores its projection weights: the options that trade bytes for accuracy.
+
+A batch-1 decode step reads every weight once, so on a CPU its time is the weight bytes divided
+by the memory bandwidth. Float32 (the reference) is exact; two options store fewer bytes:
+
+* ``dtype="bfloat16"`` (an ``LLM`` dtype, weights *and* activations and the KV cache): half
+  the bytes, 8 mantissa bits. Fast where the CPU has native bfloat16 (AVX512-BF16 / AMX;
+  ``cpu_has_bf16()``); elsewhere torch emulates it, slowly.
+* ``weight_dtype="int8"`` (this module): every projection (q/k/v, o, gate/up, down, the lm
+  head) stored as int8 with one float scale per output channel (``w ≈ scale[o] * q[o, :]``),
+  a quarter of the bytes. The matmul is torch's dynamic quantized linear (fbgemm / oneDNN):
+  activations enter and leave in float32, but inside each call the input rows are quantized
+  to 8 bits with a scale taken from that call's own range. The embedding table and the norms
+  stay in float32 (a decode step reads one embedding row, not the table).
+
+Both change the logits a little; ``tests/test_weight_options.py`` bounds how much on the
+shipped model and reports where greedy tokens first diverge from float32.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from ..engine_args import WEIGHT_DTYPES, check_weight_dtype
+
+#: the documented accuracy of each option: max |logit - float32 logit| as a fraction of the
+#: float32 logits' largest magnitude (tests/test_weight_options.py checks it on the shipped model)
+LOGIT_TOLERANCE = {"bfloat16": 0.05, "int8": 0.2}
+
+__all__ = ["LOGIT_TOLERANCE", "WEIGHT_DTYPES", "Int8Linear", "check_weight_dtype", "cpu_has_bf16", "quantize_weights", "weight_bytes"]
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (oneDNN's check: AVX512-BF16 or AMX)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class Int8Linear(nn.Module):
+    """``y = x @ (scale * q).T + bias`` with ``q`` int8 ``[out, in]`` and one float32 scale per
+    output row (symmetric: the row's largest |w| maps to 127). Input and output are float32."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        w = linear.weight.detach().float()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        scale = (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny).double()
+        with warnings.catch_warnings():  # quantized tensors are deprecated in favour of torchao,
+            warnings.simplefilter("ignore")  # but this is the int8 matmul torch itself ships
+            q = torch.quantize_per_channel(w, scale, torch.zeros_like(scale, dtype=torch.long), 0, torch.qint8)
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        self._packed = torch.ops.quantized.linear_prepack(q, bias)
+        self.weight_bytes = q.numel() + 4 * scale.numel() + (0 if bias is None else 4 * bias.numel())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # reduce_range: 7-bit activations, so fbgemm's 16-bit pair sums cannot saturate
+        return torch.ops.quantized.linear_dynamic(x, self._packed, True)
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """The float32 weight the int8 one stands for (for checks and the course)."""
+        q, _ = torch.ops.quantized.linear_unpack(self._packed)
+        return q.dequantize()
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
+
+
+def projections(model: nn.Module):
+    """(owner module, attribute name) of every projection a decode step multiplies by."""
+    for layer in model.model.layers:
+        yield layer.self_attn, "qkv_proj"
+        yield layer.self_attn, "o_proj"
+        yield layer.mlp, "gate_up_proj"
+        yield layer.mlp, "down_proj"
+    yield model, "lm_head"
+
+
+def quantize_weights(model: nn.Module, weight_dtype) -> nn.Module:
+    """Store ``model``'s projections as ``weight_dtype`` (in place; returns the model). With
+    tied embeddings the lm head gets its own int8 copy and the embedding table stays float32."""
+    check_weight_dtype(weight_dtype, model.model.embed_tokens.weight.device, model.model.embed_tokens.weight.dtype)
+    if weight_dtype is None:
+        return model
+    for owner, name in projections(model):
+        module = getattr(owner, name)
+        if isinstance(module, nn.Linear):
+            setattr(owner, name, Int8Linear(module))
+    return model
+
+
+def weight_bytes(model: nn.Module) -> dict[str, int]:
+    """Bytes the model's weights take: float parameters (tied ones once) and int8 projections."""
+    unique = {p.data_ptr(): p for p in model.parameters()}
+    dense = sum(p.numel() * p.element_size() for p in unique.values())
+    int8 = sum(m.weight_bytes for m in model.modules() if isinstance(m, Int8Linear))
+    return {"dense": dense, "int8": int8, "total": dense + int8}
