@@ -103,6 +103,7 @@ class TokenPiece:
     label: str
     partial: bool       # part of a character split over several tokens
     completes: str      # for a partial token: the character(s) its group spells ("" if none)
+    invalid: bool = False  # its group holds bytes that are not UTF-8 (tokenizer.decode shows '�')
 
 
 def _incomplete(text: str) -> bool:
@@ -150,9 +151,10 @@ def token_pieces(tokenizer, token_ids, *, context=(), max_char_tokens: int = 8) 
                 label = hex_label(raw) if raw is not None else "‹…›"
                 last = k == len(group) - 1
                 text = added if last else ""
-                if last and added:
-                    label += _visible(added)
-                out.append(TokenPiece(t, text, label, True, added if whole else ""))
+                if last and added:  # bytes that can never be a character stay as bytes, not '�'
+                    label += _visible(added.replace("\ufffd", ""))
+                out.append(TokenPiece(t, text, label, True, added.replace("\ufffd", "") if whole else "",
+                                      "\ufffd" in added))
         start = i = end
     return out
 

@@ -132,7 +132,7 @@ EN: dict[str, str] = {
     # one sentence per action (summarize_action)
     "sum.tokenize": "the prompt became {n} token ids, the request waits in the queue (no KV block yet)",
     "sum.prefill": "one forward pass over {n} prompt tokens, {blocks} KV blocks allocated",
-    "sum.cached": "{n} of them reused from the prefix cache",
+    "sum.cached": "{n} more found in the prefix cache (not recomputed)",
     "sum.first": "first token {tok} sampled",
     "sum.decode": "one token in, one forward pass, output token #{index} {tok} sampled",
     "sum.run": "{steps} engine steps, {n} tokens sampled",
@@ -147,6 +147,7 @@ EN: dict[str, str] = {
     "tok.prompt_tip": "prompt token id {id}",
     "tok.out_tip": "output token #{i}, id {id}",
     "tok.partial_tip": "part of a character (UTF-8 bytes)",
+    "tok.invalid_tip": "bytes that are not valid UTF-8 (decoded as �)",
     "notice.bytes": "{chars} character(s) of this prompt ({sample}) are not in the tokenizer's vocabulary: "
                     "they became {n} raw byte tokens (shown as ‹E5 B0›), which the model has hardly seen in "
                     "training, so expect nonsense after them. The engine's mechanics are the same.",
@@ -346,7 +347,7 @@ ZH: dict[str, str] = {
     "ev.step_one": "引擎第 {step} 步：{prefill} 个预填充 + {decode} 个解码，{n} 个 token 过模型；KV 池已用 {used}/{total} 块",
     "sum.tokenize": "提示变成 {n} 个 token id，请求在队列中等待（还没有 KV 块）",
     "sum.prefill": "一次前向算完 {n} 个提示 token，分配 {blocks} 个 KV 块",
-    "sum.cached": "其中 {n} 个来自前缀缓存",
+    "sum.cached": "另有 {n} 个命中前缀缓存（不必重算）",
     "sum.first": "采样出第一个 token{tok}",
     "sum.decode": "输入一个 token，一次前向，采样出第 {index} 个输出 token{tok}",
     "sum.run": "{steps} 个引擎步，采样出 {n} 个 token",
@@ -360,6 +361,7 @@ ZH: dict[str, str] = {
     "tok.prompt_tip": "提示 token id {id}",
     "tok.out_tip": "第 {i} 个输出 token，id {id}",
     "tok.partial_tip": "一个汉字的一部分（UTF-8 字节）",
+    "tok.invalid_tip": "不是合法 UTF-8 的字节（解码为 �）",
     "notice.bytes": "提示里有 {chars} 个字符（{sample}）不在分词器的词表中：它们被拆成 {n} 个原始字节 token"
                     "（显示为 ‹E5 B0›），模型在训练中几乎没见过，所以之后的生成多半没有意义。引擎的机制不变。",
     "cand.head": "下一个 token 的候选",

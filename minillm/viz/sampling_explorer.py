@@ -451,13 +451,14 @@ class SamplingExplorer(_import_widgets().VBox):
         c = self.core
         lang = self.lang
         partial_tip = phrase("tok.partial_tip", lang)
+        invalid_tip = phrase("tok.invalid_tip", lang)
         chips = []
         for i, piece in enumerate(token_pieces(c.llm.tokenizer, c.context_ids)):
             cls = "mm-prompt" if i < len(c.prompt_ids) else "mm-added"
             title = f"id {piece.token_id}"
             if piece.partial:
                 cls += " mm-partial"
-                title += " · " + partial_tip + (f" → {piece.completes}" if piece.completes else "")
+                title += " · " + (invalid_tip if piece.invalid else partial_tip) + (f" → {piece.completes}" if piece.completes else "")
             chips.append(f"<span class='mm-chip {cls}' title='{esc(title)}'>{esc(piece.label)}</span>")
         self.context.value = (f"<div>{phrase('se.context', lang, n=len(c.prompt_ids), m=len(c.appended))}</div>"
                               f"<div>{''.join(chips)}</div>")

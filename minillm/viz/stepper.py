@@ -434,12 +434,13 @@ def tokens_html(core: RequestStepperCore) -> str:
         return f"<div class='mm-h'>{phrase('tok.head', lang)}</div><div><em>{phrase('tok.none', lang)}</em></div>"
     special = set(core.llm.tokenizer.all_special_ids)
     partial_tip = phrase("tok.partial_tip", lang)
+    invalid_tip = phrase("tok.invalid_tip", lang)
     chips = []
 
     def chip(piece, cls, title):
         if piece.partial:
             cls += " mm-partial"
-            title += " · " + partial_tip + (f" → {piece.completes}" if piece.completes else "")
+            title += " · " + (invalid_tip if piece.invalid else partial_tip) + (f" → {piece.completes}" if piece.completes else "")
         return (f"<span class='mm-chip {cls}' title='{esc(title)}'>{esc(piece.label)}"
                 f"<small>{piece.token_id}</small></span>")
 
@@ -588,11 +589,11 @@ def language_notice(pieces, lang=None) -> str:
     A byte-level tokenizer accepts any text, but a character it never learned becomes two to
     four byte tokens the model has hardly seen in training, so what it generates next is
     noise. Say so instead of letting it look broken. ``pieces``: ``token_pieces`` of the prompt."""
-    chars = [p.completes for p in pieces if p.partial and p.completes]
+    chars = "".join(p.completes for p in pieces if p.partial and p.text)  # once per character group
     if not chars:
         return ""
     n_tokens = sum(1 for p in pieces if p.partial)
-    sample = "".join(dict.fromkeys("".join(chars)))[:12]
+    sample = "".join(dict.fromkeys(chars))[:12]
     return ("<div style='color:#92400e;font-size:13px'>ℹ "
             + esc(phrase("notice.bytes", lang, chars=len(chars), n=n_tokens, sample=sample)) + "</div>")
 
