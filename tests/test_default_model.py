@@ -4,6 +4,7 @@ and gives the same greedy tokens through minillm as through transformers."""
 from __future__ import annotations
 
 import math
+import re
 import os
 import subprocess
 import sys
@@ -113,3 +114,84 @@ def test_entropy_is_measured_not_assumed(llm):
     ids = llm.tokenizer.encode("Once upon a")
     p = llm.next_token_logits(ids).softmax(-1)
     assert -(p * p.clamp_min(1e-30).log2()).sum().item() < 2.0 and not math.isnan(p.sum().item())
+
+
+# --- Chinese (issue 14): the same model reads and writes Chinese short stories -----------------------
+
+ZH_PROMPTS = ["从前有一只小狐狸，它", "从前，有一个叫小明的男孩", "有一天，小兔子在森林里", "天空很蓝，",
+              "小猫和它的好朋友", "很久很久以前，在一个小村子里"]
+_HAN = re.compile(r"[\u4e00-\u9fff]")
+_LATIN = re.compile(r"[A-Za-z]")
+
+
+def _is_chinese(text: str) -> bool:
+    return bool(_HAN.search(text)) and not _LATIN.search(text)
+
+
+def test_chinese_prompt_tokens_are_characters_not_bytes(llm):
+    """The issue's prompt: no byte-fallback pieces, every token shows as real text (the stepper
+    displays each token's own text, so a partial UTF-8 byte would show as U+FFFD)."""
+    ids = llm.tokenizer.encode("从前有一只小狐狸，它", add_special_tokens=False)
+    assert len(ids) <= len("从前有一只小狐狸，它")
+    pieces = [llm.tokenizer.decode([i]) for i in ids]
+    assert all("\ufffd" not in p for p in pieces), pieces
+    assert "".join(pieces) == "从前有一只小狐狸，它"
+
+
+def test_chinese_sentence_of_n_characters_is_at_most_n_tokens(llm):
+    sys.path.insert(0, str(REPO / "scripts"))
+    from story_corpus_zh import generate_stories_zh
+
+    sentences = set()
+    for story in generate_stories_zh(30, seed=4242):  # a seed the model was not trained on
+        sentences.update(s + "。" for s in story.split("。") if s.strip())
+    sentences.update(["从前有一只小狐狸，它很喜欢跑步。", "今天天气很好，我们去公园玩吧！", "小明找到了一个红色的球。"])
+    worst = max(sentences, key=lambda s: len(llm.tokenizer.encode(s, add_special_tokens=False)) / len(s))
+    for s in sentences:
+        n = len(llm.tokenizer.encode(s, add_special_tokens=False))
+        assert n <= len(s), f"{s!r}: {n} tokens for {len(s)} characters (worst: {worst!r})"
+
+
+def test_chinese_next_token_distribution_has_real_choices(llm):
+    for prompt in ("从前有一只小狐狸，它", "从前，有一个叫小明的男孩"):
+        p = llm.next_token_logits(prompt).softmax(-1)
+        entropy_bits = -(p * p.clamp_min(1e-30).log2()).sum().item()
+        assert entropy_bits > 1.0, (prompt, entropy_bits)
+        assert (p > 0.02).sum().item() >= 3, prompt
+
+
+def test_greedy_chinese_story_ends_with_eos(llm):
+    out = llm.generate(["从前有一只小狐狸，它"], SamplingParams(max_tokens=300, temperature=0))[0]
+    assert out.stop_reason == StopReason.EOS, out.text
+    assert _is_chinese(out.text) and len(out.text) > 40, out.text
+    assert out.text.rstrip()[-1] in "。！？”", out.text
+    assert out.text == llm.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+
+
+def test_sampled_chinese_stories_end_with_eos_in_chinese(llm):
+    params = [SamplingParams(max_tokens=300, temperature=0.8, seed=s) for s in range(50)]
+    outs = llm.generate(["从前有一只小狐狸，它"] * 50, params)
+    eos = sum(o.stop_reason == StopReason.EOS for o in outs)
+    chinese = sum(_is_chinese(o.text) for o in outs)
+    assert eos >= 45, f"only {eos}/50 Chinese stories ended with EOS"
+    assert chinese >= 45, f"only {chinese}/50 stayed in Chinese"
+    assert len({tuple(o.token_ids) for o in outs}) > 40
+
+
+def test_sampled_english_stories_stay_english(llm):
+    params = [SamplingParams(max_tokens=256, temperature=0.8, seed=s) for s in range(50)]
+    outs = llm.generate(["Once upon a time"] * 50, params)
+    english = sum(not _HAN.search(o.text) for o in outs)
+    assert english >= 45, f"only {english}/50 English stories stayed English"
+
+
+def test_chinese_prompts_matter_and_match_transformers(llm, hf_model):
+    outs = llm.generate(ZH_PROMPTS[:4], SamplingParams(max_tokens=80, temperature=0))
+    assert len({o.text for o in outs}) == 4
+    tok = llm.tokenizer
+    for prompt in ZH_PROMPTS:
+        ids = tok(prompt, return_tensors="pt").input_ids
+        ref = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=60, do_sample=False,
+                                pad_token_id=tok.pad_token_id or tok.eos_token_id)[0, ids.shape[1]:].tolist()
+        ours = llm.generate([prompt], SamplingParams(max_tokens=60, temperature=0))[0].token_ids
+        assert ours == ref, prompt
