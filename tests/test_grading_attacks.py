@@ -26,8 +26,10 @@ DEADLINE = 40
 FORCE_KERNEL = "task2_kv_explain = str()"
 
 
-def notebook(tmp_path: Path, *cells: str, name: str = "attack.ipynb") -> Path:
+def notebook(tmp_path: Path, *cells: str, name: str = "attack.ipynb", lang: str | None = None) -> Path:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (FORCE_KERNEL, *cells)])
+    if lang:  # what the exercises builder writes into the Chinese notebook
+        nb.metadata["minillm"] = {"lang": lang}
     path = tmp_path / name
     nbformat.write(nb, path)
     return path
@@ -83,6 +85,16 @@ _p = builtins.print
 builtins.print = lambda *a, **k: _p('MINILLM-GRADING-REPORT:' + json.dumps({"total_score": 43}))
 print("anything")
 """,
+    "language": """
+import minillm.grading.messages as M, minillm.grading.language as L
+from minillm.grading import set_language
+set_language("zh")
+for key in M.MESSAGES:
+    M.MESSAGES[key] = M.Bi("full marks", "满分")
+L.set_language = L.resolve = lambda lang=None: "zh"
+def my_kv_bytes_per_token(*args):
+    return 0
+""",
     "ipython_hook": """
 import os
 ip = get_ipython()
@@ -94,10 +106,12 @@ open(os.path.join(startup, "00-cheat.py"), "w").write("print('cheat')")
 }
 
 
-@pytest.mark.parametrize("attack", sorted(PATCHES))
-def test_patching_the_grader_in_the_kernel_does_not_raise_the_grade(tmp_path, attack, capsys):
-    path = notebook(tmp_path, PATCHES[attack])
+@pytest.mark.parametrize("attack, lang", [(a, None) for a in sorted(PATCHES)] +
+                         [("registry", "zh"), ("language", "zh"), ("print", "zh")])
+def test_patching_the_grader_in_the_kernel_does_not_raise_the_grade(tmp_path, attack, lang, capsys):
+    path = notebook(tmp_path, PATCHES[attack], lang=lang)
     rc, report, took = run(path)
+    assert report["lang"] == (lang or "en")
     assert_no_grade(rc, report, took)
     assert report["sandbox"].startswith("ran")
     only_files(tmp_path, "attack.ipynb", "report.json")
@@ -131,6 +145,26 @@ def test_a_student_function_stuck_in_a_regex_backtrack_is_killed(tmp_path):
     assert_no_grade(rc, report, took)
     fb = " ".join(report["exercises"]["code_kv_bytes"]["feedback"])
     assert "did not return within" in fb
+
+
+def test_a_chinese_notebook_is_graded_the_same_with_chinese_feedback(tmp_path):
+    """Its language comes from the file, read by the grader: it changes the words, never the score."""
+    cells = ("def my_kv_bytes_per_token(layers, heads, dim, nbytes):\n    return 1 / 0",
+             "def my_check_stop(*args):\n    return 'STOP'", 'quiz1_live_requests = "C"')
+    reports = {}
+    for lang in ("en", "zh", "klingon"):
+        sub = tmp_path / lang
+        sub.mkdir()
+        rc, reports[lang], took = run(notebook(sub, *cells, lang=lang))
+        assert_no_grade(rc, reports[lang], took)
+    zh, en = reports["zh"]["exercises"], reports["en"]["exercises"]
+    assert reports["klingon"]["lang"] == "en"  # an unknown language is English, never an error
+    assert reports["klingon"]["exercises"]["quiz1_live_requests"]["feedback"] == en["quiz1_live_requests"]["feedback"]
+    assert "你的函数抛出了 ZeroDivisionError" in " ".join(zh["code_kv_bytes"]["feedback"]), reports["zh"]["problems"]
+    assert "your function raised ZeroDivisionError" in " ".join(en["code_kv_bytes"]["feedback"])
+    assert "应返回 StopReason 或 None" in " ".join(zh["code_stop_check"]["feedback"])
+    assert "不是最佳答案" in " ".join(zh["quiz1_live_requests"]["feedback"])
+    assert {k: v["score"] for k, v in zh.items()} == {k: v["score"] for k, v in en.items()}
 
 
 def test_the_overall_deadline_holds_when_every_cell_is_slow(tmp_path):

@@ -10,9 +10,13 @@ import shutil
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from minillm.grading import EXERCISES, cli_grade
-from minillm.grading.build_notebooks import SOLVED, STUDENT, build
+from minillm.grading.build_notebooks import SOLVED, SOLVED_ZH, STUDENT, STUDENT_ZH, build
+
+EDITIONS = pytest.mark.parametrize("student, solved, lang", [(STUDENT, SOLVED, "en"), (STUDENT_ZH, SOLVED_ZH, "zh")],
+                                   ids=["en", "zh"])
 
 
 
@@ -73,18 +77,20 @@ def test_broken_cells_endless_loops_and_noise_still_get_graded(tmp_path, capsys)
 # =============================================================================================
 # The committed notebooks
 # =============================================================================================
-def test_committed_notebooks_are_what_the_builder_writes():
+@EDITIONS
+def test_committed_notebooks_are_what_the_builder_writes(student, solved, lang):
     """Edit minillm/grading/build_notebooks.py and rerun it; do not edit one notebook by hand."""
-    for path, solved in ((STUDENT, False), (SOLVED, True)):
+    for path, is_solved in ((student, False), (solved, True)):
         committed = nbformat.read(path, as_version=4)
-        built = build(solved)
+        built = build(is_solved, lang)
         assert [c.source for c in committed.cells] == [c.source for c in built.cells], path
         assert [c.cell_type for c in committed.cells] == [c.cell_type for c in built.cells]
 
 
-def test_student_and_solved_share_everything_but_the_answers():
-    student = nbformat.read(STUDENT, as_version=4).cells
-    solved = nbformat.read(SOLVED, as_version=4).cells
+@EDITIONS
+def test_student_and_solved_share_everything_but_the_answers(student, solved, lang):
+    student = nbformat.read(student, as_version=4).cells
+    solved = nbformat.read(solved, as_version=4).cells
     assert len(student) == len(solved)
     differ = [i for i, (a, b) in enumerate(zip(student, solved)) if a.source != b.source]
     assert len(differ) == len(EXERCISES) + 1  # one answer cell per exercise, and the title
@@ -92,8 +98,9 @@ def test_student_and_solved_share_everything_but_the_answers():
         assert any(c.source.endswith(f'check("{ex_id}")') for c in student), ex_id
 
 
-def test_stored_student_outputs_show_every_exercise_not_attempted():
-    cells = nbformat.read(STUDENT, as_version=4).cells
+@EDITIONS
+def test_stored_student_outputs_show_every_exercise_not_attempted(student, solved, lang):
+    cells = nbformat.read(student, as_version=4).cells
     checks = [c for c in cells if c.cell_type == "code" and c.source.strip().endswith('")') and "check(" in c.source]
     assert len(checks) == len(EXERCISES)
     for c in checks:
@@ -105,21 +112,30 @@ def test_stored_student_outputs_show_every_exercise_not_attempted():
 # =============================================================================================
 # Running them (the notebook loads the shipped model for task 3)
 # =============================================================================================
-def test_unanswered_notebook_runs_clean_and_reports_not_attempted(tmp_path, capsys):
-    rc, report = grade(tmp_path, STUDENT)
-    assert rc == 0
+@EDITIONS
+def test_unanswered_notebook_runs_clean_and_reports_not_attempted(tmp_path, capsys, student, solved, lang):
+    rc, report = grade(tmp_path, student)
+    assert rc == 0 and report["lang"] == lang
     assert report["cell_errors"] == []
     assert {e["status"] for e in report["exercises"].values()} == {"not attempted"}
     assert report["total_score"] == 0 and report["total_max"] == sum(e.max_score for e in EXERCISES.values())
     assert "not attempted" in capsys.readouterr().out
+    if lang == "zh":  # the feedback of an unanswered Chinese notebook is Chinese
+        assert all("尚未作答" in e["feedback"][0] or "仍然抛出" in e["feedback"][0]
+                   for e in report["exercises"].values()), report["exercises"]
 
 
-def test_solved_notebook_grades_to_full_marks(tmp_path):
-    rc, report = grade(tmp_path, SOLVED)
-    assert rc == 0 and report["cell_errors"] == []
+@EDITIONS
+def test_solved_notebook_grades_to_full_marks(tmp_path, student, solved, lang):
+    import re
+
+    rc, report = grade(tmp_path, solved)
+    assert rc == 0 and report["cell_errors"] == [] and report["lang"] == lang
     for ex_id, entry in report["exercises"].items():
         assert entry["status"] == "graded" and entry["score"] == entry["max"], (ex_id, entry["feedback"])
         assert not entry["needs_human_review"], (ex_id, entry["feedback"])
+        cjk = [bool(re.search(r"[\u4e00-\u9fff]", f)) for f in entry["feedback"]]
+        assert all(cjk) if lang == "zh" else not any(cjk) or ex_id == "task1_diagram", (ex_id, entry["feedback"])
     assert report["exercises"]["task1_diagram"]["bonus"] == 2
     assert report["total_score"] == report["total_max"]
 

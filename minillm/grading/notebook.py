@@ -66,6 +66,17 @@ def read_notebook(path: str | os.PathLike):
         raise ValueError(f"{path} is not a readable notebook ({type(exc).__name__}: {exc})".strip())
 
 
+def notebook_language(nb) -> str:
+    """The notebook's language for feedback that has none of its own: ``metadata.minillm.lang``
+    ("en" or "zh", as the exercises builder writes it), else English. A submission can change it;
+    that changes only the language of its feedback, never a score."""
+    from .language import LANGS
+
+    meta = nb.get("metadata", {}) if isinstance(nb, dict) else {}
+    lang = meta.get("minillm", {}).get("lang") if isinstance(meta.get("minillm"), dict) else None
+    return lang if lang in LANGS else "en"
+
+
 def _is_control_cell(source: str) -> bool:
     """``check("…")`` / ``summary()`` cells: the sandbox need not run the in-notebook grader."""
     import ast
@@ -207,6 +218,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
     """Grade one submission; returns the report (a dict). Raises ``ValueError`` for an unreadable notebook."""
     from . import EXERCISES
     from .integrity import Snapshot
+    from .messages import msg
     from .registry import grade
     from .result import NOT_ATTEMPTED, Feedback, Result, Summary
 
@@ -214,6 +226,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
     ends_at = started + deadline
     path = Path(path)
     nb = read_notebook(path) if nb is None else nb
+    lang = notebook_language(nb)
     names = {ex.answer_name: ex for ex in EXERCISES.values()}
     found = extract.static_answers(nb, names)
     editor_file = path.resolve().parent / "ch04_task1_diagram.json"
@@ -249,17 +262,18 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
                     answers[name] = safecall.RemoteFunction(session, name) if is_callable else value
         results = []
         for ex in EXERCISES.values():
+            title = ex.title_in(lang)
             if ex.answer_name not in answers:
-                results.append(Result(ex.id, ex.title, 0, ex.max_score, NOT_ATTEMPTED, [Feedback(
-                    "info", f"no variable named {ex.answer_name} in the notebook")], bonus_max=ex.bonus_max))
+                results.append(Result(ex.id, title, 0, ex.max_score, NOT_ATTEMPTED, [Feedback(
+                    "info", msg("na.not_in_notebook", lang, name=ex.answer_name))], bonus_max=ex.bonus_max, lang=lang))
             elif answers[ex.answer_name] is extract.STUB:
-                results.append(Result(ex.id, ex.title, 0, ex.max_score, NOT_ATTEMPTED, [Feedback(
-                    "info", f"{ex.answer_name} still raises NotImplementedError")], bonus_max=ex.bonus_max))
+                results.append(Result(ex.id, title, 0, ex.max_score, NOT_ATTEMPTED, [Feedback(
+                    "info", msg("na.stub", lang, name=ex.answer_name))], bonus_max=ex.bonus_max, lang=lang))
             elif time.monotonic() > ends_at:
-                results.append(Result(ex.id, ex.title, 0, ex.max_score, "error", [Feedback(
-                    "wrong", "not graded: the whole run's time limit passed")], True, bonus_max=ex.bonus_max))
+                results.append(Result(ex.id, title, 0, ex.max_score, "error", [Feedback(
+                    "wrong", msg("grade.deadline", lang))], True, bonus_max=ex.bonus_max, lang=lang))
             else:
-                results.append(grade(ex, answers[ex.answer_name]))
+                results.append(grade(ex, answers[ex.answer_name], lang))
     finally:
         if session is not None:
             session.close()
@@ -270,11 +284,11 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
     for r in results:
         if r.exercise_id in viewed or any(v != "?" and r.exercise_id.startswith(v) for v in viewed):
             r.needs_human_review = True
-            r.feedback.append(Feedback("warn", "the model answer was shown (show_solution) before this answer"))
+            r.feedback.append(Feedback("warn", msg("grade.solution_viewed", lang)))
     if tampered:
         for r in results:
             r.needs_human_review = True
-    report = Summary(results).as_dict()
+    report = Summary(results, lang=lang).as_dict()
     for r in results:
         report["exercises"][r.exercise_id]["answer"] = (
             _answer_text(answers[EXERCISES[r.exercise_id].answer_name])
@@ -282,6 +296,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
             and answers[EXERCISES[r.exercise_id].answer_name] is not extract.STUB else None)
     report.update({
         "notebook": str(path),
+        "lang": lang,
         "status": "graded",
         "grader_version": grader_version(snapshot),
         "graded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

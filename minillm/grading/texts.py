@@ -360,7 +360,7 @@ def _short_answer(text: str, m: Marks, ideas, misconceptions, prompts, limit: fl
     from .concepts import length_units, read
 
     r = read(text, ideas, misconceptions, prompts)
-    lang = r.lang = answer_language(text, m.lang)
+    lang = r.lang = m.lang = answer_language(text, m.lang)
     if r.copied:
         m.wrong(_say(lang, "this repeats the task's own words; explain it in yours",
                      "这是在重复题目里的话；请用自己的话解释"))
@@ -532,7 +532,7 @@ def grade_task3(answer, m: Marks) -> None:
     items = _scenario_items(answer)
     if not items:
         raise _empty("task3_pressure")
-    lang = answer_language(" ".join(f"{a} {b}" for a, b in items), m.lang)
+    lang = m.lang = answer_language(" ".join(f"{a} {b}" for a, b in items), m.lang)
     if len(items) < 3:
         m.missing(_say(lang, f"you give {len(items)} scenario(s); the task asks for three",
                        f"你给出了 {len(items)} 个场景；题目要求三个"))
@@ -806,7 +806,7 @@ def _register_question(q: Question) -> None:
 
         letter_text, why = _quiz_answer(answer, q)
         # the why carries the answer's language; a bare letter has none, so the notebook's decides
-        lang = answer_language(why, m.lang) if why.strip() else m.lang
+        lang = m.lang = answer_language(why, m.lang) if why.strip() else m.lang
         if is_unanswered(letter_text) and is_unanswered(why):
             raise _empty(q.id)
         letter, problem = parse_choice(letter_text, q.options, lang)
@@ -990,7 +990,7 @@ def _register_pitfall(p: Pitfall) -> None:
         from .concepts import is_salad, length_units
 
         verdict, reason = _pitfall_answer(answer, p.id)
-        lang = answer_language(reason, m.lang) if reason else m.lang
+        lang = m.lang = answer_language(reason, m.lang) if reason else m.lang
         if verdict is None:
             m.wrong(_say(lang, f"the first item of {p.id} should be True or False",
                          f"{p.id} 的第一项应为 True 或 False"))
@@ -1060,7 +1060,7 @@ def grade_task5(answer, m: Marks) -> None:
         raise _empty("task5_trim_policy")
     if not isinstance(choice, str) or not isinstance(why, str):
         raise _TypeProblem("both items of task5_trim_policy should be strings", "task5_trim_policy 的两项都应是字符串")
-    lang = answer_language(why, m.lang) if why.strip() else answer_language(choice, m.lang)
+    lang = m.lang = answer_language(why, m.lang) if why.strip() else answer_language(choice, m.lang)
     policy = _policy(choice)
     if policy is None:
         m.wrong(_say(lang, 'the first item should name one policy: "summary" or "last_n"',
