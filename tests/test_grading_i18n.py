@@ -300,3 +300,20 @@ def test_the_stored_chinese_solved_outputs_show_full_marks():
     assert "51/51" in text and "总分" in text
     assert msg("badge.full", "zh") in "".join(o.get("data", {}).get("text/html", "")
                                              for c in cells for o in c.get("outputs", []))
+
+
+def test_the_diagram_editor_speaks_the_notebooks_language():
+    from minillm.grading import DiagramEditor
+
+    en = DiagramEditor()
+    assert en.add_state_button.description == "Add / update state"
+    set_language("zh")
+    zh = DiagramEditor()
+    assert zh.lang == "zh" and zh.add_state_button.description == "添加 / 更新状态"
+    assert CJK.search(zh.resource_picker.options[1])
+    zh.add_transition("入队", "预填充")
+    assert "没有状态" in zh.status.value
+    zh.add_state("入队", "prompt token；还没有 KV 块")
+    assert "已添加状态 入队" in zh.status.value and "1 个状态" in zh._stored_bundle()["text/plain"]
+    assert all_chinese(zh.check())
+    assert DiagramEditor(lang="en").check_button.description == "Check my diagram"

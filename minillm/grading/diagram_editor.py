@@ -29,48 +29,58 @@ import ipywidgets as widgets
 from .diagram import Diagram, from_data, render_svg, to_dot
 from .extract import DIAGRAM_MIME
 
+from .language import resolve
+from .messages import msg
+
 RESOURCE_CHOICES = (
     "prompt text", "prompt token ids", "sampling params", "KV blocks for the prompt",
     "KV blocks (one more token per step)", "a batch slot", "output token ids", "stop reason",
     "nothing on the device (blocks freed)",
 )
-_PICK = "+ add a resource…"
+RESOURCE_CHOICES_ZH = (
+    "prompt 文本", "prompt token", "采样参数", "整段 prompt 的 KV 块", "KV 块（每步多一个 token）", "一个 batch 槽位",
+    "已生成的输出 token", "停止原因", "设备上什么都不占（块已释放）",
+)
 
 
 class DiagramEditor(widgets.VBox):
     """An ipywidgets editor for a state diagram whose states say what they hold."""
 
     def __init__(self, states: dict | None = None, transitions: list | None = None, *,
-                 save_to: str | os.PathLike | None = None, show_check: bool = True):
+                 save_to: str | os.PathLike | None = None, show_check: bool = True, lang: str | None = None):
         self._d = Diagram()
         self.save_to = os.fspath(save_to) if save_to else None
+        self.lang = resolve(lang)  # its labels and messages; default: the notebook's (set_language)
+        t = self._t
+        _pick = self._pick = t("ed.pick")
+        choices = RESOURCE_CHOICES_ZH if self.lang == "zh" else RESOURCE_CHOICES
 
         # --- widgets: states ----------------------------------------------------------------
-        self.state_name = widgets.Combobox(placeholder="state name, e.g. WAITING", options=(),
+        self.state_name = widgets.Combobox(placeholder=t("ed.name"), options=(),
                                            ensure_option=False, layout=widgets.Layout(width="190px"))
-        self.state_holds = widgets.Text(placeholder="what it holds, e.g. prompt token ids; no KV block yet",
+        self.state_holds = widgets.Text(placeholder=t("ed.holds"),
                                         layout=widgets.Layout(width="360px"))
-        self.resource_picker = widgets.Dropdown(options=(_PICK,) + RESOURCE_CHOICES, value=_PICK,
+        self.resource_picker = widgets.Dropdown(options=(_pick,) + choices, value=_pick,
                                                 layout=widgets.Layout(width="190px"))
-        self.add_state_button = widgets.Button(description="Add / update state", button_style="primary",
+        self.add_state_button = widgets.Button(description=t("ed.add_state"), button_style="primary",
                                                icon="plus", layout=widgets.Layout(width="160px"))
-        self.remove_state_button = widgets.Button(description="Remove state", icon="trash",
+        self.remove_state_button = widgets.Button(description=t("ed.remove_state"), icon="trash",
                                                   layout=widgets.Layout(width="130px"))
         # --- widgets: transitions -----------------------------------------------------------
-        self.from_state = widgets.Dropdown(options=(), description="from", layout=widgets.Layout(width="190px"))
-        self.to_state = widgets.Dropdown(options=(), description="to", layout=widgets.Layout(width="190px"))
-        self.edge_label = widgets.Text(placeholder="label, e.g. scheduled / EOS / cancel",
+        self.from_state = widgets.Dropdown(options=(), description=t("ed.from"), layout=widgets.Layout(width="190px"))
+        self.to_state = widgets.Dropdown(options=(), description=t("ed.to"), layout=widgets.Layout(width="190px"))
+        self.edge_label = widgets.Text(placeholder=t("ed.label"),
                                        layout=widgets.Layout(width="230px"))
-        self.add_transition_button = widgets.Button(description="Add transition", button_style="primary",
+        self.add_transition_button = widgets.Button(description=t("ed.add_transition"), button_style="primary",
                                                     icon="long-arrow-right", layout=widgets.Layout(width="140px"))
-        self.transition_list = widgets.Dropdown(options=(), description="edges",
+        self.transition_list = widgets.Dropdown(options=(), description=t("ed.edges"),
                                                 layout=widgets.Layout(width="330px"))
-        self.remove_transition_button = widgets.Button(description="Remove transition", icon="trash",
+        self.remove_transition_button = widgets.Button(description=t("ed.remove_transition"), icon="trash",
                                                        layout=widgets.Layout(width="150px"))
         # --- output ---------------------------------------------------------------------------
         self.status = widgets.HTML()
         self.view = widgets.HTML()
-        self.check_button = widgets.Button(description="Check my diagram", icon="check",
+        self.check_button = widgets.Button(description=t("ed.check"), icon="check",
                                            layout=widgets.Layout(width="160px"))
         self.result_view = widgets.HTML()
 
@@ -83,10 +93,10 @@ class DiagramEditor(widgets.VBox):
         self.state_name.observe(self._on_name_typed, names="value")
 
         rows = [
-            widgets.HTML("<b>States</b> — a name and what the state holds"),
+            widgets.HTML(t("ed.states_head")),
             widgets.HBox([self.state_name, self.state_holds, self.resource_picker]),
             widgets.HBox([self.add_state_button, self.remove_state_button]),
-            widgets.HTML("<b>Transitions</b> — from, to, and what triggers it"),
+            widgets.HTML(t("ed.transitions_head")),
             widgets.HBox([self.from_state, self.to_state, self.edge_label, self.add_transition_button]),
             widgets.HBox([self.transition_list, self.remove_transition_button]),
             self.status, self.view,
@@ -113,39 +123,40 @@ class DiagramEditor(widgets.VBox):
         """Add a state, or update what an existing state holds."""
         name = (name or "").strip()
         if not name:
-            return self._say("Type a state name first.", error=True)
+            return self._say(self._t("ed.type_name"), error=True)
         holds = (holds or "").strip()
         existed = name in self._d.states
         self._d.states[name] = holds if (holds or not existed) else self._d.states[name]
         self._refresh()
-        self._say(f"Updated what {name} holds." if existed else f"Added state {name}.")
+        self._say(self._t("ed.updated" if existed else "ed.added", name=name))
 
     def remove_state(self, name: str) -> None:
         if name not in self._d.states:
-            return self._say(f"There is no state {name!r}.", error=True)
+            return self._say(self._t("ed.no_state", name=name), error=True)
         del self._d.states[name]
         self._d.transitions = [t for t in self._d.transitions if name not in t[:2]]
         self._refresh()
-        self._say(f"Removed {name} and its transitions.")
+        self._say(self._t("ed.removed_state", name=name))
 
     def set_holds(self, name: str, holds: str) -> None:
         if name not in self._d.states:
-            return self._say(f"There is no state {name!r}.", error=True)
+            return self._say(self._t("ed.no_state", name=name), error=True)
         self._d.states[name] = (holds or "").strip()
         self._refresh()
 
     def add_transition(self, src: str, dst: str, label: str = "") -> None:
         if not src or not dst:
-            return self._say("Choose both ends of the transition (add states first).", error=True)
+            return self._say(self._t("ed.both_ends"), error=True)
         for end in (src, dst):
             if end not in self._d.states:
-                return self._say(f"There is no state {end!r}; add it first.", error=True)
+                return self._say(self._t("ed.add_first", name=end), error=True)
         edge = (src, dst, (label or "").strip())
         if edge in self._d.transitions:
-            return self._say(f"{src} → {dst} is already there.", error=True)
+            return self._say(self._t("ed.already", src=src, dst=dst), error=True)
         self._d.transitions.append(edge)
         self._refresh()
-        self._say(f"Added {src} → {dst}" + (f" ({edge[2]})." if edge[2] else "."))
+        label = (f"（{edge[2]}）" if self.lang == "zh" else f" ({edge[2]})") if edge[2] else ""
+        self._say(self._t("ed.added_edge", src=src, dst=dst, label=label))
 
     def remove_transition(self, edge) -> None:
         """Remove a transition given as its index or as (from, to[, label])."""
@@ -156,15 +167,15 @@ class DiagramEditor(widgets.VBox):
             edge = tuple(edge)
             index = next((i for i, t in enumerate(ts) if t[:len(edge)] == edge), None)
         if index is None:
-            return self._say(f"No such transition: {edge!r}.", error=True)
+            return self._say(self._t("ed.no_edge", edge=edge), error=True)
         src, dst, _ = ts.pop(index)
         self._refresh()
-        self._say(f"Removed {src} → {dst}.")
+        self._say(self._t("ed.removed_edge", src=src, dst=dst))
 
     def clear(self) -> None:
         self._d = Diagram()
         self._refresh()
-        self._say("Cleared.")
+        self._say(self._t("ed.cleared"))
 
     def to_data(self) -> dict:
         """The diagram as plain data: {"states": {name: holds}, "transitions": [[from, to, label]]}."""
@@ -181,7 +192,7 @@ class DiagramEditor(widgets.VBox):
         """Grade the diagram now and show the feedback under the editor; returns the Result."""
         from .registry import check
 
-        result = check("task1_diagram", self)
+        result = check("task1_diagram", self, lang=self.lang)
         self.result_view.value = result._repr_html_()
         return result
 
@@ -203,15 +214,16 @@ class DiagramEditor(widgets.VBox):
 
     def _on_remove_transition(self) -> None:
         if self.transition_list.value is None:
-            return self._say("No transition selected.", error=True)
+            return self._say(self._t("ed.none_selected"), error=True)
         self.remove_transition(self.transition_list.value)
 
     def _on_pick_resource(self, change) -> None:
-        if change["new"] == _PICK:
+        if change["new"] == self._pick:
             return
-        current = self.state_holds.value.strip().rstrip(",;")
-        self.state_holds.value = f"{current}, {change['new']}" if current else change["new"]
-        self.resource_picker.value = _PICK
+        current = self.state_holds.value.strip().rstrip(",;，；")
+        sep = "，" if self.lang == "zh" else ", "
+        self.state_holds.value = f"{current}{sep}{change['new']}" if current else change["new"]
+        self.resource_picker.value = self._pick
 
     def _on_name_typed(self, change) -> None:
         name = (change["new"] or "").strip()
@@ -221,8 +233,7 @@ class DiagramEditor(widgets.VBox):
     # --- stored in the notebook ------------------------------------------------------------------
     def _stored_bundle(self) -> dict:
         data = self.to_data()
-        plain = (f"(diagram stored in this notebook for minillm grade: {len(data['states'])} states, "
-                 f"{len(data['transitions'])} transitions — save the notebook to keep it)")
+        plain = self._t("ed.stored", n=len(data["states"]), m=len(data["transitions"]))
         return {"text/plain": plain, DIAGRAM_MIME: data}
 
     def _ipython_display_(self) -> None:
@@ -242,6 +253,9 @@ class DiagramEditor(widgets.VBox):
                 pass
 
     # --- drawing and saving ----------------------------------------------------------------------
+    def _t(self, key: str, **fields) -> str:
+        return msg(key, getattr(self, "lang", "en"), **fields)
+
     def _say(self, text: str, error: bool = False) -> None:
         colour = "#cf222e" if error else "#57606a"
         self.status.value = f"<span style='color:{colour}'>{html.escape(text)}</span>"
@@ -263,11 +277,11 @@ class DiagramEditor(widgets.VBox):
                 with open(self.save_to, "w", encoding="utf-8") as f:
                     json.dump(self.to_data(), f, ensure_ascii=False, indent=1)
             except OSError as exc:
-                self._say(f"Could not save to {self.save_to}: {exc}", error=True)
+                self._say(self._t("ed.cannot_save", path=self.save_to, error=exc), error=True)
 
     def _render(self) -> str:
         if self._d.empty:
-            return "<i style='color:#57606a'>Add a state to start drawing.</i>"
+            return f"<i style='color:#57606a'>{html.escape(self._t('ed.empty'))}</i>"
         dot = self.to_dot()
         svg, why = render_svg(dot)
         if svg is not None:
@@ -286,5 +300,5 @@ class DiagramEditor(widgets.VBox):
             return True
         except (OSError, ValueError) as exc:
             self._d = Diagram()
-            self._say(f"Could not read {path} ({exc}); starting empty.", error=True)
+            self._say(self._t("ed.cannot_read", path=path, error=exc), error=True)
             return False
