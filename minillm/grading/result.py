@@ -136,6 +136,13 @@ class Result:
         )
 
 
+def _width(text: str) -> int:
+    """Columns a string takes in a terminal: Chinese characters take two."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
 def _num(x: float) -> float | int:
     """3.0 -> 3, 2.5 -> 2.5 (JSON and text stay tidy)."""
     x = round(float(x), 2)
@@ -173,10 +180,10 @@ class Summary:
             rows.append((r.exercise_id, score, r.status,
                          ("是" if zh else "yes") if r.needs_human_review else "", first[:70]))
         rows.append(("总分" if zh else "total", f"{_num(self.total)}/{_num(self.total_max)}", "", "", ""))
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        widths = [max(_width(row[i]) for row in rows) for i in range(4)]
         out = []
         for i, row in enumerate(rows):
-            out.append("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4])
+            out.append("  ".join(c + " " * (w - _width(c)) for c, w in zip(row[:4], widths)) + "  " + row[4])
             if i == 0 or i == len(rows) - 2:
                 out.append("  ".join("-" * w for w in widths) + "  " + "-" * 14)
         return "\n".join(line.rstrip() for line in out)
