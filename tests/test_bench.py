@@ -131,3 +131,42 @@ def test_decode_groups_and_contiguous_contexts_give_the_same_tokens(tiny_model):
     assert not any(used)
     assert crowded.output_token_ids == alone.output_token_ids
     assert all(len(r.output_token_ids) == 20 for r in others)
+
+
+# --- minillm bench --peers ----------------------------------------------------------------------
+def test_first_divergence_and_peer_availability():
+    from minillm.bench.peers import available_peers, first_divergence
+
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert first_divergence([1, 2, 3], [1, 2]) == 2  # a shorter output differs where it stops
+    status = available_peers()
+    assert set(status) == {"ctranslate2", "llama.cpp"}
+    assert all(v is None or "not installed" in v for v in status.values())
+
+
+def test_peers_bench_on_a_tiny_model_checks_tokens_and_writes_a_table(tiny_model, tmp_path, monkeypatch):
+    pytest.importorskip("ctranslate2", reason="pip install 'minillm[peers]'")
+    from minillm.bench import peers
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the CT2 conversion goes there
+    r = peers.bench_peers("tiny", tiny_model, threads_list=(1,), rounds=1, prompt_lens=(8, 24), new_tokens=6,
+                          num_requests=5, log=lambda m: None)
+    e = r["threads"]["1"]
+    ct2 = next(n for n in e["engines"] if n.startswith("CTranslate2"))
+    assert e["engines"][0] == "minillm"
+    for row in e["latency"]:  # same float32 weights, same ids: the same greedy tokens
+        assert row["checks"][ct2] == {"identical": True, "first_divergence": None}
+        assert row["tpot"]["minillm"]["median"] > 0 and row["tpot"][ct2]["median"] > 0
+    checks = e["workload"]["checks"]
+    assert checks and all(c["identical_requests"] == c["requests"] == 5 for c in checks.values())
+    assert e["workload"]["best_batch"][ct2] in peers.CTranslate2Engine.batch_sizes
+    assert (tmp_path / "cache" / "minillm" / "peers").is_dir()
+    if "llama.cpp" in r["peers_not_run"]:
+        assert "llama.cpp was not run" in peers.peers_markdown([r])
+    readme = tmp_path / "README.md"
+    readme.write_text("# B\n\nintro\n")
+    peers.update_peers_readme(readme, [r])
+    peers.update_peers_readme(readme, [r])  # the block is replaced, not appended again
+    text = readme.read_text()
+    assert text.count(peers.PEERS_BEGIN) == 1 and "intro" in text and "TPOT minillm" in text

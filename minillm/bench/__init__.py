@@ -4,6 +4,7 @@
     minillm bench --model all           # the shipped model and the 135M-shaped one (~30 min on 2 cores)
     minillm bench --quick               # small sizes, 2 rounds: a smoke run
     python -m minillm.bench --model 135m --only throughput --runs 5
+    minillm bench --peers --model smollm2   # beside CTranslate2 (and llama.cpp when installed): ``peers``
 
 Four benchmarks (see ``workloads``): batch-1 latency (TTFT, TPOT), a mixed 64-request
 workload (continuous batching vs ``generate()`` at static batch sizes, and minillm's own
@@ -23,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MODELS = ("default", "135m", "tiny")
+MODELS = ("default", "135m", "tiny", "smollm2")
 WORKLOADS = ("latency", "throughput", "kv_cache")
 # timed rounds per measurement: the 135m model takes minutes per round of the mixed workload
 # on a 2-core CPU, so it gets fewer by default (``--runs`` sets both)
@@ -32,6 +33,7 @@ DESCRIPTIONS = {
     "default": "the model shipped with minillm (stories-3m, a trained ~4M-parameter Llama)",
     "135m": "random weights in the shape of SmolLM-135M (576 hidden, 30 layers, 9/3 heads, 49152 vocabulary)",
     "tiny": "a tiny random Llama (for tests)",
+    "smollm2": "SmolLM2-135M-Instruct (the test set-up's Q4_1 GGUF, dequantised to a float32 folder)",
 }
 
 
@@ -53,6 +55,11 @@ def parse_args(argv):
                     help="CPU threads for both engines (LLM(num_threads=...), process-wide; default: the "
                          "engine's choice from the model size: 1 per 60M parameters, at most the usable cores)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peers", action="store_true",
+                    help="run minillm beside CTranslate2 (and llama.cpp when installed) instead of generate(): "
+                         "batch-1 TPOT at prompts 16/128/512 and the 64-request mixed workload, at 1 and 2 threads "
+                         "(or --threads); pip install 'minillm[peers]'")
+    ap.add_argument("--llama-cpp-gguf", default=None, help="with --peers: a float32 GGUF of the same model for llama.cpp")
     ap.add_argument("--batch-sizes", default=None,
                     help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,32,64)")
     ap.add_argument("--allow-mismatch", action="store_true",
@@ -86,6 +93,13 @@ def prepare_model(name: str, workdir: Path) -> Path:
         return build_random_llama(workdir / "smollm-135m-shape-random")
     if name == "tiny":
         return build_random_llama(workdir / "tiny-random", TINY_SHAPE, init_std=0.08)
+    if name == "smollm2":
+        from .peers import gguf_as_hf_folder, smollm2_gguf
+
+        gguf = smollm2_gguf()
+        if not gguf.is_file():
+            raise FileNotFoundError(f"{gguf} is absent: run `bash scripts/fetch_test_models.sh` to fetch it")
+        return gguf_as_hf_folder(gguf)
     path = Path(name).expanduser()
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"--model {name!r}: not one of {', '.join(MODELS + ('all',))} nor a model folder")
@@ -164,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="minillm-bench-models-"))
+    if args.peers:
+        try:
+            return run_peers(args, out_dir, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+            torch.set_num_threads(threads_before)
     results = []
     try:
         for name in _model_list(args.model):
@@ -192,4 +212,37 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for r in results:
         print(report.markdown(r))
+    return 0
+
+
+def run_peers(args, out_dir: Path, workdir: Path) -> int:
+    """``--peers``: each model beside CTranslate2 / llama.cpp; JSON per model and a README block."""
+    import json
+
+    from .peers import bench_peers, update_peers_readme
+
+    threads = (args.threads,) if args.threads else (1, 2)
+    results = []
+    for name in _model_list(args.model):
+        try:
+            path = prepare_model(name, workdir)
+        except FileNotFoundError as exc:
+            print(f"minillm bench: error: {exc}", file=sys.stderr)
+            return 2
+        runs = args.runs or (2 if args.quick else 5)
+        kw = dict(prompt_lens=(16, 64), new_tokens=32, num_requests=16) if args.quick else {}
+        result = bench_peers(name if name in MODELS else path.name, path, threads, runs, seed=args.seed,
+                             llama_cpp_gguf=Path(args.llama_cpp_gguf) if args.llama_cpp_gguf else None,
+                             log=lambda m: print(m, flush=True), **kw)
+        out = out_dir / f"peers_{result['model']}.json"
+        out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {out}", flush=True)
+        results.append(result)
+    if not args.no_readme:
+        previous = []
+        for f in sorted(out_dir.glob("peers_*.json")):
+            r = json.loads(f.read_text())
+            if r["model"] not in {x["model"] for x in results}:
+                previous.append(r)
+        update_peers_readme(out_dir / "README.md", results + previous)
     return 0
