@@ -115,7 +115,7 @@ def test_patching_the_grader_in_the_kernel_does_not_raise_the_grade(tmp_path, at
     assert_no_grade(rc, report, took)
     assert report["sandbox"].startswith("ran")
     only_files(tmp_path, "attack.ipynb", "report.json")
-    assert re.search(r"^total\s+0/\d+$", capsys.readouterr().out, re.M)
+    assert re.search(r"^(total|总分)\s+0/\d+$", capsys.readouterr().out, re.M)
 
 
 # =============================================================================================

@@ -302,3 +302,32 @@ def test_the_long_chat_byte_count():
         raise NotImplementedError
 
     assert not check("code_chat_kv", stub).attempted
+
+
+# =============================================================================================
+# The preamble every code grader shares (coding._engine_piece)
+# =============================================================================================
+CODE_IDS = ("code_top_p", "code_kv_bytes", "code_stop_check", "code_chat_kv")
+
+
+@pytest.mark.parametrize("ex_id", CODE_IDS)
+def test_every_code_grader_rejects_a_non_function_the_same_way(ex_id):
+    r = check(ex_id, 42)
+    name = EXERCISES[ex_id].answer_name
+    assert r.status == "graded" and r.score == 0
+    assert [f.text for f in r.feedback] == [f"{name} should be a function, got int"]
+    zh = check(ex_id, 42, lang="zh")
+    assert [f.text for f in zh.feedback] == [f"{name} 应该是一个函数，得到的是 int"]
+
+
+@pytest.mark.parametrize("ex_id, loader", [("code_top_p", "_load_top_p"), ("code_kv_bytes", "_load_kv_bytes"),
+                                           ("code_stop_check", "_load_params"), ("code_chat_kv", "_load_kv_bytes")])
+def test_an_engine_piece_that_cannot_be_imported_is_the_graders_problem(ex_id, loader, monkeypatch):
+    def broken():
+        raise ImportError("no module named minillm.kv_cache")
+
+    monkeypatch.setattr(coding, loader, broken)
+    r = check(ex_id, lambda *a: 0)
+    assert r.status == "error" and r.needs_human_review and r.score == 0
+    assert "could not be imported (ImportError: no module named minillm.kv_cache)" in str(r)
+    assert "无法导入引擎的" in str(check(ex_id, lambda *a: 0, lang="zh"))

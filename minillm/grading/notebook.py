@@ -324,16 +324,20 @@ def grader_version(snapshot=None) -> str:
 # Command line
 # =============================================================================================
 def format_table(report: dict) -> str:
-    rows = [("exercise", "score", "status", "review", "first problem")]
+    from .result import _width
+
+    zh = report.get("lang") == "zh"
+    rows = [("练习", "得分", "状态", "复核", "第一个问题") if zh else ("exercise", "score", "status", "review", "first problem")]
     for ex_id, r in report["exercises"].items():
         first = next((f for f in r["feedback"] if f[:1] in ("✗", "!")), "")
         rows.append((safe_text(ex_id), f"{r['score']}/{r['max']}" + (f" +{r['bonus']}" if r.get("bonus") else ""),
-                     safe_text(r["status"]), "yes" if r["needs_human_review"] else "", safe_text(first)[:80]))
-    rows.append(("total", f"{report['total_score']}/{report['total_max']}", "", "", ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+                     safe_text(r["status"]), ("是" if zh else "yes") if r["needs_human_review"] else "",
+                     safe_text(first)[:80]))
+    rows.append(("总分" if zh else "total", f"{report['total_score']}/{report['total_max']}", "", "", ""))
+    widths = [max(_width(r[i]) for r in rows) for i in range(4)]
     lines = []
     for i, row in enumerate(rows):
-        lines.append(("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[4]).rstrip())
+        lines.append(("  ".join(c + " " * (w - _width(c)) for c, w in zip(row, widths)) + "  " + row[4]).rstrip())
         if i in (0, len(rows) - 2):
             lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 8)
     return "\n".join(lines)
