@@ -317,3 +317,10 @@ def test_the_diagram_editor_speaks_the_notebooks_language():
     assert "已添加状态 入队" in zh.status.value and "1 个状态" in zh._stored_bundle()["text/plain"]
     assert all_chinese(zh.check())
     assert DiagramEditor(lang="en").check_button.description == "Check my diagram"
+
+
+def test_a_copy_of_the_chinese_task_text_earns_nothing():
+    copied = check("task2_kv_explain", "它避免重复计算已经处理过的 token 的 key 和 value（decode 的速度正是从这里来的）；"
+                                       "它占用的显存会增长——随上下文里的每个 token、随每个活跃请求增长（显存压力）")
+    assert copied.score == 0 and copied.needs_human_review and "重复题目" in str(copied)
+    assert check("task4_sampling", "采样出的 token 会进入请求的历史（上下文），并且下一轮 decode 是基于它计算的").score == 0

@@ -277,12 +277,15 @@ TASK2_PROMPTS = [
     "comes from)",
     "it costs memory that grows — with every token of context and every live request (memory pressure)",
     "写一段 100 字以内的 KV Cache 解释",
+    "它避免重复计算已经处理过的 token 的 key 和 value（decode 的速度正是从这里来的）",
+    "它占用的显存会增长——随上下文里的每个 token、随每个活跃请求增长（显存压力）",
 ]
 TASK4_PROMPTS = [
     "Explain why sampling belongs to the request's execution semantics, not to the presentation of its output",
     "the sampled token becomes part of the request's history (its context), and the next decode step is computed "
     "from it",
     "解释 sampling 为什么属于请求执行语义的一部分",
+    "采样出的 token 会进入请求的历史（上下文），并且下一轮 decode 是基于它计算的",
 ]
 
 
