@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--device", default="auto")
     g.add_argument("--dtype", default="auto")
 
-    sub.add_parser("lab", help="open the course in JupyterLab", add_help=False)
+    sub.add_parser("lab", help="open the course in JupyterLab (--lang zh: the Chinese edition, 中文版)", add_help=False)
     sub.add_parser("grade", help="grade submitted notebooks (one, or a folder into a gradebook)", add_help=False)
     sub.add_parser("bench", help="run the benchmarks against transformers", add_help=False)
     sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API", add_help=False)
