@@ -29,10 +29,14 @@ _LAZY = {
     "lifecycle_edges": "diagram",
     "edges_of_events": "diagram",
     "STATE_HOLDS": "diagram",
+    "state_holds": "diagram",
+    "edge_labels": "diagram",
     # stepper.py
     "RequestStepper": "stepper",
     "RequestStepperCore": "stepper",
     "describe_event": "stepper",
+    "summarize_action": "stepper",
+    "button_labels": "stepper",
     # sampling_explorer.py
     "SamplingExplorer": "sampling_explorer",
     "SamplingExplorerCore": "sampling_explorer",
@@ -43,6 +47,11 @@ _LAZY = {
     "chat_summary": "conversation",
     # _common.py
     "token_text": "_common",
+    "token_pieces": "_common",
+    "TokenPiece": "_common",
+    # fonts.py (a CJK font for matplotlib figures)
+    "figure_fonts": "fonts",
+    "find_cjk_font": "fonts",
     # i18n.py (the course-wide language)
     "set_language": "i18n",
     "get_language": "i18n",

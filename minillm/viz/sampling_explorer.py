@@ -11,7 +11,7 @@ history and the next distribution is computed from it.
 
 ``SamplingExplorer`` is the ``ipywidgets`` view: sliders, bar charts of the top tokens
 before and after each step, a histogram of repeated draws and an
-**Append sampled token** button.
+**Append sampled token** button. ``lang="zh"`` (or ``set_language("zh")``) labels it in Chinese.
 """
 
 from __future__ import annotations

@@ -19,8 +19,15 @@ watch it go back to the pool.
 Stable hooks for browser tests: the outer box has the DOM class ``minillm-stepper``; the
 status line contains ``<span class="minillm-state">STATE</span>`` and
 ``<span class="minillm-blocks">N</span>`` (KV blocks held by this request); each button has
-the DOM class ``minillm-btn-<action>`` and the exact label from ``BUTTON_LABELS``.
-A fresh stepper is in NEW: press **Tokenize** first, then **Prefill**.
+the DOM class ``minillm-btn-<action>`` and the exact label from ``button_labels(lang)``
+(``BUTTON_LABELS`` is the English set). A fresh stepper is in NEW: press **Tokenize** first,
+then **Prefill**.
+
+Language: ``RequestStepper(llm, lang="zh")`` (or ``minillm.viz.set_language("zh")`` once)
+gives Chinese buttons and panels; the states keep the engine's names. Tokens are shown as the
+text they add to the request (``token_pieces``): a Chinese character that a byte-level
+tokenizer split into several byte tokens shows its bytes (‹E5 B0›) on each piece and the
+character on the piece that completes it, never '�'.
 """
 
 from __future__ import annotations
