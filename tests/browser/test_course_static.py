@@ -23,7 +23,8 @@ def _notebook_text(jlab) -> str:
     return jlab.page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea").all_inner_texts()
 
 
-@pytest.mark.parametrize("path", ["notebooks/ch04/00_overview.ipynb", "notebooks/ch04/01_request_lifecycle.ipynb"])
+@pytest.mark.parametrize("path", ["notebooks/ch04/00_overview.ipynb", "notebooks/ch04/01_request_lifecycle.ipynb",
+                                  "notebooks/zh/ch04/01_request_lifecycle.ipynb"])
 def test_unexecuted_notebook_shows_the_diagram_fitting_and_no_raw_widget_repr(jlab, lab, path):
     from playwright.sync_api import expect
 
@@ -58,11 +59,12 @@ def test_unexecuted_notebook_shows_the_diagram_fitting_and_no_raw_widget_repr(jl
         assert scroll_width <= client_width + 1, f"horizontal scroll in {name}: {fit}"
     assert fit["pageScroll"][0] <= fit["pageScroll"][1], fit
     # the last states of the lifecycle are in the picture (the file's SVG/PNG hold every state)
-    jlab.screenshot(f"static_{path.rsplit('/', 1)[-1].replace('.ipynb', '')}_diagram_{WIDTH}px.png", cell)
-    if "01_" in path:
-        stepper = jlab.cell(jlab.cell_index("RequestStepper()"))
+    edition = "zh_" if "/zh/" in path else ""
+    jlab.screenshot(f"static_{edition}{path.rsplit('/', 1)[-1].replace('.ipynb', '')}_diagram_{WIDTH}px.png", cell)
+    if "01_" in path:  # the stepper's saved snapshot (English or Chinese) shows until its cell runs
+        stepper = jlab.cell(jlab.cell_index("RequestStepper("))
         expect(stepper.locator(".jp-OutputArea-output")).to_contain_text(
-            re.compile(r"RequestStepper|snapshot", re.I), timeout=30_000)
+            re.compile(r"RequestStepper|snapshot|快照", re.I), timeout=30_000)
 
 
 def test_cache_monitor_add_request_and_step(jlab, lab):
