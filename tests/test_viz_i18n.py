@@ -379,6 +379,11 @@ def test_chinese_figures_render_without_missing_glyphs(tiny_llm):
     bare = Figure()
     bare.subplots().set_title("狐狸的请求")
     assert [m for m in _render(bare) if "missing from font" in m]
+    # axes made outside the font context (ax=...) get the fallback too
+    outside = Figure()
+    ax = outside.subplots()
+    plots.plot_state_timeline(plots.state_grid(tiny_llm.trace), ax=ax, lang="zh")
+    assert not [m for m in _render(outside) if "missing from font" in m]
     # English figures keep their usual font first
     with fonts.figure_fonts():
         import matplotlib

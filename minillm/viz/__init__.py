@@ -52,6 +52,7 @@ _LAZY = {
     # fonts.py (a CJK font for matplotlib figures)
     "figure_fonts": "fonts",
     "find_cjk_font": "fonts",
+    "add_cjk_fallback": "fonts",
     # i18n.py (the course-wide language)
     "set_language": "i18n",
     "get_language": "i18n",

@@ -93,12 +93,32 @@ def figure_fonts():
         yield cjk
 
 
+def add_cjk_fallback(fig):
+    """Give every text of an existing figure the CJK fallback font (for a figure, or axes
+    passed in with ``ax=``, made outside ``figure_fonts()``). Returns the figure."""
+    cjk = find_cjk_font()
+    if cjk is None:
+        _warn_missing()
+        return fig
+    from matplotlib.text import Text
+
+    for text in fig.findobj(Text):
+        family = list(text.get_fontfamily())
+        if cjk not in family:
+            text.set_fontfamily(family + [cjk])
+    return fig
+
+
 def with_cjk_fonts(fn):
-    """Decorator: build the figure inside ``figure_fonts()``."""
+    """Decorator: build the figure inside ``figure_fonts()``, then make sure every text of the
+    returned figure has the fallback (axes passed in were made before)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with figure_fonts():
-            return fn(*args, **kwargs)
+        with figure_fonts() as cjk:
+            fig = fn(*args, **kwargs)
+        if cjk is not None and hasattr(fig, "findobj"):
+            add_cjk_fallback(fig)
+        return fig
 
     return wrapper
