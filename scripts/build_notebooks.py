@@ -7,8 +7,8 @@ code cells shared, and this script writes ``notebooks/<path>.ipynb`` (English) a
 change lands in both, and a paragraph without its other-language twin does not build.
 
     .venv/bin/python scripts/build_notebooks.py              # write the notebooks whose cells changed
-    .venv/bin/python scripts/build_notebooks.py --execute    # ... and execute those (scripts/run_notebooks.py)
-    .venv/bin/python scripts/build_notebooks.py --check      # exit 1 if a notebook is out of date
+    .venv/bin/python scripts/build_notebooks.py --execute    # ... and execute those, and any never executed
+    .venv/bin/python scripts/build_notebooks.py --check      # exit 1 if a notebook is out of date or unexecuted
     .venv/bin/python scripts/build_notebooks.py --convert notebooks/ch04/01_x.ipynb   # start a source
 
 The source format is Markdown with a marker line before each cell (an HTML comment, so the
@@ -157,6 +157,24 @@ def stale(only: list[str] | None = None) -> list[tuple[Path, object]]:
     return out
 
 
+def unexecuted(only: list[str] | None = None) -> list[Path]:
+    """Generated notebooks with a code cell that never ran (built earlier without ``--execute``)."""
+    import nbformat
+
+    out = []
+    for src in sources():
+        if only and not any(s in src.as_posix() for s in only):
+            continue
+        for lang in LANGS:
+            path = target(src, lang)
+            if path.is_file():
+                nb = nbformat.read(str(path), as_version=4)
+                if any(c.cell_type == "code" and c.source.strip() and not c.get("execution_count")
+                       for c in nb.cells):
+                    out.append(path)
+    return out
+
+
 def convert(path: Path) -> str:
     """A first source for an existing English notebook: its cells, prose marked 'md en' (the
     Chinese twins are still to be written, so it does not build until they are)."""
@@ -199,23 +217,29 @@ def main(argv: list[str] | None = None) -> int:
     except SourceError as e:
         print(f"build_notebooks: {e}", file=sys.stderr)
         return 1
+    fresh = {path for path, _ in todo}
+    not_run = [path for path in unexecuted(args.only) if path not in fresh]
     if args.check:
         for path, _ in todo:
             print(f"out of date: {path.relative_to(ROOT)} (run scripts/build_notebooks.py --execute)")
-        return 1 if todo else 0
+        for path in not_run:
+            print(f"not executed: {path.relative_to(ROOT)} (run scripts/build_notebooks.py --execute)")
+        return 1 if todo or not_run else 0
     import nbformat
 
     for path, nb in todo:
         path.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, str(path))
         print(f"wrote {path.relative_to(ROOT)}")
-    if args.execute and todo:
+    run = [path for path, _ in todo] + not_run
+    if args.execute and run:
         sys.path.insert(0, str(ROOT / "scripts"))
         import run_notebooks
 
-        return run_notebooks.main([str(path) for path, _ in todo])
+        return run_notebooks.main([str(path) for path in run])
     if not todo:
-        print("build_notebooks: every notebook matches its source")
+        print("build_notebooks: every notebook matches its source"
+              + (f"; {len(not_run)} not executed yet (--execute)" if not_run else ""))
     return 0
 
 
