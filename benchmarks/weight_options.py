@@ -31,8 +31,12 @@ VARIANTS = ("float32", "transposed", "bfloat16", "int8")
 
 
 def smollm2_path() -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return Path(os.environ.get("MINILLM_TEST_GGUF") or cache / "minillm" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    """The float32 Hugging Face folder made once from the test set-up's GGUF (as ``minillm bench
+    --peers`` does): four engines load it much faster than dequantising the GGUF four times."""
+    from minillm.bench.peers import gguf_as_hf_folder, smollm2_gguf
+
+    gguf = smollm2_gguf()
+    return gguf_as_hf_folder(gguf) if gguf.is_file() else gguf
 
 
 def make_variant(path, variant: str, threads: int, tokens: int):

@@ -73,12 +73,17 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x = x.float()
+        if dtype != torch.float32:  # normalise in float32 (no round trip when x already is)
+            x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return self.weight * (x if dtype == torch.float32 else x.to(dtype))
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(x1, x2) -> (-x2, x1) on the two halves of the last axis: rotary embedding is
+    ``x * cos + rotate_half(x) * sin``. The model computes the same thing in fewer ops as
+    ``x * cos + x.roll(half, -1) * signed_sin`` (``signed_sin``: sin with its first half
+    negated, made once per step by ``RotaryEmbedding``)."""
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
@@ -117,12 +122,17 @@ class RotaryEmbedding(nn.Module):
         return emb.cos(), emb.sin()
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype):
-        # [T, 1, D] so it broadcasts over heads
+        """(cos, signed_sin) of each position, [T, 1, D] so they broadcast over heads;
+        ``signed_sin`` has its first half negated (see ``rotate_half``)."""
         if self.cos is None:
             cos, sin = self._angles(positions)
         else:
             cos, sin = self.cos[positions], self.sin[positions]
-        return cos.unsqueeze(1).to(dtype), sin.unsqueeze(1).to(dtype)
+        half = sin.shape[-1] // 2
+        sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+        if dtype != torch.float32:
+            cos, sin = cos.to(dtype), sin.to(dtype)
+        return cos.unsqueeze(1), sin.unsqueeze(1)
 
 
 class Attention(nn.Module):
@@ -152,8 +162,9 @@ class Attention(nn.Module):
                             self.k_norm(k.view(T, self.num_kv_heads, self.head_dim))), dim=1)
         else:
             qk = qkv[:, :self.q_size + self.kv_size].view(T, self.num_heads + self.num_kv_heads, self.head_dim)
-        # rotary on the query and key heads at once (the same elementwise formula for both)
-        qk = qk * cos + rotate_half(qk) * sin
+        # rotary on the query and key heads at once (the same elementwise formula for both):
+        # qk * cos + rotate_half(qk) * sin, with the half swap as a roll and the sign in `sin`
+        qk = torch.addcmul(qk * cos, qk.roll(self.head_dim // 2, -1), sin)
         q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
 
         if k_cache is not None:  # write this step's keys and values into their slots

