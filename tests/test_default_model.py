@@ -77,14 +77,18 @@ def test_prompts_matter(llm):
     assert len({o.text for o in outs}) == 4
 
 
-def test_greedy_matches_transformers_generate(llm, hf_model):
+def assert_greedy_matches_transformers(llm, hf_model, prompts, max_new_tokens=60):
     tok = llm.tokenizer
-    for prompt in PROMPTS:
+    for prompt in prompts:
         ids = tok(prompt, return_tensors="pt").input_ids
-        ref = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=60, do_sample=False,
-                                pad_token_id=tok.pad_token_id or tok.eos_token_id)[0, ids.shape[1]:].tolist()
-        ours = llm.generate([prompt], SamplingParams(max_tokens=60, temperature=0))[0].token_ids
-        assert ours == ref, prompt
+        ref = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                do_sample=False, pad_token_id=tok.pad_token_id or tok.eos_token_id)
+        ours = llm.generate([prompt], SamplingParams(max_tokens=max_new_tokens, temperature=0))[0].token_ids
+        assert ours == ref[0, ids.shape[1]:].tolist(), prompt
+
+
+def test_greedy_matches_transformers_generate(llm, hf_model):
+    assert_greedy_matches_transformers(llm, hf_model, PROMPTS)
 
 
 def test_logits_match_transformers(llm, hf_model):
@@ -188,10 +192,4 @@ def test_sampled_english_stories_stay_english(llm):
 def test_chinese_prompts_matter_and_match_transformers(llm, hf_model):
     outs = llm.generate(ZH_PROMPTS[:4], SamplingParams(max_tokens=80, temperature=0))
     assert len({o.text for o in outs}) == 4
-    tok = llm.tokenizer
-    for prompt in ZH_PROMPTS:
-        ids = tok(prompt, return_tensors="pt").input_ids
-        ref = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=60, do_sample=False,
-                                pad_token_id=tok.pad_token_id or tok.eos_token_id)[0, ids.shape[1]:].tolist()
-        ours = llm.generate([prompt], SamplingParams(max_tokens=60, temperature=0))[0].token_ids
-        assert ours == ref, prompt
+    assert_greedy_matches_transformers(llm, hf_model, ZH_PROMPTS)
