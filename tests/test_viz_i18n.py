@@ -170,7 +170,7 @@ def test_describe_event_in_chinese(tiny_llm):
     assert f"请求 {rid}：NEW -> WAITING，分词得到" in "\n".join(lines)
     assert any(line.startswith("引擎第 1 步：1 个预填充 + 0 个解码") for line in lines)
     assert any("FINISHED -> RELEASED" in line and "个 KV 块回到池中" in line for line in lines)
-    assert any("采样出第 0 个输出 token" in line and "「" in line for line in lines)
+    assert any("采样出输出 token #0" in line and "「" in line for line in lines)
     en = [describe_event(e, tiny_llm.tokenizer) for e in tiny_llm.trace]
     assert any("tokenized into" in line for line in en) and not any(HAN.search(line) for line in en)
 

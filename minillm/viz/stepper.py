@@ -622,11 +622,12 @@ class RequestStepper(_import_widgets().VBox):
         self.core = RequestStepperCore(llm, prompt, params, lang=lang)
         self.lang = self.core.lang
         p = self.core.params
-        style = {"description_width": "90px"}
-        lay = w.Layout(width="330px")
+        style = {"description_width": "110px"}  # room for "top-k (0=off)" in both languages
+        lay = w.Layout(width="350px")
         L = lambda key: phrase(key, self.lang)  # noqa: E731
-        self.prompt_box = w.Textarea(value=prompt, description=L("ctl.prompt"), layout=w.Layout(width="330px", height="60px"),
+        self.prompt_box = w.Textarea(value=prompt, description=L("ctl.prompt"), layout=w.Layout(width="350px", height="60px"),
                                      style=style)
+        self.prompt_box.add_class("minillm-prompt")  # a stable handle for browser tests
         self.temperature = w.FloatSlider(value=p.temperature, min=0.0, max=2.0, step=0.05, description="temperature",
                                          style=style, layout=lay, continuous_update=False)
         self.top_k = w.IntSlider(value=p.top_k, min=0, max=100, description=L("ctl.top_k"), style=style, layout=lay,
