@@ -235,6 +235,9 @@ def run_peers(args, out_dir: Path, workdir: Path) -> int:
                              llama_cpp_gguf=Path(args.llama_cpp_gguf) if args.llama_cpp_gguf else None,
                              log=lambda m: print(m, flush=True), **kw)
         out = out_dir / f"peers_{result['model']}.json"
+        if args.threads and out.is_file():  # one thread count re-run: keep the others' results
+            old = json.loads(out.read_text())
+            result["threads"] = {**old.get("threads", {}), **result["threads"]}
         out.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {out}", flush=True)
         results.append(result)

@@ -237,7 +237,8 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
                 engines.append(CTranslate2Engine(folder, threads))
             if status["llama.cpp"] is None:
                 engines.append(LlamaCppEngine(llama_cpp_gguf, threads, n_ctx=max(lens) + new_tokens + 16))
-            entry = {"latency": [], "workload": {}, "engines": [e.name for e in engines], "load_average_start": _loadavg()}
+            entry = {"latency": [], "workload": {}, "engines": [e.name for e in engines], "rounds": rounds,
+                     "load_average_start": _loadavg()}
             # batch-1 latency: check tokens, then rounds with the order rotating
             for plen, prompt in zip(lens, prompts):
                 ref = None
@@ -302,12 +303,13 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
 def peers_markdown(results: list[dict]) -> str:
     lines = []
     for r in results:
-        lines.append(f"### Peers on `{r['model']}` (float32, greedy, same token ids; medians of {r['rounds']} "
-                     f"alternating rounds, range in brackets)\n")
+        lines.append(f"### Peers on `{r['model']}` (float32, greedy, same token ids; batch-1 TPOT over "
+                     f"{r['new_tokens']} new tokens; medians of alternating rounds, range in brackets)\n")
         for t, e in r["threads"].items():
             la0, la1 = e["load_average_start"], e["load_average_end"]
             names = e["engines"]
-            lines.append(f"**{t} thread(s)**, load average {la0[0]:.1f} → {la1[0]:.1f}\n")
+            lines.append(f"**{t} thread(s)**, {e.get('rounds', r['rounds'])} rounds, load average "
+                         f"{la0[0]:.1f} → {la1[0]:.1f}\n")
             lines.append("| prompt | " + " | ".join(f"TPOT {n} (ms)" for n in names) + " | greedy tokens |")
             lines.append("|---:|" + "---:|" * len(names) + "---|")
             for row in e["latency"]:
