@@ -73,11 +73,12 @@ def gemm_flops(device, dtype, n=2048):
 def decode_bytes(llm, context: int) -> tuple[int, int]:
     """(weight bytes, KV bytes) one decode token reads at ``context`` tokens. The embedding
     table is read one row at a time, unless it is also the (tied) output projection."""
+    from minillm.models.weights import weight_bytes  # counts int8 projections too (weight_dtype="int8")
+
     model = llm.model
-    unique = {id(p): p for p in model.parameters()}
-    weights = sum(p.numel() * p.element_size() for p in unique.values())
-    embed, head = model.model.embed_tokens.weight, model.lm_head.weight
-    if embed.data_ptr() != head.data_ptr():
+    weights = weight_bytes(model)["total"]
+    embed, head = model.model.embed_tokens.weight, getattr(model.lm_head, "weight", None)
+    if head is None or embed.data_ptr() != head.data_ptr():
         weights -= embed.numel() * embed.element_size()
     cfg = llm.model_config
     kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * llm.kv_cache.k[0].element_size() * context

@@ -77,6 +77,10 @@ class LLM(WholeGenerations):
         attention_backend: how decode attention reads the paged KV pool (``minillm.attention``):
             "gather" (default; the readable reference: gather each context, one SDPA) or
             "paged" (block by block through fixed-shape block tables, online softmax).
+        weight_dtype: None (weights in ``dtype``) or "int8": every projection stored as int8
+            with per-output-channel scales, a quarter of the bytes a decode step reads
+            (CPU, ``dtype="float32"`` only; ``minillm.models.weights``, with its documented
+            logit tolerance against float32).
     """
 
     def __init__(self, model: str | None = None, device: str = "auto", dtype: str = "auto", *,
@@ -86,13 +90,13 @@ class LLM(WholeGenerations):
                  enable_prefix_caching: bool = True, enable_chunked_prefill: bool = True,
                  scheduling: str = "continuous", seed: int = 0, max_history: int | None = None,
                  trace_limit: int | None = None, num_threads: int | None = None,
-                 attention_backend: str = "gather"):
+                 attention_backend: str = "gather", weight_dtype: str | None = None):
         opts = check_engine_options(
             device, dtype, block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_tokens=kv_cache_tokens,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
             enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
             scheduling=scheduling, seed=seed, max_history=max_history, trace_limit=trace_limit,
-            num_threads=num_threads, attention_backend=attention_backend)
+            num_threads=num_threads, attention_backend=attention_backend, weight_dtype=weight_dtype)
         self.options = opts
         self.device, self.dtype, self.max_history = opts.device, opts.dtype, opts.max_history
         self.model_path = resolve_model_dir(model)
@@ -108,6 +112,10 @@ class LLM(WholeGenerations):
             sum(p.numel() for p in self.model.parameters()), self.device)
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)
+        if opts.weight_dtype is not None:  # after the thread count: it is chosen from the float parameters
+            from .models.weights import quantize_weights
+
+            quantize_weights(self.model, opts.weight_dtype)
         plan = plan_kv_cache(opts, cfg)  # after the weights are on the device: what is left is the budget
         self.kv_cache = KVCache(cfg.num_hidden_layers, plan.num_kv_blocks, opts.block_size, cfg.num_key_value_heads,
                                 cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching)

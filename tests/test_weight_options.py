@@ -115,3 +115,22 @@ def test_int8_needs_float32_on_the_cpu():
 
 def test_cpu_has_bf16_is_a_bool():
     assert isinstance(cpu_has_bf16(), bool)
+
+
+def test_llm_weight_dtype_int8_quantizes_at_load(reference):
+    """``LLM(weight_dtype="int8")``: the projections are int8 right after loading, and the engine
+    generates within the option's tolerance (same check as above, through the public option)."""
+    ref_llm, ids, ref_out, ref_logits = reference
+    llm = LLM(device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=1, weight_dtype="int8")
+    assert llm.options.weight_dtype == "int8"
+    assert any(isinstance(m, Int8Linear) for m in llm.model.modules())
+    assert weight_bytes(llm.model)["int8"] > 0
+    err = (llm.model.full_logits(ids + ref_out) - ref_logits).abs().max().item()
+    assert err <= LOGIT_TOLERANCE["int8"] * ref_logits.abs().max().item()
+    out = llm.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0))[0]
+    assert out.stop_reason is not None and llm.cache_stats().used_blocks == 0
+
+
+def test_llm_weight_dtype_bad_value_names_the_option():
+    with pytest.raises(ValueError, match="weight_dtype"):
+        LLM(device="cpu", weight_dtype="int4")
