@@ -110,6 +110,12 @@ def test_a_stale_notebook_is_reported(tmp_path, monkeypatch):
     assert build.main([]) == 0
     assert (tmp_path / "notebooks" / "ch04" / "x.ipynb").is_file()
     assert (tmp_path / "notebooks" / "zh" / "ch04" / "x.ipynb").is_file()
+    assert build.main(["--check"]) == 1  # built but never executed: --check says so
+    for lang_dir in ("", "zh/"):
+        path = tmp_path / "notebooks" / f"{lang_dir}ch04" / "x.ipynb"
+        nb = nbformat.read(str(path), as_version=4)
+        nb.cells[-1].execution_count = 1  # as if executed
+        nbformat.write(nb, str(path))
     assert build.main(["--check"]) == 0
     src.write_text(src.read_text(encoding="utf-8").replace("x = 1", "x = 2"), encoding="utf-8")
     assert build.main(["--check"]) == 1

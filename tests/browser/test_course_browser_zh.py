@@ -195,6 +195,8 @@ def test_request_stepper_with_a_chinese_prompt(jlab, lab):
     before = status.inner_text()
     press("decode-one")  # one more engine step: one more token
     expect(status).not_to_have_text(before, timeout=120_000)
+    # the widget redraws its panels one after the other: wait for the token panel, not just the status line
+    expect(stepper.locator(".mm-chip.mm-out, .mm-chip.mm-new")).to_have_count(2, timeout=120_000)
     expect(state).to_have_text(re.compile(r"^(DECODE|FINISHED)$"))
     assert _int(blocks.inner_text()) >= after_prefill
     outputs = [c for c in chip_texts(chips) if "mm-out" in c["cls"] or "mm-new" in c["cls"]]
