@@ -19,18 +19,8 @@ import time
 
 import torch
 
-
-def one_round(llm, ids, n):
-    from minillm import SamplingParams
-
-    req = llm.add_request(prompt_token_ids=ids, params=SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
-    llm.step()
-    times = []
-    while req.is_live:
-        t0 = time.perf_counter()
-        llm.step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), list(req.output_token_ids)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from weight_options import one_round  # noqa: E402  (median decode step + tokens of one request)
 
 
 def main(argv=None) -> int:
