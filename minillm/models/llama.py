@@ -254,15 +254,21 @@ class LlamaForCausalLM(nn.Module):
         (``benchmarks/linear_paths.py``). Same float32 results up to rounding. A tied lm head
         keeps sharing its memory with the embedding table (a lookup then reads a strided row)."""
         tied = isinstance(self.lm_head, nn.Linear) and self.lm_head.weight is self.model.embed_tokens.weight
-        for layer in self.model.layers:
-            for owner, name in ((layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"),
-                                (layer.mlp, "gate_up_proj"), (layer.mlp, "down_proj")):
-                _relayout(getattr(owner, name), transposed)
-        if isinstance(self.lm_head, nn.Linear):
-            _relayout(self.lm_head, transposed)
-            if tied:
-                self.model.embed_tokens.weight = self.lm_head.weight
+        for owner, name in self.projections():
+            _relayout(getattr(owner, name), transposed)
+        if tied:
+            self.model.embed_tokens.weight = self.lm_head.weight
         return self
+
+    def projections(self):
+        """(owner module, attribute name) of every projection a decode step multiplies by:
+        what a weight layout or a weight dtype (``minillm.models.weights``) changes."""
+        for layer in self.model.layers:
+            yield layer.self_attn, "qkv_proj"
+            yield layer.self_attn, "o_proj"
+            yield layer.mlp, "gate_up_proj"
+            yield layer.mlp, "down_proj"
+        yield self, "lm_head"
 
     @torch.inference_mode()
     def full_logits(self, token_ids: list[int] | torch.Tensor) -> torch.Tensor:

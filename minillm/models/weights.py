@@ -84,23 +84,13 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
 
 
-def projections(model: nn.Module):
-    """(owner module, attribute name) of every projection a decode step multiplies by."""
-    for layer in model.model.layers:
-        yield layer.self_attn, "qkv_proj"
-        yield layer.self_attn, "o_proj"
-        yield layer.mlp, "gate_up_proj"
-        yield layer.mlp, "down_proj"
-    yield model, "lm_head"
-
-
 def quantize_weights(model: nn.Module, weight_dtype) -> nn.Module:
     """Store ``model``'s projections as ``weight_dtype`` (in place; returns the model). With
     tied embeddings the lm head gets its own int8 copy and the embedding table stays float32."""
     check_weight_dtype(weight_dtype, model.model.embed_tokens.weight.device, model.model.embed_tokens.weight.dtype)
     if weight_dtype is None:
         return model
-    for owner, name in projections(model):
+    for owner, name in model.projections():
         module = getattr(owner, name)
         if isinstance(module, nn.Linear):
             setattr(owner, name, Int8Linear(module))
