@@ -132,6 +132,7 @@ EN: dict[str, str] = {
     # one sentence per action (summarize_action)
     "sum.tokenize": "the prompt became {n} token ids, the request waits in the queue (no KV block yet)",
     "sum.prefill": "one forward pass over {n} prompt tokens, {blocks} KV blocks allocated",
+    "sum.prefill_steps": "{steps} forward passes (chunked prefill) over {n} prompt tokens, {blocks} KV blocks allocated",
     "sum.cached": "{n} more found in the prefix cache (not recomputed)",
     "sum.first": "first token {tok} sampled",
     "sum.decode": "one token in, one forward pass, output token #{index} {tok} sampled",
@@ -347,6 +348,7 @@ ZH: dict[str, str] = {
     "ev.step_one": "引擎第 {step} 步：{prefill} 个预填充 + {decode} 个解码，{n} 个 token 过模型；KV 池已用 {used}/{total} 块",
     "sum.tokenize": "提示变成 {n} 个 token id，请求在队列中等待（还没有 KV 块）",
     "sum.prefill": "一次前向算完 {n} 个提示 token，分配 {blocks} 个 KV 块",
+    "sum.prefill_steps": "分块预填充：{steps} 次前向算完 {n} 个提示 token，分配 {blocks} 个 KV 块",
     "sum.cached": "另有 {n} 个命中前缀缓存（不必重算）",
     "sum.first": "采样出第一个 token{tok}",
     "sum.decode": "输入一个 token，一次前向，采样出输出 token #{index}{tok}",

@@ -127,8 +127,11 @@ def summarize_action(action: str, events: list[Event], request_id, tokenizer=Non
         parts.append(phrase("sum.tokenize", lang, n=moved["WAITING"].data.get("prompt_tokens")))
     elif action in ("prefill", "decode_one") and "PREFILL" in moved:
         pre = moved["PREFILL"].data
-        n = steps[0].data["num_tokens"] if len(steps) == 1 else sum(s.data["num_tokens"] for s in steps)
-        parts.append(phrase("sum.prefill", lang, n=n, blocks=pre.get("blocks")))
+        chunks = [e.data.get("chunk_tokens") for e in mine if e.kind == "transition" and e.data.get("to") == "PREFILL"]
+        # this request's own prompt tokens (a step may also have carried other requests' tokens)
+        n = sum(c for c in chunks if c) if any(chunks) else sum(s.data["num_tokens"] for s in steps)
+        key = "sum.prefill" if len(steps) <= 1 else "sum.prefill_steps"
+        parts.append(phrase(key, lang, n=n, blocks=pre.get("blocks"), steps=len(steps)))
         if pre.get("cached_tokens"):
             parts.append(phrase("sum.cached", lang, n=pre["cached_tokens"]))
         if tokens:
