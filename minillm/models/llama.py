@@ -136,8 +136,9 @@ class RotaryEmbedding(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, layer_idx: int = 0):
         super().__init__()
+        self.layer_idx = layer_idx  # which layer's cache this is (the compiled path needs it)
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -153,6 +154,11 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
 
     def forward(self, x, cos, sin, batch: AttentionBatch, k_cache=None, v_cache=None):
+        q, k, v = self.project(x, cos, sin)
+        return self.o_proj(self.attend(q, k, v, batch, k_cache, v_cache))
+
+    def project(self, x, cos, sin):
+        """q [T, heads, D], k and v [T, kv_heads, D] of every token, rotary applied."""
         T = x.shape[0]
         qkv = self.qkv_proj(x)
         v = qkv[:, self.q_size + self.kv_size:].view(T, self.num_kv_heads, self.head_dim)
@@ -165,8 +171,16 @@ class Attention(nn.Module):
         # rotary on the query and key heads at once (the same elementwise formula for both):
         # qk * cos + rotate_half(qk) * sin, with the half swap as a roll and the sign in `sin`
         qk = torch.addcmul(qk * cos, qk.roll(self.head_dim // 2, -1), sin)
-        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
+        return qk[:, :self.num_heads], qk[:, self.num_heads:], v
 
+    def attend(self, q, k, v, batch: AttentionBatch, k_cache=None, v_cache=None) -> torch.Tensor:
+        """Write this step's K/V into their cache slots, attend: [T, heads * D]."""
+        if torch.compiler.is_compiling():
+            # while torch.compile traces the model this is one opaque op (registered by
+            # minillm.models.compiled), which runs this same method eagerly at every step:
+            # the batch's layout is Python objects that change every step
+            return torch.ops.minillm.attention(q, k, v, self.layer_idx)
+        T = q.shape[0]
         if k_cache is not None:  # write this step's keys and values into their slots
             k_flat = k_cache.view(-1, self.num_kv_heads, self.head_dim)
             v_flat = v_cache.view(-1, self.num_kv_heads, self.head_dim)
@@ -178,13 +192,13 @@ class Attention(nn.Module):
         if n:  # one query per request against its whole cached context (see minillm.attention)
             o = backend.decode(q[:n], k_cache, v_cache, batch, self.scale)
             if n == T:  # a decode-only step: no copy into a shared output buffer
-                return self.o_proj(o)
+                return o
         out = q.new_empty(T, self.num_heads, self.head_dim)
         if n:
             out[:n] = o.view(n, self.num_heads, self.head_dim)
         for seq in batch.prefills:
             out[seq.q_start:seq.q_start + seq.q_len] = backend.prefill(q, k, v, k_cache, v_cache, seq, self.scale)
-        return self.o_proj(out.reshape(T, self.q_size))
+        return out.view(T, self.q_size)
 
 
 class MLP(nn.Module):
@@ -202,9 +216,9 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, layer_idx: int = 0):
         super().__init__()
-        self.self_attn = Attention(config)
+        self.self_attn = Attention(config, layer_idx)
         self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -218,7 +232,7 @@ class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
