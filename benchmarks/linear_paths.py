@@ -8,10 +8,14 @@ q/k/v, 576→576 o, 576→3072 gate/up, 1536→576 down, 576→49152 lm head) an
 * ``F.linear``      the readable reference: weight ``[out, in]`` contiguous (today's layout);
 * ``transposed``    the same ``F.linear`` call on a weight stored ``[in, out]`` (a ``.t()``
                     view), i.e. ``torch.mm(x, Wt)`` against a contiguous transposed weight;
+* ``mv``            (batch 1 only) ``torch.mv(W, x)``: the matrix-vector call itself;
 * ``mkldnn``        oneDNN's prepacked linear (``_reorder_linear_weight`` for the batch size,
                     then ``_linear_pointwise``);
-* ``rowsplit``      (2 threads only) the output rows split in two halves, each computed by its
-                    own Python thread running torch with one intra-op thread;
+* ``mkldnn_linear`` ``torch._C._nn.mkldnn_linear`` on oneDNN tensors (the input converted
+                    each call, as a model would have to);
+* ``rowsplit``      (2+ threads) ``minillm.models.threaded.RowSplitLinear``: the output rows
+                    cut into one shard per thread, each computed by its own persistent thread
+                    running torch with one intra-op thread (the engine's ``row_split``);
 * ``bf16``          bfloat16 weights and activations (half the bytes; not exact);
 * ``int8``          torch's dynamic quantized linear (int8 weights, per-output-channel scales;
                     activations quantized per batch on the fly; a quarter of the bytes; not exact).
@@ -24,8 +28,15 @@ it cycles through one copy per layer, as the real decode does (13.7 MB: it sits 
 Every path is first checked against a float64 product: the exact paths must agree with
 ``F.linear`` to fp32 rounding. Paths alternate within each round; medians over rounds.
 
+A matmul alone does not show the per-call hand-off cost, so ``--step`` also times whole
+SmolLM2-135M decode steps (batch 1, ``weight_options.one_round``) for: 1 thread; N torch
+threads; N threads with the row split. Variants alternate within each round; greedy tokens
+must be identical; medians over rounds, with the load average (2 threads on a 2-core machine
+that other jobs share are at the mercy of the scheduler: read the load next to the numbers).
+
     python benchmarks/linear_paths.py                # writes benchmarks/linear_paths.json
     python benchmarks/linear_paths.py --rounds 3 --threads 1 --stream-mb 128
+    python benchmarks/linear_paths.py --step --rounds 7   # writes benchmarks/linear_paths_step.json
 """
 
 from __future__ import annotations
@@ -44,7 +55,8 @@ import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 SMOLLM2 = dict(hidden=576, heads=9, kv_heads=3, head_dim=64, intermediate=1536, vocab=49152)
-EXACT = ("F.linear", "transposed", "mkldnn", "rowsplit")
+EXACT = ("F.linear", "transposed", "mv", "mkldnn", "mkldnn_linear", "rowsplit")
+PATHS = EXACT + ("bf16", "int8")
 
 
 def model_shapes(hidden, heads, kv_heads, head_dim, intermediate, vocab) -> dict[str, tuple[int, int]]:
@@ -66,10 +78,13 @@ class Paths:
     """Every path's weights for ``copies`` random [out, in] matrices, and one call per path."""
 
     def __init__(self, k: int, n: int, copies: int, batch: int, threads: int):
+        from minillm.models.threaded import RowSplitLinear, ShardPool
+
         g = torch.Generator().manual_seed(k * 7919 + n)
         self.ws = [torch.randn(n, k, generator=g) / k ** 0.5 for _ in range(copies)]
         self.wts = [w.t().contiguous().t() for w in self.ws]  # [out, in] views of [in, out] storage
         self.packed = [torch.ops.mkldnn._reorder_linear_weight(w, batch) for w in self.ws]
+        self.onednn = [w.to_mkldnn() for w in self.ws]
         self.bf16 = [w.bfloat16() for w in self.ws]
         self.int8 = []
         for w in self.ws:
@@ -77,45 +92,45 @@ class Paths:
             lin.weight.data = w
             self.int8.append(torch.ao.nn.quantized.dynamic.Linear.from_float(
                 _with_qconfig(lin)))
-        self.halves = [(w[: n // 2].contiguous(), w[n // 2:].contiguous()) for w in self.ws]
-        self.threads = threads
-        self.pool = ThreadPoolExecutor(2) if threads == 2 else None
-        self.bytes = {"F.linear": 4, "transposed": 4, "mkldnn": 4, "rowsplit": 4, "bf16": 2, "int8": 1}
+        self.batch, self.threads = batch, threads
+        self.pool = ShardPool(threads) if threads >= 2 else None
+        self.split = []
+        for w in self.ws if self.pool is not None else ():
+            lin = torch.nn.Linear(k, n, bias=False)
+            lin.weight = torch.nn.Parameter(w, requires_grad=False)
+            self.split.append(RowSplitLinear(lin, self.pool, max_rows=max(batch, 1)))
+        self.bytes = {p: 4 for p in EXACT} | {"bf16": 2, "int8": 1}
 
     def names(self):
-        return [p for p in ("F.linear", "transposed", "mkldnn", "rowsplit", "bf16", "int8")
-                if p != "rowsplit" or self.pool is not None]
+        return [p for p in PATHS if (p != "rowsplit" or self.pool is not None) and (p != "mv" or self.batch == 1)]
 
     def run(self, name: str, x: torch.Tensor, i: int) -> torch.Tensor:
         if name == "F.linear":
             return F.linear(x, self.ws[i])
         if name == "transposed":
             return F.linear(x, self.wts[i])
+        if name == "mv":
+            return torch.mv(self.ws[i], x[0]).unsqueeze(0)
         if name == "mkldnn":
             return torch.ops.mkldnn._linear_pointwise(x, self.packed[i], None, "none", [], "")
+        if name == "mkldnn_linear":
+            return torch._C._nn.mkldnn_linear(x.to_mkldnn(), self.onednn[i]).to_dense()
         if name == "bf16":
             return F.linear(x.bfloat16(), self.bf16[i]).float()
         if name == "int8":
             return self.int8[i](x)
         if name == "rowsplit":
-            a, b = self.halves[i]
-            fa = self.pool.submit(_one_thread_linear, x, a)
-            return torch.cat((_one_thread_linear(x, b), fa.result())[::-1], dim=-1)
+            return self.split[i](x)
         raise ValueError(name)
 
     def close(self):
         if self.pool is not None:
-            self.pool.shutdown()
+            self.pool.close()
 
 
 def _with_qconfig(lin):
     lin.qconfig = torch.ao.quantization.default_dynamic_qconfig
     return lin
-
-
-def _one_thread_linear(x, w):
-    torch.set_num_threads(1)  # this Python thread's torch runs its share alone
-    return F.linear(x, w)
 
 
 def check(paths: Paths, x: torch.Tensor) -> dict[str, float]:
@@ -154,11 +169,18 @@ def main(argv=None) -> int:
     ap.add_argument("--stream-mb", type=int, default=384, help="MB of fp32 weight streamed per SmolLM2 shape")
     ap.add_argument("--sample-mb", type=int, default=48, help="fp32 weight MB per timed sample (passes repeat)")
     ap.add_argument("--models", default="smollm2,shipped")
-    ap.add_argument("--out", default=str(HERE / "linear_paths.json"))
+    ap.add_argument("--out", default=None, help="default: benchmarks/linear_paths.json (linear_paths_step.json with --step)")
+    ap.add_argument("--step", action="store_true", help="time whole SmolLM2 decode steps instead of single matmuls")
+    ap.add_argument("--model", default=None, help="with --step: the model folder (default: SmolLM2-135M float32)")
+    ap.add_argument("--prompt", type=int, default=128, help="with --step: prompt tokens")
+    ap.add_argument("--new-tokens", type=int, default=32, help="with --step: decode steps per sample")
     args = ap.parse_args(argv)
     import warnings
 
     warnings.filterwarnings("ignore")
+    if args.step:
+        return step_main(args)
+    args.out = args.out or str(HERE / "linear_paths.json")
     limits = json.loads((HERE / "limits_cpu.json").read_text()) if (HERE / "limits_cpu.json").exists() else {}
     result = {"torch": torch.__version__, "load_average_start": os.getloadavg(), "rounds": args.rounds,
               "bandwidth_GBps_from_limits": {t: m["read_GBps"] for t, m in limits.get("machine", {}).items()},
@@ -175,33 +197,104 @@ def main(argv=None) -> int:
                     copies = (1 if proj == "lm_head" else layers) if layers else \
                         max(1, (args.stream_mb << 20) // (k * n * 4))
                     for batch in [int(b) for b in args.batches.split(",")]:
-                        paths = Paths(k, n, copies, batch, threads)
-                        x = torch.randn(batch, k, generator=torch.Generator().manual_seed(batch))
-                        errors = check(paths, x)
-                        reps = max(1, (args.sample_mb << 20) // (copies * k * n * 4))
-                        times = time_paths(paths, x, args.rounds, reps)
-                        paths.close()
-                        fp32_bytes = copies * k * n * 4
                         row = {"model": model, "proj": proj, "in": k, "out": n, "batch": batch, "threads": threads,
-                               "copies": copies, "paths": {}}
-                        base = statistics.median(times["F.linear"])
-                        for p, ts in times.items():
-                            med = statistics.median(ts)
-                            row["paths"][p] = {"median_ms": round(med * 1e3 / copies, 4),
-                                               "GBps_fp32_equiv": round(fp32_bytes / med / 1e9, 2),
-                                               "bytes_GBps": round(fp32_bytes * paths.bytes[p] / 4 / med / 1e9, 2),
-                                               "speedup_vs_F.linear": round(base / med, 3),
-                                               "rel_error": float(f"{errors[p]:.3g}")}
+                               "copies": copies, "paths": measure(k, n, copies, batch, threads, args)}
                         result["rows"].append(row)
                         print(model, proj, f"{k}->{n}", f"b{batch}", f"t{threads}",
                               {p: (v["GBps_fp32_equiv"], v["speedup_vs_F.linear"]) for p, v in row["paths"].items()},
                               flush=True)
-                        del paths
     finally:
         torch.set_num_threads(before)
     result["load_average_end"] = os.getloadavg()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print("wrote", args.out)
+    return 0
+
+
+@torch.inference_mode()
+def measure(k: int, n: int, copies: int, batch: int, threads: int, args) -> dict:
+    """Each path's median time, GB/s and error for one shape, batch and thread count."""
+    paths = Paths(k, n, copies, batch, threads)
+    try:
+        x = torch.randn(batch, k, generator=torch.Generator().manual_seed(batch))
+        errors = check(paths, x)
+        reps = max(1, (args.sample_mb << 20) // (copies * k * n * 4))
+        times = time_paths(paths, x, args.rounds, reps)
+    finally:
+        paths.close()
+    fp32_bytes = copies * k * n * 4
+    base = statistics.median(times["F.linear"])
+    out = {}
+    for p, ts in times.items():
+        med = statistics.median(ts)
+        out[p] = {"median_ms": round(med * 1e3 / copies, 4), "GBps_fp32_equiv": round(fp32_bytes / med / 1e9, 2),
+                  "bytes_GBps": round(fp32_bytes * paths.bytes[p] / 4 / med / 1e9, 2),
+                  "speedup_vs_F.linear": round(base / med, 3), "rel_error": float(f"{errors[p]:.3g}")}
+    return out
+
+
+STEP_VARIANTS = ("1 thread", "torch threads", "row split")
+
+
+def step_main(args) -> int:
+    """Whole decode steps of one request: 1 thread vs N torch threads vs N threads row-split,
+    alternating on one engine, tokens checked identical."""
+    sys.path.insert(0, str(HERE))
+    from weight_options import one_round, smollm2_path
+
+    from minillm import LLM
+    from minillm.models.threaded import use_row_split
+
+    path = args.model or smollm2_path()
+    if not Path(path).exists():
+        print(f"{path} is absent (bash scripts/fetch_test_models.sh)")
+        return 1
+    out = Path(args.out or HERE / "linear_paths_step.json")
+    limits = json.loads((HERE / "limits_cpu.json").read_text()) if (HERE / "limits_cpu.json").exists() else {}
+    llm = LLM(path, device="cpu", dtype="float32", kv_cache_tokens=4096, row_split=False)
+    weight_bytes = sum(p.numel() * p.element_size() for p in {p.data_ptr(): p for p in llm.model.parameters()}.values())
+    ids = [(i * 7919) % (llm.model_config.vocab_size - 10) + 5 for i in range(args.prompt)]
+    result = {"torch": torch.__version__, "model": str(path), "prompt": args.prompt, "new_tokens": args.new_tokens,
+              "rounds": args.rounds, "weight_MB": round(weight_bytes / 1e6, 1),
+              "load_average_start": os.getloadavg(), "threads": {}}
+    before = torch.get_num_threads()
+    try:
+        for threads in [int(t) for t in args.threads.split(",") if int(t) >= 2]:
+            variants = {v: [] for v in STEP_VARIANTS}
+            tokens, loads = {}, []
+            for r in range(args.rounds):
+                order = list(STEP_VARIANTS[r % 3:] + STEP_VARIANTS[:r % 3])  # rotate who goes first
+                for v in order:
+                    pool = use_row_split(llm.model, threads) if v == "row split" else None
+                    torch.set_num_threads(1 if v == "1 thread" else threads)
+                    try:
+                        tpot, toks = one_round(llm, ids, args.new_tokens)
+                    finally:
+                        if pool is not None:
+                            use_row_split(llm.model, None)
+                    variants[v].append(tpot * 1e3)
+                    tokens[v] = toks
+                loads.append(os.getloadavg()[0])
+                print(f"t{threads} round {r}", {v: round(ts[-1], 1) for v, ts in variants.items()},
+                      f"load {loads[-1]:.2f}", flush=True)
+            base = statistics.median(variants["1 thread"])
+            row = {"tokens_identical": all(t == tokens["1 thread"] for t in tokens.values()),
+                   "load_1min_per_round": [round(x, 2) for x in loads], "variants": {}}
+            for v, ts in variants.items():
+                med = statistics.median(ts)
+                n = 1 if v == "1 thread" else threads
+                bw = limits.get("machine", {}).get(str(n), {}).get("read_GBps")
+                row["variants"][v] = {
+                    "threads": n, "tpot_ms_median": round(med, 2), "tpot_ms_min": round(min(ts), 2),
+                    "tpot_ms_max": round(max(ts), 2), "speedup_vs_1_thread": round(base / med, 3),
+                    "weights_GBps": round(weight_bytes / med / 1e6, 2),
+                    "fraction_of_floor": None if bw is None else round(weight_bytes / (bw * 1e9) / (med / 1e3), 3)}
+            result["threads"][str(threads)] = row
+    finally:
+        torch.set_num_threads(before)
+    result["load_average_end"] = os.getloadavg()
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print("wrote", out)
     return 0
 
 
