@@ -127,7 +127,7 @@ class LLM(WholeGenerations):
         self.scheduler = Scheduler(self.kv_cache, opts.max_num_seqs, opts.max_num_batched_tokens, opts.scheduling,
                                    self._transition, emit=self._emit, chunked_prefill=opts.enable_chunked_prefill,
                                    eos_token_ids=eos, max_model_len=self.max_model_len,
-                                   on_release=self._forget_old)
+                                   on_release=self._forget_old, on_finish=self._forget_ended)
         self.requests: dict[str, Request] = {}
         self.trace: list[Event] | deque[Event] = [] if opts.trace_limit is None else deque(maxlen=opts.trace_limit)
         self.step_count = 0
@@ -163,6 +163,11 @@ class LLM(WholeGenerations):
     def clear_trace(self) -> None:
         """Forget past events (the requests and the cache are untouched)."""
         self.trace.clear()
+
+    def _forget_ended(self, req: Request) -> None:
+        """Called when a request finishes: the sampler and the runner drop its device state."""
+        for part in (self.sampler, self.runner):
+            getattr(part, "forget", lambda r: None)(req)
 
     def _forget_old(self, req: Request) -> None:
         """Called on every release: keep at most ``max_history`` released requests."""

@@ -17,9 +17,15 @@ On a GPU each host->device tensor is a copy to queue and each device->host read 
 every integer a step needs is computed here on the host (slots from the block tables) and
 sent in one copy (``StepUpload``); the slots of the gathers are expanded from the block
 tables on the device. Sampling then reads the results back once (``Sampler``).
+
+The block tables themselves stay on the device from step to step (``BlockTableRows``, a row
+per scheduled request): a step sends only the blocks allocated since the last, so a decode
+step's host work and upload are O(batch), whatever the contexts' lengths.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -93,6 +99,106 @@ class StepUpload:
         return dev
 
 
+@dataclass(eq=False)
+class _TableRow:
+    """What the device holds of one request's block table."""
+
+    index: int            # its row in ``BlockTableRows.table``
+    blocks: list[int]     # the request's own ``block_table`` list, mirrored
+    synced: int = 0       # how many of its blocks are on the device
+    last: int = -1        # the last of them (a cheap check that the list was not rewritten)
+    contiguous: int = 0   # how many leading blocks are consecutive ids in the pool
+
+
+class BlockTableRows:
+    """A persistent device tensor of the decoding requests' block tables, one row each, kept
+    from step to step so that a step sends only the blocks allocated since the last one
+    (a new block every ``block_size`` tokens) instead of every request's whole table.
+
+    A request's table only grows while it is admitted; a new list (admitted again after a
+    preemption, a rollback) or a shorter one means its blocks changed, and the row is
+    rewritten. Rows of requests that left the decode set are recycled at the next step (or at
+    once by ``forget``); a recycled row is reset to ``NULL_BLOCK`` so whatever a new tenant's
+    table does not cover reads the null block, as the padding of a fresh table would."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.table: torch.Tensor | None = None  # [capacity, width] long
+        self.rows: dict[Request, _TableRow] = {}
+        self._free: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def forget(self, req: Request) -> None:
+        row = self.rows.pop(req, None)
+        if row is not None:
+            self._free.append(row.index)
+
+    def _grow(self, new_rows: int, width: int) -> None:
+        """Room for ``new_rows`` more rows and tables of ``width`` blocks (doubling)."""
+        cap, w = (0, 0) if self.table is None else self.table.shape
+        short = new_rows - len(self._free)
+        if short <= 0 and width <= w:
+            return
+        new_cap = max(cap + short, 2 * cap) if short > 0 else cap
+        new_w = max(width, 2 * w) if width > w else w
+        table = torch.full((new_cap, new_w), NULL_BLOCK, dtype=torch.long, device=self.device)
+        if cap:
+            table[:cap, :w] = self.table
+        self.table = table
+        self._free.extend(range(cap, new_cap))
+
+    def plan(self, reqs: list[Request], num_decode: int,
+             upload: StepUpload) -> tuple[list[_TableRow], tuple[int, int]]:
+        """Host side of a step over ``reqs`` (the decodes in the batch's row order, then the
+        prefills): each one's row, with its new blocks (and any reset) put into ``upload``.
+        Returns the rows and the upload part holding the first ``num_decode`` rows' indices
+        (the decode rows read their tables through it). O(len(reqs)) plus the new blocks:
+        a request's table goes up while it is prefilled, then a block at a time."""
+        live = set(reqs)
+        for req in [r for r in self.rows if r not in live]:
+            self.forget(req)
+        fresh = [r for r in reqs if r not in self.rows]
+        width = max(len(r.block_table) for r in reqs)
+        self._grow(len(fresh), width)
+        resets, where, blocks = [], [], []
+        out = []
+        w = self.table.shape[1]
+        for r in reqs:
+            row = self.rows.get(r)
+            table = r.block_table
+            if row is None:
+                row = self.rows[r] = _TableRow(self._free.pop(), table)
+            elif (row.blocks is not table or len(table) < row.synced
+                  or (row.synced and table[row.synced - 1] != row.last)):  # its blocks changed
+                row.blocks, row.synced, row.contiguous = table, 0, 0
+            if row.synced == 0:  # a new tenant, or rewritten: null blocks past its own
+                resets.append(row.index)
+            base = row.index * w
+            for col in range(row.synced, len(table)):
+                where.append(base + col)
+                blocks.append(table[col])
+            first = table[0]
+            while row.contiguous < len(table) and table[row.contiguous] == first + row.contiguous:
+                row.contiguous += 1
+            out.append(row)
+        reset_part, where_part, blocks_part = upload.add(resets), upload.add(where), upload.add(blocks)
+        rows_part = upload.add([row.index for row in out[:num_decode]])
+
+        def finish(dev: torch.Tensor) -> None:
+            if resets:
+                self.table.index_fill_(0, upload.view(dev, reset_part), NULL_BLOCK)
+            if where:
+                self.table.view(-1).index_copy_(0, upload.view(dev, where_part), upload.view(dev, blocks_part))
+            # only now that the device holds them (a step cut short by Ctrl-C sends them again)
+            for row in out:
+                row.synced, row.last = len(row.blocks), row.blocks[-1]
+
+        upload.then(finish)
+        return out, rows_part
+
+
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device,
                  attention: AttentionBackend | str | None = None):
@@ -104,6 +210,11 @@ class ModelRunner:
         self.block_size = kv_cache.block_size
         self._offsets = torch.arange(self.block_size, device=device)
         self._workspace: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.block_rows = BlockTableRows(device)  # the decode rows' block tables, kept on the device
+
+    def forget(self, req: Request) -> None:
+        """Drop what the runner keeps for ``req`` (its block-table row): call when it ends."""
+        self.block_rows.forget(req)
 
     def _gather_workspace(self, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V buffers of at least ``slots`` cache slots for the decode gathers, kept from
@@ -116,28 +227,25 @@ class ModelRunner:
                                     torch.empty(shape, dtype=self.kv.dtype, device=self.device))
         return ws
 
-    def _decode_group(self, start: int, end: int, tables: list[list[int]], ctx: list[int],
-                      upload: "StepUpload | None" = None) -> DecodeGroup:
-        """Slots (and padding mask) of decode rows [start, end), whose contexts are ctx[start:end].
-        The block table rows (and context lengths) go into ``upload``; the slots and the mask
-        are computed on the device once it has been sent (alone, it is sent here)."""
+    def _decode_group(self, start: int, end: int, rows: list[_TableRow], ctx: list[int],
+                      upload: StepUpload, rows_part: tuple[int, int]) -> DecodeGroup:
+        """Slots (and padding mask) of decode rows [start, end), whose contexts are ctx[start:end]:
+        their block tables are rows of the persistent device table (``BlockTableRows``), the
+        context lengths go into ``upload``; slots and mask are computed on the device once it
+        has been sent."""
         bs = self.block_size
         m, longest = end - start, ctx[start]
         width = -(-longest // bs)
-        if m == 1:  # one request whose blocks are consecutive in the pool: no gather needed
-            table = tables[start]
-            first = table[0]
-            if all(b == first + i for i, b in enumerate(table[:width])):
-                return DecodeGroup(start, end, None, first_slot=first * bs, length=longest)
-        own = upload is None
-        upload = StepUpload() if own else upload
+        if m == 1 and rows[start].contiguous >= width:
+            # one request whose blocks are consecutive in the pool: no gather needed
+            return DecodeGroup(start, end, None, first_slot=rows[start].blocks[0] * bs, length=longest)
         group = DecodeGroup(start, end, None, length=longest)
-        blocks = upload.add([b for t in tables[start:end]
-                             for b in (t[:width] if len(t) >= width else t + [0] * (width - len(t)))])
         lens = upload.add(ctx[start:end]) if ctx[end - 1] != longest else None  # contexts differ
+        part = (rows_part[0] + start, rows_part[0] + end)
 
         def finish(dev: torch.Tensor) -> None:
-            slots = (upload.view(dev, blocks).view(m, width, 1) * bs + self._offsets).view(m, width * bs)
+            blocks = self.block_rows.table.index_select(0, upload.view(dev, part))[:, :width]
+            slots = (blocks.view(m, width, 1) * bs + self._offsets).view(m, width * bs)
             group.slots = slots if width * bs == longest else slots[:, :longest].contiguous()
             if lens is not None:  # hide each context's padding
                 pad = torch.arange(longest, device=self.device) >= upload.view(dev, lens)[:, None]
@@ -145,24 +253,21 @@ class ModelRunner:
                                          ).masked_fill_(pad.view(m, 1, 1, longest), float("-inf"))
 
         upload.then(finish)
-        if own:
-            upload.send(self.device)
         return group
 
-    def _decode_meta(self, tables: list[list[int]], ctx: list[int], upload: StepUpload) -> DecodeMeta:
-        """Fixed-shape metadata of the decode rows: block tables [B, W] padded with the null
-        block and context lengths [B] go into ``upload``; the padding mask (-inf past each
-        context) is made on the device once it has been sent."""
+    def _decode_meta(self, ctx: list[int], upload: StepUpload, rows_part: tuple[int, int]) -> DecodeMeta:
+        """Fixed-shape metadata of the decode rows: block tables [B, W] (rows of the persistent
+        device table, NULL_BLOCK past each request's own blocks) and context lengths [B]
+        (into ``upload``); the padding mask (-inf past each context) is made on the device
+        once it has been sent."""
         bs = self.block_size
         m, width = len(ctx), -(-ctx[0] // bs)
-        blocks = upload.add([b for t in tables
-                             for b in (t[:width] if len(t) >= width else t + [NULL_BLOCK] * (width - len(t)))])
         lens = upload.add(ctx)
         meta = DecodeMeta(None, None, None, width)
         padded = any(c != width * bs for c in ctx)
 
         def finish(dev: torch.Tensor) -> None:
-            meta.block_tables = upload.view(dev, blocks).view(m, width)
+            meta.block_tables = self.block_rows.table.index_select(0, upload.view(dev, rows_part))[:, :width]
             meta.context_lens = upload.view(dev, lens)
             if padded:
                 pad = torch.arange(width * bs, device=self.device) >= meta.context_lens[:, None]
@@ -193,11 +298,13 @@ class ModelRunner:
         upload = StepUpload()
         batch = AttentionBatch(positions=None, slot_mapping=None, num_decode=n, attention=self.attention)
         logits_rows = list(range(n))
+        # longest context first, so that groups of similar length are runs of rows; the
+        # logits come back in the scheduler's order (logits_rows undoes the sort)
+        order = sorted(range(n), key=lambda i: -decodes[i].num_tokens)
+        if decodes or prefills:
+            table_rows, table_part = self.block_rows.plan([decodes[i] for i in order] + list(prefills), n, upload)
         if decodes:
-            # longest context first, so that groups of similar length are runs of rows; the
-            # logits come back in the scheduler's order (logits_rows undoes the sort)
-            order = sorted(range(n), key=lambda i: -decodes[i].num_tokens)
-            ctx, tables = [], []
+            ctx = []
             for row, i in enumerate(order):
                 r = decodes[i]
                 length = r.num_tokens
@@ -207,17 +314,16 @@ class ModelRunner:
                 positions.append(pos)
                 slot_mapping.append(table[pos // bs] * bs + pos % bs)
                 ctx.append(length)
-                tables.append(table)
                 logits_rows[i] = row
             if self.attention.uses_block_tables:
-                batch.decode_meta = self._decode_meta(tables, ctx, upload)
+                batch.decode_meta = self._decode_meta(ctx, upload, table_part)
             else:
-                batch.decode_groups = [self._decode_group(a, b, tables, ctx, upload)
+                batch.decode_groups = [self._decode_group(a, b, table_rows, ctx, upload, table_part)
                                        for a, b in split_by_length(ctx)]
             gathered = [(g.end - g.start) * g.length for g in batch.decode_groups if g.first_slot is None]
             if gathered:
                 batch.k_workspace, batch.v_workspace = self._gather_workspace(max(gathered))
-        for r, chunk in zip(prefills, prefill_chunks):
+        for j, (r, chunk) in enumerate(zip(prefills, prefill_chunks)):
             tokens = r.all_token_ids
             start = r.num_computed_tokens
             ctx = start + chunk
@@ -227,11 +333,11 @@ class ModelRunner:
             table = r.block_table
             seq = PrefillSeq(q_start=len(ids), q_len=chunk, ctx_len=ctx)
             if start > 0:  # a cached prefix precedes: attention reads the whole context's slots
-                width = -(-ctx // bs)
-                part = upload.add(table[:width])
+                width, index = -(-ctx // bs), table_rows[n + j].index
 
-                def finish(dev, seq=seq, part=part, width=width, ctx=ctx):
-                    seq.slots = (upload.view(dev, part).view(width, 1) * bs + self._offsets).view(-1)[:ctx]
+                def finish(dev, seq=seq, index=index, width=width, ctx=ctx):
+                    blocks = self.block_rows.table[index, :width]
+                    seq.slots = (blocks.view(width, 1) * bs + self._offsets).view(-1)[:ctx]
 
                 upload.then(finish)
             batch.prefills.append(seq)

@@ -17,7 +17,9 @@ Processors run in this fixed order, on a batch of rows (one row per request):
    a seeded request gives the same tokens whatever else shares its batch.
 
 The ``Sampler`` runs 1-6 on the whole batch without waiting for the device: the per-row
-parameters (and the token ids the penalties count) go up in one copy, top-k / top-p / min-p
+parameters go up in one copy; what the penalties count (``PenaltyCounts``) is kept on the
+device per request, built once from its tokens and bumped by each chosen token there, so a
+step's upload does not grow with the history; top-k / top-p / min-p
 share one sort, and the draw is an *exponential race*: each sampled row gets Exp(1) noise
 ``q`` from its own generator and takes ``argmax(logit - log q)``, which picks token ``i``
 with probability ``softmax(logits)[i]`` (the Gumbel-max trick), so greedy and sampled rows
@@ -174,9 +176,98 @@ def sorted_filters(logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torc
     return logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), NEG_INF)
 
 
-# columns of the per-row parameter block the sampler sends to the device
-_TEMP, _GREEDY, _TOP_K, _TOP_P, _MIN_P, _REP, _PRES, _FREQ = range(8)
-_COLUMNS = 8
+# columns of the per-row parameter block the sampler sends to the device (_ROW: the row of
+# ``PenaltyCounts`` that holds the request's counts, 0 = none)
+_TEMP, _GREEDY, _TOP_K, _TOP_P, _MIN_P, _REP, _PRES, _FREQ, _ROW = range(9)
+_COLUMNS = 9
+
+
+class PenaltyCounts:
+    """What the penalties need of each penalised request, kept on the logits' device from step
+    to step: ``counts[row]``, how often each token was output, and ``seen[row]``, which tokens
+    the prompt or the output hold. A row is built once from the request's tokens (the flat ids
+    ride in the sampler's one upload), then bumped on the device by the token chosen each step,
+    so a step uploads O(rows) values whatever the contexts' lengths.
+
+    Row 0 stays all zero: unpenalised rows of a batch read it. ``num_counted[req]`` is how many
+    output tokens a row accounts for; a request whose output length disagrees (a step rolled
+    back after sampling, a test that set the tokens by hand) is rebuilt, so the counts never
+    drift from ``output_token_ids``. ``forget`` frees a row when its request ends."""
+
+    def __init__(self):
+        self.counts: torch.Tensor | None = None  # [capacity, vocab] float32
+        self.seen: torch.Tensor | None = None    # [capacity, vocab] bool
+        self.rows: dict = {}                     # request -> row
+        self.num_counted: dict = {}              # request -> output tokens the row holds
+        self._free: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def forget(self, req) -> None:
+        """The request is done: its row goes back to the free list."""
+        row = self.rows.pop(req, None)
+        self.num_counted.pop(req, None)
+        if row is not None:
+            self._free.append(row)
+
+    def _fit(self, vocab: int, device: torch.device, needed: int) -> None:
+        """Tensors for this vocabulary and device with at least ``needed`` free rows."""
+        if self.counts is not None and (self.counts.shape[1] != vocab or self.counts.device != device):
+            self.counts = self.seen = None  # another model's logits: start over
+            self.rows.clear(), self.num_counted.clear(), self._free.clear()
+        capacity = 0 if self.counts is None else self.counts.shape[0]
+        if len(self._free) >= needed:
+            return
+        short = needed - len(self._free) + (capacity == 0)  # row 0 is never handed out
+        new_cap = max(2 * capacity, capacity + short, 9)
+        counts = torch.zeros((new_cap, vocab), dtype=torch.float32, device=device)
+        seen = torch.zeros((new_cap, vocab), dtype=torch.bool, device=device)
+        if capacity:
+            counts[:capacity] = self.counts
+            seen[:capacity] = self.seen
+        self.counts, self.seen = counts, seen
+        self._free.extend(range(max(capacity, 1), new_cap))
+
+    def plan(self, requests: list, penalised: list[bool], vocab: int, device: torch.device):
+        """Host side of a step: each row's counts row (0 when unpenalised), and for the rows to
+        (re)build: their row ids, the flat ids ``row * vocab + token`` of their seen tokens
+        and of their output tokens (one per occurrence)."""
+        stale = [r for r, pen in zip(requests, penalised)
+                 if pen and self.num_counted.get(r) != len(r.output_token_ids)]
+        for r, pen in zip(requests, penalised):
+            if pen:  # until ``commit``: a step cut short anywhere leaves these rows to be rebuilt
+                self.num_counted.pop(r, None)
+        self._fit(vocab, device, sum(1 for r in stale if r not in self.rows))
+        rebuild, seen_ids, out_ids = [], [], []
+        for r in stale:
+            row = self.rows.get(r)
+            if row is None:
+                row = self.rows[r] = self._free.pop()
+            rebuild.append(row)
+            base = row * vocab
+            seen_ids += sorted(base + t for t in set(r.prompt_token_ids) | set(r.output_token_ids)
+                               if 0 <= t < vocab)
+            out_ids += [base + t for t in r.output_token_ids if 0 <= t < vocab]
+        rows = [self.rows[r] if pen else 0 for r, pen in zip(requests, penalised)]
+        return rows, rebuild, seen_ids, out_ids
+
+    def build(self, rebuild: torch.Tensor, seen_ids: torch.Tensor, out_ids: torch.Tensor) -> None:
+        """Device side of ``plan``: zero the rows, then mark and count their tokens."""
+        self.counts.index_fill_(0, rebuild, 0.0)
+        self.seen.index_fill_(0, rebuild, False)
+        self.seen.view(-1)[seen_ids] = True
+        self.counts.view(-1).index_add_(0, out_ids, torch.ones_like(out_ids, dtype=self.counts.dtype))
+
+    def bump(self, requests: list, penalised: list[bool], rows: torch.Tensor, chosen: torch.Tensor) -> None:
+        """Count each penalised row's chosen token, on the device (no upload, no wait), then
+        record that the rows hold their outputs so far plus that token."""
+        real = rows > 0  # row 0 (the unpenalised rows) must stay zero
+        self.counts.index_put_((rows, chosen), real.to(self.counts.dtype), accumulate=True)
+        self.seen.index_put_((rows, chosen), real)
+        for r, pen in zip(requests, penalised):
+            if pen and r in self.rows:
+                self.num_counted[r] = len(r.output_token_ids) + 1
 
 
 class SampleResult(tuple):
@@ -195,8 +286,9 @@ class SampleResult(tuple):
 class Sampler:
     """Samples one token per row of a batch of logits, each row with its own request's
     params and generator, in a fixed number of device operations: at most one host->device
-    copy (the rows' parameters) and one device->host copy (the chosen ids, with the
-    log-probabilities when a request asked for them)."""
+    copy (the rows' parameters, plus the tokens of a penalised request's first step) and one
+    device->host copy (the chosen ids, with the log-probabilities when a request asked for
+    them). Keeps ``penalty_counts`` between calls: ``forget(req)`` when a request ends."""
 
     def __call__(self, logits: torch.Tensor, requests: list) -> SampleResult:
         """Returns the chosen token ids and the raw (float32) logits they were drawn from;
@@ -221,6 +313,13 @@ class Sampler:
                                                                           dtype=torch.float32)
         return SampleResult(token_ids, logits, table)
 
+    def __init__(self):
+        self.penalty_counts = PenaltyCounts()
+
+    def forget(self, req) -> None:
+        """Drop what the sampler keeps for ``req`` (its penalty counts): call when it ends."""
+        self.penalty_counts.forget(req)
+
     def choose(self, logits: torch.Tensor, requests: list) -> torch.Tensor:
         """[rows] chosen token ids, on the logits' device; the host never waits for it."""
         rows, vocab = logits.shape
@@ -230,41 +329,52 @@ class Sampler:
         sampled = [not p.greedy for p in params]
         if not any(penalised) and not any(sampled):
             return logits.argmax(dim=-1)
-        block, rep_idx, out_idx = [], [], []
-        for i, (r, p) in enumerate(zip(requests, params)):
+        state = self.penalty_counts
+        if any(penalised):
+            state_rows, rebuild, seen_ids, out_ids = state.plan(requests, penalised, vocab, logits.device)
+        else:
+            state_rows, rebuild, seen_ids, out_ids = [0] * rows, [], [], []
+        block = []
+        for p, row in zip(params, state_rows):
             greedy = p.greedy
             block += [1.0 if greedy else p.temperature, float(greedy),
                       0.0 if greedy or p.top_k <= 0 else float(min(p.top_k, vocab)),
                       1.0 if greedy else p.top_p, 0.0 if greedy else p.min_p,
-                      p.repetition_penalty, p.presence_penalty, p.frequency_penalty]
-            if p.repetition_penalty != 1.0:
-                seen = set(r.prompt_token_ids) | set(r.output_token_ids)
-                rep_idx += sorted(i * vocab + t for t in seen if 0 <= t < vocab)
-            if p.presence_penalty or p.frequency_penalty:
-                out_idx += [i * vocab + t for t in r.output_token_ids if 0 <= t < vocab]
-        upload = torch.tensor(block + rep_idx + out_idx, dtype=torch.float64)
+                      p.repetition_penalty, p.presence_penalty, p.frequency_penalty, float(row)]
+        # ids are exact in float64 (below 2**53)
+        upload = torch.tensor(block + rebuild + seen_ids + out_ids, dtype=torch.float64)
         if logits.device.type == "cuda":
             upload = upload.pin_memory()
         upload = upload.to(logits.device, non_blocking=True)  # the sampler's one host->device copy
         n = rows * _COLUMNS
-        cols = upload[:n].view(rows, _COLUMNS).float()
+        table = upload[:n].view(rows, _COLUMNS)
+        cols = table.float()
         processed = logits
         if any(penalised):
+            a, b = n + len(rebuild), n + len(rebuild) + len(seen_ids)
+            if rebuild:
+                state.build(upload[n:a].long(), upload[a:b].long(), upload[b:].long())
+            row_ids = table[:, _ROW].long()
             x = logits.clone()
-            if rep_idx:
-                seen = torch.zeros(rows * vocab, dtype=torch.bool, device=logits.device)
-                seen[upload[n:n + len(rep_idx)].long()] = True
+            if any(p.repetition_penalty != 1.0 for p in params):
+                seen = state.seen.index_select(0, row_ids)
                 rp = cols[:, _REP:_REP + 1]
-                x = torch.where(seen.view(rows, vocab), torch.where(x > 0, x / rp, x * rp), x)
-            if out_idx:
-                counts = torch.zeros(rows * vocab, device=logits.device)
-                flat = upload[n + len(rep_idx):].long()
-                counts.index_add_(0, flat, torch.ones_like(flat, dtype=counts.dtype))
-                counts = counts.view(rows, vocab)
+                x = torch.where(seen, torch.where(x > 0, x / rp, x * rp), x)
+            if any(p.presence_penalty or p.frequency_penalty for p in params):
+                counts = state.counts.index_select(0, row_ids)
                 # only seen tokens change: a huge penalty times a count of 0 must not give NaN
                 penalty = cols[:, _FREQ:_FREQ + 1] * counts + cols[:, _PRES:_PRES + 1]
                 x = torch.where(counts > 0, x - penalty, x)
             processed = finite_or_best(x, logits)
+        chosen = self._race(logits, processed, cols, params, requests, sampled, penalised)
+        if any(penalised):
+            state.bump(requests, penalised, row_ids, chosen)
+        return chosen
+
+    @staticmethod
+    def _race(logits, processed, cols, params, requests, sampled, penalised) -> torch.Tensor:
+        """Temperature, the shared-sort filters and the exponential race over the sampled rows;
+        greedy rows take the argmax of ``processed``."""
         if not any(sampled):
             return processed.argmax(dim=-1)
         x = apply_temperature(processed, cols[:, _TEMP])

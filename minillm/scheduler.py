@@ -84,7 +84,8 @@ class Scheduler:
     def __init__(self, kv_cache: KVCache, max_num_seqs: int, max_num_batched_tokens: int,
                  policy: str, transition: Callable[..., None], *, emit: Callable[..., None] | None = None,
                  chunked_prefill: bool = True, eos_token_ids=(), max_model_len: int = 1 << 62,
-                 on_release: Callable[[Request], None] | None = None):
+                 on_release: Callable[[Request], None] | None = None,
+                 on_finish: Callable[[Request], None] | None = None):
         if policy not in ("continuous", "static"):
             raise ValueError(f"scheduling must be 'continuous' or 'static', got {policy!r}")
         self.kv = kv_cache
@@ -98,6 +99,9 @@ class Scheduler:
         self._transition = transition
         self._emit = emit or (lambda *a, **k: None)
         self._on_release = on_release or (lambda req: None)
+        # every way a request ends passes through finish(): the per-request state the sampler
+        # and the runner keep on the device (penalty counts, a block-table row) is dropped there
+        self._on_finish = on_finish or (lambda req: None)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         # every request that holds KV blocks (running, or FINISHED and not released yet), so
@@ -279,6 +283,7 @@ class Scheduler:
         """The request's logic is done: out of the queues, FINISHED with ``reason``; released
         at once when it auto-releases."""
         self.dequeue(req)
+        self._on_finish(req)
         if req._detokenizer is not None and error is None:
             req._detokenizer.finish()  # text held back for a character still incomplete
             req.text = req._detokenizer.text

@@ -26,28 +26,34 @@ CREATE_FROM_DATA = {"tensor", "as_tensor", "asarray", "from_numpy"}
 
 
 class TransferCounter(TorchFunctionMode):
-    """Counts device->host reads and host->device tensor creations/copies."""
+    """Counts device->host reads and host->device tensor creations/copies (and the number of
+    values each host->device copy carries, in ``h2d_sizes``)."""
 
     def __init__(self):
         super().__init__()
         self.d2h: list[str] = []
         self.h2d: list[str] = []
+        self.h2d_sizes: list[int] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", str(func))
+        out = func(*args, **kwargs)
         if name in DEVICE_TO_HOST:
             self.d2h.append(name)
         elif name in CREATE_FROM_DATA and kwargs.get("device") is not None:
             self.h2d.append(name)
+            self.h2d_sizes.append(out.numel())
         elif name in ("to", "cuda") and (kwargs.get("device") is not None
                                           or any(isinstance(a, (str, torch.device)) for a in args[1:])):
             self.h2d.append(name)
-        return func(*args, **kwargs)
+            self.h2d_sizes.append(args[0].numel())
+        return out
 
 
-def _count_steps(llm, steps):
-    """Per step: (d2h, h2d, kinds) counted inside the runner's run and sample."""
+def _count_steps(llm, steps, sizes=None):
+    """Per step: (d2h, h2d, kinds) counted inside the runner's run and sample; the sizes of
+    the step's host->device copies are appended to ``sizes`` when given."""
     runner = llm.runner
     real_run, real_sample = runner.run, runner.sample
     counter = TransferCounter()
@@ -66,10 +72,12 @@ def _count_steps(llm, steps):
         for _ in range(steps):
             if not llm.has_unfinished():
                 break
-            counter.d2h.clear(), counter.h2d.clear()
+            counter.d2h.clear(), counter.h2d.clear(), counter.h2d_sizes.clear()
             events = llm.step()
             step = [e for e in events if e.kind == "step"][0].data
             out.append((list(counter.d2h), list(counter.h2d), step))
+            if sizes is not None:
+                sizes.append(list(counter.h2d_sizes))
     finally:
         runner.run, runner.sample = real_run, real_sample
     return out
@@ -101,6 +109,33 @@ def test_a_step_of_16_requests_transfers_at_most_once_each_way(tiny_llama, setti
     assert all(len(d2h) == 1 for d2h, _, _ in decode_only)
     if setting.startswith("greedy"):  # nothing for the sampler to send: only the step's indices go up
         assert all(len(h2d) == 1 for _, h2d, _ in decode_only)
+
+
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+def test_what_a_decode_step_uploads_does_not_grow_with_the_context(tiny_llama, setting):
+    """16 requests decoding at contexts ~20 and the same ones ~150 tokens longer (a whole number
+    of blocks, so new blocks are needed at the same steps): every decode step uploads exactly
+    as many values either way. The block tables live on the device (only new blocks go up),
+    the penalty counts too (only the per-row parameters go up)."""
+    per_shift = {}
+    for shift in (0, 152):
+        llm = LLM(str(tiny_llama[0]), block_size=4, num_kv_blocks=1024, max_num_seqs=16,
+                  enable_prefix_caching=False)
+        g = torch.Generator().manual_seed(4)
+        for i in range(16):
+            prompt = torch.randint(2, 320, (shift + 6 + (i % 5),), generator=g).tolist()
+            llm.add_request(prompt_token_ids=prompt,
+                            params=SamplingParams(max_tokens=16, ignore_eos=True, seed=i, **SETTINGS[setting]))
+        sizes = []
+        steps = _count_steps(llm, 40, sizes)
+        per_shift[shift] = [sz for sz, (_, _, step) in zip(sizes, steps)
+                            if step["num_prefill"] == 0 and step["num_decode"] == 16]
+        for d2h, h2d, step in steps:
+            assert len(d2h) <= 1 and len(h2d) <= 2, (step, d2h, h2d)
+    assert len(per_shift[0]) >= 10
+    assert per_shift[0] == per_shift[152]
+    # and it is O(rows): a few values per request (ids, positions, slots, lengths, rows, parameters)
+    assert max(sum(s) for s in per_shift[0]) <= 16 * (6 + 9) + 16 * 2
 
 
 def test_counter_sees_what_it_counts():
