@@ -3,6 +3,7 @@
 # plus every notebook under nbval (notebooks/, exercises/), in one pytest run.
 #   bash scripts/test.sh                 # everything
 #   bash scripts/test.sh -x -k stepper   # extra options go to pytest
+#   MINILLM_TEST_WORKERS=0 bash scripts/test.sh   # one process (default: 2 pytest-xdist workers)
 # Screenshots from the browser tests go to $MINILLM_ARTIFACTS (default /tmp/minillm-artifacts).
 # Exits non-zero if anything fails, and also if pytest collected no test at all (exit code 5).
 set -euo pipefail
@@ -22,7 +23,15 @@ set +e
 # One pytest run, so the output ends with one summary line. --nbval collects the notebooks
 # (.ipynb) under notebooks/ and exercises/; tests/solved/ holds a notebook that
 # tests/test_grading_notebook.py runs itself, so nbval leaves it alone.
-"$VPY" -m pytest "${paths[@]}" \
+# Two workers by default (MINILLM_TEST_WORKERS=0 runs in this process): most tests use one torch
+# thread and nbval waits on a kernel, so one process leaves a core idle. --dist loadfile keeps
+# each file on one worker: a notebook's cells run in order in one kernel, module fixtures are
+# built once. (--dist loadgroup would be finer; with pytest 9.2 and pytest-xdist 3.8 it did not
+# keep xdist_group-marked tests together.)
+workers="${MINILLM_TEST_WORKERS:-2}"
+xdist=()
+[ "$workers" != 0 ] && xdist=(-n "$workers" --dist loadfile)
+"$VPY" -m pytest "${paths[@]}" "${xdist[@]}" \
     --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --ignore=tests/solved \
     -ra --durations=10 "$@"
 rc=$?
