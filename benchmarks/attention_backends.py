@@ -14,6 +14,13 @@ medians and the ratio against the reference ``gather``:
   groups save padding that the fixed-shape backend computes) (``LLM(attention_backend=...)``), B requests with
   prompts of the given length, median seconds of the decode-only steps.
 
+``--prefix``: instead, prefill attention after a cached prefix (a ``--suffix``-token chunk after
+``--prefix-len`` cached tokens, 512 after 1536 by default): one layer's ``prefill`` for each way
+of attending (``PREFIX_WAYS``: the boolean mask the engine used before, an additive float mask,
+``causal_lower_right``, and the split the engine ships: the prefix unmasked + the chunk causal,
+merged by log-sum-exp), the SDPA kernel each one runs (``torch.profiler``), then whole prefill
+steps of an engine with the prefix cached, the shipped split against the boolean mask.
+
 1 thread (``OMP_NUM_THREADS=1`` is set for the process). Prints one JSON line per measurement
 and a summary table; ``--json`` writes them to a file.
 """
@@ -37,8 +44,10 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from minillm import LLM, SamplingParams  # noqa: E402
-from minillm.attention import BACKENDS, DecodeMeta, PagedInPlace, make_backend  # noqa: E402
-from minillm.models.llama import AttentionBatch, DecodeGroup  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from minillm.attention import BACKENDS, AttentionBackend, DecodeMeta, GatherSDPA, PagedInPlace, make_backend  # noqa: E402
+from minillm.models.llama import AttentionBatch, DecodeGroup, PrefillSeq  # noqa: E402
 
 REFERENCE = "gather"
 
@@ -70,6 +79,117 @@ class OnlineSoftmaxBlocks(PagedInPlace):
             acc = acc * correction + torch.matmul(p, v_pool.index_select(0, blocks).transpose(1, 2))
             run_max = new_max
         return (acc / denom).view(n, heads * dim)
+
+
+def _prefix_bool_mask(q, k, v, k_pool, v_pool, seq, scale):
+    """Before: the whole context's keys from the pool, a boolean [q_len, ctx] mask."""
+    rows = slice(seq.q_start, seq.q_start + seq.q_len)
+    heads, dim = k_pool.shape[2], k_pool.shape[3]
+    keys = k_pool.view(-1, heads, dim).index_select(0, seq.slots)
+    values = v_pool.view(-1, heads, dim).index_select(0, seq.slots)
+    past = seq.ctx_len - seq.q_len
+    mask = (torch.arange(seq.ctx_len)[None, :] <= past + torch.arange(seq.q_len)[:, None])
+    o = F.scaled_dot_product_attention(q[rows].transpose(0, 1).unsqueeze(0), keys.transpose(0, 1).unsqueeze(0),
+                                       values.transpose(0, 1).unsqueeze(0), attn_mask=mask, scale=scale,
+                                       enable_gqa=True)
+    return o[0].transpose(0, 1)
+
+
+def _prefix_float_mask(q, k, v, k_pool, v_pool, seq, scale):
+    """The same with an additive float mask (0 / -inf)."""
+    rows = slice(seq.q_start, seq.q_start + seq.q_len)
+    heads, dim = k_pool.shape[2], k_pool.shape[3]
+    keys = k_pool.view(-1, heads, dim).index_select(0, seq.slots)
+    values = v_pool.view(-1, heads, dim).index_select(0, seq.slots)
+    past = seq.ctx_len - seq.q_len
+    mask = torch.zeros(seq.q_len, seq.ctx_len, dtype=q.dtype).masked_fill_(
+        torch.arange(seq.ctx_len)[None, :] > past + torch.arange(seq.q_len)[:, None], float("-inf"))
+    o = F.scaled_dot_product_attention(q[rows].transpose(0, 1).unsqueeze(0), keys.transpose(0, 1).unsqueeze(0),
+                                       values.transpose(0, 1).unsqueeze(0), attn_mask=mask, scale=scale,
+                                       enable_gqa=True)
+    return o[0].transpose(0, 1)
+
+
+def _prefix_lower_right(q, k, v, k_pool, v_pool, seq, scale):
+    """``torch.nn.attention.bias.causal_lower_right``: the flash kernel's own lower-right causal
+    on CUDA; on the CPU it is materialised as a boolean mask."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    rows = slice(seq.q_start, seq.q_start + seq.q_len)
+    heads, dim = k_pool.shape[2], k_pool.shape[3]
+    keys = k_pool.view(-1, heads, dim).index_select(0, seq.slots)
+    values = v_pool.view(-1, heads, dim).index_select(0, seq.slots)
+    o = F.scaled_dot_product_attention(q[rows].transpose(0, 1).unsqueeze(0), keys.transpose(0, 1).unsqueeze(0),
+                                       values.transpose(0, 1).unsqueeze(0),
+                                       attn_mask=causal_lower_right(seq.q_len, seq.ctx_len), scale=scale,
+                                       enable_gqa=True)
+    return o[0].transpose(0, 1)
+
+
+PREFIX_WAYS = {"bool_mask": _prefix_bool_mask, "float_mask": _prefix_float_mask,
+               "lower_right": _prefix_lower_right,
+               "split": lambda *a: AttentionBackend.prefill(GatherSDPA(), *a)}
+
+
+def prefix_case(prefix_len: int, suffix: int, heads: int, kv_heads: int, head_dim: int, block_size: int, seed=0):
+    """A pool holding a cached prefix (scattered blocks) plus the chunk's own K/V, written as
+    the model writes them, and the ``PrefillSeq`` the runner would make."""
+    g = torch.Generator().manual_seed(seed)
+    ctx = prefix_len + suffix
+    width = -(-ctx // block_size)
+    k_pool = torch.randn(width + 1, block_size, kv_heads, head_dim, generator=g)
+    v_pool = torch.randn(width + 1, block_size, kv_heads, head_dim, generator=g)
+    table = (torch.randperm(width, generator=g) + 1)
+    slots = (table.view(width, 1) * block_size + torch.arange(block_size)).view(-1)[:ctx]
+    q = torch.randn(suffix, heads, head_dim, generator=g)
+    own = slots[prefix_len:]
+    k = k_pool.view(-1, kv_heads, head_dim)[own].clone()
+    v = v_pool.view(-1, kv_heads, head_dim)[own].clone()
+    return q, k, v, k_pool, v_pool, PrefillSeq(q_start=0, q_len=suffix, ctx_len=ctx, slots=slots)
+
+
+def sdpa_kernels(fn, *args) -> list[str]:
+    """The aten attention ops one call runs (which SDPA kernel was chosen)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn(*args)
+    return sorted({e.key for e in prof.key_averages() if "attention" in e.key and e.key != "aten::scaled_dot_product_attention"})
+
+
+def prefix_prefill_steps(folder, prefix_len: int, suffix: int, rounds: int, block_size: int) -> dict:
+    """Seconds of one prefill step of a ``suffix``-token request after a cached
+    ``prefix_len``-token prefix (the prefix cached once), the engine's attention against the
+    boolean mask it used before, alternating; median and spread."""
+    llm = LLM(None if folder is None else str(folder), "cpu", "float32", block_size=block_size,
+              num_kv_blocks=4 * (-(-(prefix_len + suffix) // block_size)) + 8, num_threads=1,
+              max_num_batched_tokens=prefix_len + suffix)
+    rng = random.Random(0)
+    vocab = llm.model_config.vocab_size
+    prefix = [rng.randrange(3, vocab) for _ in range(prefix_len)]
+    params = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
+    llm.add_request(prompt_token_ids=prefix + [5], params=params)
+    while llm.has_unfinished():
+        llm.step()
+    backend = llm.runner.attention
+    shipped = type(backend).prefill
+    ways = {"bool_mask": lambda self, *a: _prefix_bool_mask(*a), "split": shipped}
+    times = {w: [] for w in ways}
+    tokens = {}
+    for r in range(rounds):
+        for w in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
+            backend.prefill = ways[w].__get__(backend)
+            req = llm.add_request(prompt_token_ids=prefix + [rng.randrange(3, vocab) for _ in range(suffix)],
+                                  params=params)
+            t0 = time.perf_counter()
+            llm.step()
+            times[w].append(time.perf_counter() - t0)
+            assert req.num_cached_prompt_tokens == prefix_len - prefix_len % block_size, req.num_cached_prompt_tokens
+            while llm.has_unfinished():
+                llm.step()
+            tokens.setdefault(w, []).append(req.output_token_ids)
+    del backend.prefill
+    return times
 
 
 def kernel_case(batch: int, context: int, heads: int, kv_heads: int, head_dim: int, block_size: int, seed=0):
@@ -158,8 +278,14 @@ def main(argv=None) -> int:
     ap.add_argument("--new-tokens", type=int, default=12, help="decode steps per engine round")
     ap.add_argument("--skip-steps", action="store_true", help="only the kernel measurement")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--prefix", action="store_true", help="prefill attention after a cached prefix instead "
+                    "(use --step-model 135m: the shipped model's 1024 positions are too few)")
+    ap.add_argument("--prefix-len", type=int, default=1536)
+    ap.add_argument("--suffix", type=int, default=512)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    if args.prefix:
+        return prefix_main(args)
     contexts = [int(c) for c in args.context.split(",")]
     names = sorted(BACKENDS, key=lambda b: b != REFERENCE)
     rows = []
@@ -206,6 +332,61 @@ def main(argv=None) -> int:
         med, speed = row["median_ms"], row["speedup_vs_gather"]
         print(f"{label:<28}" + "".join(f"{med[b]:>12.3f}" if b in med else f"{'-':>12}" for b in cols)
               + "".join(f"{speed[b]:>21.2f}x" if b in speed else f"{'-':>22}" for b in cols[1:]))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"load_average": load, "rows": rows}, indent=1))
+    return 0
+
+
+def prefix_main(args) -> int:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = model_folder(args.model, Path(tmp))
+        probe = LLM(None if folder is None else str(folder), "cpu", "float32", num_kv_blocks=8)
+        cfg = probe.model_config
+        del probe
+        shape = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+        case = prefix_case(args.prefix_len, args.suffix, *shape, args.block_size)
+        scale = cfg.head_dim ** -0.5
+        ref = _prefix_bool_mask(*case, scale)
+        kernels = {}
+        for w, fn in PREFIX_WAYS.items():  # a way that computes something else is not timed
+            assert (fn(*case, scale) - ref).abs().max().item() < 1e-4, w
+            kernels[w] = sdpa_kernels(fn, *case, scale)
+        times = {w: [] for w in PREFIX_WAYS}
+        with torch.inference_mode():
+            for r in range(args.rounds):
+                for w in (list(PREFIX_WAYS) if r % 2 == 0 else list(PREFIX_WAYS)[::-1]):
+                    fn = PREFIX_WAYS[w]
+                    fn(*case, scale)
+                    t0 = time.perf_counter()
+                    for _ in range(5):
+                        fn(*case, scale)
+                    times[w].append((time.perf_counter() - t0) / 5)
+        med = {w: statistics.median(t) for w, t in times.items()}
+        rows.append({"kind": "prefix_kernel", "prefix": args.prefix_len, "suffix": args.suffix, "heads": list(shape),
+                     "median_ms": {w: round(1e3 * m, 3) for w, m in med.items()},
+                     "spread_ms": {w: [round(1e3 * min(t), 3), round(1e3 * max(t), 3)] for w, t in times.items()},
+                     "kernels": kernels, "speedup_vs_bool_mask": {w: round(med["bool_mask"] / m, 3) for w, m in med.items()}})
+        print(json.dumps(rows[-1]), flush=True)
+        if args.step_model == "135m":  # the SmolLM-135M shape, long enough for prefix + suffix
+            from minillm.bench.models import SMOLLM_135M_SHAPE, build_random_llama
+
+            step_folder = build_random_llama(Path(tmp) / "smollm-135m-shape-long", dict(
+                SMOLLM_135M_SHAPE, max_position_embeddings=max(4096, 2 * (args.prefix_len + args.suffix))))
+        else:
+            step_folder = model_folder(args.step_model, Path(tmp))
+        steps = prefix_prefill_steps(step_folder, args.prefix_len, args.suffix, args.rounds, args.block_size)
+        med = {w: statistics.median(t) for w, t in steps.items()}
+        rows.append({"kind": "prefix_step", "model": args.step_model, "prefix": args.prefix_len, "suffix": args.suffix,
+                     "median_ms": {w: round(1e3 * m, 2) for w, m in med.items()},
+                     "spread_ms": {w: [round(1e3 * min(t), 2), round(1e3 * max(t), 2)] for w, t in steps.items()},
+                     "speedup_vs_bool_mask": {w: round(med["bool_mask"] / m, 3) for w, m in med.items()}})
+        print(json.dumps(rows[-1]), flush=True)
+    load = os.getloadavg()[0]
+    print(f"\nload average (1 min) at the end: {load:.2f}")
+    for row in rows:
+        print(f"{row['kind']} ({row.get('model', args.model)}): " + ", ".join(
+            f"{w} {row['median_ms'][w]:.2f} ms ({row['speedup_vs_bool_mask'][w]:.2f}x)" for w in row["median_ms"]))
     if args.json:
         Path(args.json).write_text(json.dumps({"load_average": load, "rows": rows}, indent=1))
     return 0

@@ -59,25 +59,55 @@ class AttentionBackend:
 
     def prefill(self, q, k, v, k_pool, v_pool, seq, scale: float) -> torch.Tensor:
         """Attention of one prefilled request's new tokens (rows of q/k/v: [q_len, heads, D])
-        over its context; [q_len, heads, D]. Shared: with nothing cached the new keys are
-        attended as they are (causal); after a cached prefix the context's slots are read."""
+        over its context; [q_len, heads, D]. Shared: the new keys are attended as they are
+        (causal); after a cached prefix the prefix's slots are read from the pool too
+        (``attend_after_prefix``)."""
         rows = slice(seq.q_start, seq.q_start + seq.q_len)
         qp = q[rows].transpose(0, 1).unsqueeze(0)              # [1, heads, q_len, D]
+        own_k, own_v = k[rows].transpose(0, 1).unsqueeze(0), v[rows].transpose(0, 1).unsqueeze(0)
         if seq.ctx_len == seq.q_len:                           # nothing cached before
-            keys, values, mask, causal = k[rows], v[rows], None, True
-        else:                                                  # a cached prefix precedes
-            heads, dim = k_pool.shape[2], k_pool.shape[3]
-            k_flat, v_flat = k_pool.view(-1, heads, dim), v_pool.view(-1, heads, dim)
-            keys, values = k_flat.index_select(0, seq.slots), v_flat.index_select(0, seq.slots)
-            past = seq.ctx_len - seq.q_len
-            mask = (torch.arange(seq.ctx_len, device=q.device)[None, :]
-                    <= past + torch.arange(seq.q_len, device=q.device)[:, None])
-            causal = False
-        o = F.scaled_dot_product_attention(
-            qp, keys.transpose(0, 1).unsqueeze(0), values.transpose(0, 1).unsqueeze(0),
-            attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True,
-        )
-        return o[0].transpose(0, 1)
+            o = F.scaled_dot_product_attention(qp, own_k, own_v, is_causal=True, scale=scale, enable_gqa=True)
+            return o[0].transpose(0, 1)
+        heads, dim = k_pool.shape[2], k_pool.shape[3]
+        past = seq.slots[:seq.ctx_len - seq.q_len]
+        past_k = k_pool.view(-1, heads, dim).index_select(0, past).transpose(0, 1).unsqueeze(0)
+        past_v = v_pool.view(-1, heads, dim).index_select(0, past).transpose(0, 1).unsqueeze(0)
+        return attend_after_prefix(qp, past_k, past_v, own_k, own_v, scale)[0].transpose(0, 1)
+
+
+def attend_after_prefix(q, past_k, past_v, own_k, own_v, scale: float) -> torch.Tensor:
+    """Queries of a chunk ([1, heads, q_len, D]) over a cached prefix (every query sees all of
+    it) and over the chunk itself (causal), without a mask tensor, which would send CUDA's
+    SDPA to the math kernel (flash takes no mask; GQA rules out the memory-efficient one) and
+    makes the CPU's flash kernel read a [q_len, ctx] mask and visit fully masked blocks.
+
+    * CPU: two calls of the fused flash kernel, the prefix unmasked and the chunk causal
+      (square, so ``is_causal`` means what it should), each returning its log-sum-exp; the two
+      partial softmaxes are merged by ``logaddexp`` (``benchmarks/attention_backends.py --prefix``).
+    * CUDA: one call with ``causal_lower_right(q_len, ctx_len)``, which SDPA runs as flash
+      attention's own bottom-right causal (unverified here: no GPU on this machine).
+    * anything else: a boolean mask (the readable definition)."""
+    q_len, past = q.shape[2], past_k.shape[2]
+    if q.device.type == "cpu" and _CPU_FLASH is not None:
+        o1, lse1 = _CPU_FLASH(q, past_k, past_v, scale=scale)[:2]
+        o2, lse2 = _CPU_FLASH(q, own_k, own_v, is_causal=True, scale=scale)[:2]
+        lse = torch.logaddexp(lse1, lse2)
+        w1, w2 = (lse1 - lse).exp().unsqueeze(-1), (lse2 - lse).exp().unsqueeze(-1)
+        return (o1.float() * w1 + o2.float() * w2).to(q.dtype)
+    keys, values = torch.cat((past_k, own_k), dim=2), torch.cat((past_v, own_v), dim=2)
+    if q.device.type == "cuda":
+        from torch.nn.attention.bias import causal_lower_right
+
+        mask = causal_lower_right(q_len, past + q_len)
+    else:
+        mask = (torch.arange(past + q_len, device=q.device)[None, :]
+                <= past + torch.arange(q_len, device=q.device)[:, None])
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+#: the CPU's fused flash-attention op, which also returns the log-sum-exp (private in torch,
+#: hence looked up, not assumed); GQA is handled inside it
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
 class GatherSDPA(AttentionBackend):

@@ -193,3 +193,60 @@ def test_the_benchmark_runs_and_checks_its_contenders(capsys):
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     assert "kernel B=4 ctx=20" in out and "paged/gather speed" in out and "online/gather speed" in out
+
+
+# --- prefill after a cached prefix ---------------------------------------------------------------
+def _naive_prefill(q, keys, values, past, scale):
+    """Queries of a chunk after ``past`` cached tokens, the obvious way: scores over the whole
+    context, -inf where a key is later than the query, softmax. [q_len, H, D] in, out."""
+    per = q.shape[1] // keys.shape[1]
+    keys, values = keys.repeat_interleave(per, 1), values.repeat_interleave(per, 1)
+    scores = torch.einsum("qhd,khd->hqk", q.double(), keys.double()) * scale
+    later = torch.arange(keys.shape[0])[None, :] > past + torch.arange(q.shape[0])[:, None]
+    weights = scores.masked_fill(later, float("-inf")).softmax(-1)
+    return torch.einsum("hqk,khd->qhd", weights, values.double()).float()
+
+
+@pytest.mark.parametrize("past,q_len", [(12, 5), (3, 1), (40, 40), (1, 17), (64, 3)])
+def test_prefill_after_a_cached_prefix_equals_the_masked_definition(past, q_len):
+    """``AttentionBackend.prefill`` with a cached prefix (read from scattered pool slots, the
+    chunk's own keys as computed) against attention over the whole context with a causal
+    mask; GQA (6 query heads, 2 KV heads)."""
+    from minillm.models.llama import PrefillSeq
+
+    g = torch.Generator().manual_seed(past * 100 + q_len)
+    heads, kv_heads, dim, bs, scale = 6, 2, 8, 4, 8 ** -0.5
+    ctx = past + q_len
+    width = -(-ctx // bs)
+    k_pool = torch.randn(width + 2, bs, kv_heads, dim, generator=g)
+    v_pool = torch.randn(width + 2, bs, kv_heads, dim, generator=g)
+    table = torch.randperm(width + 1, generator=g)[:width] + 1
+    slots = (table.view(width, 1) * bs + torch.arange(bs)).view(-1)[:ctx]
+    k_flat, v_flat = k_pool.view(-1, kv_heads, dim), v_pool.view(-1, kv_heads, dim)
+    lead = 3  # the chunk's rows do not start at 0 in the flat batch
+    q = torch.randn(lead + q_len, heads, dim, generator=g)
+    k = torch.cat([torch.randn(lead, kv_heads, dim, generator=g), k_flat[slots[past:]]])
+    v = torch.cat([torch.randn(lead, kv_heads, dim, generator=g), v_flat[slots[past:]]])
+    seq = PrefillSeq(q_start=lead, q_len=q_len, ctx_len=ctx, slots=slots)
+    want = _naive_prefill(q[lead:], k_flat[slots], v_flat[slots], past, scale)
+    for backend in (GatherSDPA(), PagedInPlace()):
+        got = backend.prefill(q, k, v, k_pool, v_pool, seq, scale)
+        assert got.shape == (q_len, heads, dim)
+        assert (got - want).abs().max().item() < 1e-5
+
+
+def test_prefill_after_a_cached_prefix_runs_the_fused_kernel_on_the_cpu():
+    """What ``torch.profiler`` sees: the CPU flash kernel, never SDPA's math fallback."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from minillm.attention import attend_after_prefix
+
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 6, 20, 8, generator=g)
+    past_k, past_v = torch.randn(1, 2, 30, 8, generator=g), torch.randn(1, 2, 30, 8, generator=g)
+    own_k, own_v = torch.randn(1, 2, 20, 8, generator=g), torch.randn(1, 2, 20, 8, generator=g)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        attend_after_prefix(q, past_k, past_v, own_k, own_v, 0.3)
+    ops = {e.key for e in prof.key_averages()}
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops
+    assert not any("math" in op for op in ops), ops
