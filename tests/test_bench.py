@@ -7,6 +7,7 @@ machine say nothing in a test.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -170,3 +171,36 @@ def test_peers_bench_on_a_tiny_model_checks_tokens_and_writes_a_table(tiny_model
     peers.update_peers_readme(readme, [r])  # the block is replaced, not appended again
     text = readme.read_text()
     assert text.count(peers.PEERS_BEGIN) == 1 and "intro" in text and "TPOT minillm" in text
+
+
+def test_llama_cpp_peer_converts_the_folder_and_batches_continuously(tmp_path, monkeypatch):
+    """Where llama-cpp-python is installed (it builds from source: not part of any extra), the
+    shipped model becomes a float32 GGUF through llama.cpp's own converter (the sdist of the
+    installed version, fetched from PyPI), batch 1 gives minillm's greedy tokens, and the
+    continuous-batching loop gives every request its wanted number of tokens (one sequence at a
+    time: exactly the tokens it gets alone; several at once, llama.cpp's batched kernels may
+    round differently, which the benchmark reports as first divergences) and frees every sequence."""
+    llama_cpp = pytest.importorskip("llama_cpp", reason="pip install llama-cpp-python (builds llama.cpp from source)")
+    from conftest import DEFAULT_MODEL
+
+    from minillm.bench import peers
+
+    if "MINILLM_LLAMA_CPP_SRC" not in os.environ:  # reuse a source tree fetched before, if any
+        found = sorted(peers.cache_root().glob("llama-cpp-python-*-src/vendor/llama.cpp"))
+        if found:
+            monkeypatch.setenv("MINILLM_LLAMA_CPP_SRC", str(found[-1]))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    gguf = peers.llama_cpp_gguf_for(DEFAULT_MODEL)
+    assert gguf.is_file() and gguf == peers.llama_cpp_gguf_for(DEFAULT_MODEL)  # converted once
+    mini = peers.MinillmEngine(DEFAULT_MODEL, 1, 4096)
+    lc = peers.LlamaCppEngine(gguf, 1, n_ctx=256)
+    prompts = [[40 + i, 17, 300 + 2 * i, 9] * (1 + i % 3) for i in range(6)]
+    wanted = [6, 3, 9, 4, 7, 5]
+    alone = [lc.latency(p, n)[2] for p, n in zip(prompts, wanted)]
+    assert alone == [mini.latency(p, n)[2] for p, n in zip(prompts, wanted)]
+    assert lc.workload(prompts, wanted, 1)[1] == alone
+    _, outs = lc.workload(prompts, wanted, 6)
+    assert [len(o) for o in outs] == wanted
+    batcher = lc._batchers[6]
+    mem = llama_cpp.llama_get_memory(batcher.ctx)
+    assert all(llama_cpp.llama_memory_seq_pos_max(mem, s) == -1 for s in range(batcher.max_seqs))

@@ -59,6 +59,8 @@ def parse_args(argv):
                     help="run minillm beside CTranslate2 (and llama.cpp when installed) instead of generate(): "
                          "batch-1 TPOT at prompts 16/128/512 and the 64-request mixed workload, at 1 and 2 threads "
                          "(or --threads); pip install 'minillm[peers]'")
+    ap.add_argument("--workload-runs", type=int, default=None,
+                    help="with --peers: timed rounds of the mixed workload (default: --runs)")
     ap.add_argument("--llama-cpp-gguf", default=None, help="with --peers: a float32 GGUF of the same model for llama.cpp")
     ap.add_argument("--batch-sizes", default=None,
                     help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,32,64)")
@@ -233,7 +235,7 @@ def run_peers(args, out_dir: Path, workdir: Path) -> int:
         kw = dict(prompt_lens=(16, 64), new_tokens=32, num_requests=16) if args.quick else {}
         result = bench_peers(name if name in MODELS else path.name, path, threads, runs, seed=args.seed,
                              llama_cpp_gguf=Path(args.llama_cpp_gguf) if args.llama_cpp_gguf else None,
-                             log=lambda m: print(m, flush=True), **kw)
+                             log=lambda m: print(m, flush=True), workload_rounds=args.workload_runs, **kw)
         out = out_dir / f"peers_{result['model']}.json"
         if args.threads and out.is_file():  # one thread count re-run: keep the others' results
             old = json.loads(out.read_text())

@@ -6,9 +6,12 @@ Peers (each optional; ``pip install 'minillm[peers]'``):
   once, into ``~/.cache/minillm/peers/``; greedy decoding (``sampling_topk=1``) with no end
   token, batch-1 through ``generate_tokens`` (a timestamp per token), the mixed workload
   through ``generate_batch`` at static batch sizes (its best one is timed against minillm).
-* **llama.cpp** (``llama-cpp-python``, built from source): given a float32 GGUF of the same
-  weights (``--llama-cpp-gguf``, made with the converter in llama.cpp's source tree); run when
-  the package is installed, otherwise reported as not run.
+* **llama.cpp** (``llama-cpp-python``, built from source): the same folder converted to a
+  float32 GGUF once, by ``convert_hf_to_gguf.py`` from llama.cpp's source tree as vendored in the
+  installed version's source distribution (fetched from PyPI into the cache), or the GGUF given
+  with ``--llama-cpp-gguf``; float32 KV cache; batch 1 through ``Llama.generate``, the mixed
+  workload through a continuous-batching loop on the low-level API (``LlamaCppBatcher``). Run
+  when the package is installed, otherwise reported as not run.
 
 Models: ``default`` (the shipped model) and ``smollm2`` (SmolLM2-135M-Instruct, the Q4_1 GGUF
 the test set-up fetches; its weights are dequantised to float32 and written once as a Hugging
@@ -92,6 +95,76 @@ def ct2_model(hf_folder: Path, cache: Path | None = None) -> Path:
     return out
 
 
+# The converter in llama.cpp's source tree stops on a byte-level BPE tokenizer whose
+# pre-tokenizer it does not know (the shipped model's); the engines here get token ids, never
+# text, so any pre-tokenizer name llama.cpp knows does: "gpt-2" then.
+_CONVERT = """
+import runpy, sys
+src = sys.argv.pop(1)
+sys.path[:0] = [src, src + "/gguf-py"]
+from conversion import base
+known = base.TextModel.get_vocab_base_pre
+def pre(self, tokenizer):
+    try:
+        return known(self, tokenizer)
+    except NotImplementedError:
+        return "gpt-2"
+base.TextModel.get_vocab_base_pre = pre
+sys.argv[0] = src + "/convert_hf_to_gguf.py"
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def llama_cpp_source(cache: Path | None = None) -> Path:
+    """llama.cpp's source tree as vendored in the llama-cpp-python source distribution of the
+    installed version (its ``convert_hf_to_gguf.py``), fetched from PyPI once into the cache.
+    ``MINILLM_LLAMA_CPP_SRC`` names another checkout."""
+    import subprocess
+    import sys
+    import tarfile
+
+    if os.environ.get("MINILLM_LLAMA_CPP_SRC"):
+        return Path(os.environ["MINILLM_LLAMA_CPP_SRC"])
+    import llama_cpp
+
+    root = (cache or cache_root()) / f"llama-cpp-python-{llama_cpp.__version__}-src"
+    src = root / "vendor" / "llama.cpp"
+    if (src / "convert_hf_to_gguf.py").is_file():
+        return src
+    dl = root.with_name(root.name + ".download")
+    dl.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(dl),
+                    f"llama-cpp-python=={llama_cpp.__version__}"], check=True, capture_output=True)
+    sdist = next(dl.glob("llama_cpp_python-*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        prefix = tar.getnames()[0].split("/")[0] + "/vendor/llama.cpp/"
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix) and
+                   (m.name.endswith(".py") or "/gguf-py/" in m.name)]
+        for m in members:
+            m.name = m.name[len(prefix):]
+        tar.extractall(src, members=members, filter="data")
+    return src
+
+
+def llama_cpp_gguf_for(hf_folder: Path, cache: Path | None = None) -> Path:
+    """The Hugging Face folder as a float32 GGUF for llama.cpp, written once by the converter in
+    llama.cpp's own source tree (``llama_cpp_source``)."""
+    import subprocess
+    import sys
+
+    out = (cache or cache_root()) / (_key(hf_folder) + "-f32.gguf")
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".building")
+    done = subprocess.run([sys.executable, "-c", _CONVERT, str(llama_cpp_source(cache)), str(hf_folder),
+                           "--outtype", "f32", "--outfile", str(tmp)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"llama.cpp's convert_hf_to_gguf.py failed on {hf_folder}:\n{done.stderr[-2000:]}")
+    os.replace(tmp, out)
+    return out
+
+
 class MinillmEngine:
     def __init__(self, folder: Path, threads: int, kv_tokens: int):
         from minillm import LLM
@@ -154,16 +227,22 @@ class CTranslate2Engine:
 
 
 class LlamaCppEngine:
-    """llama-cpp-python on a float32 GGUF of the same weights (greedy: top_k=1, no stop)."""
+    """llama-cpp-python on a float32 GGUF of the same weights, float32 KV cache (llama.cpp's
+    default is float16), greedy. Batch 1 through the high-level ``Llama.generate``; the mixed
+    workload through ``LlamaCppBatcher``, a continuous-batching loop over the low-level API
+    (the Python binding has no batched generation of its own), at a few sequence limits."""
 
-    batch_sizes = (1,)
+    batch_sizes = (16, 64)
 
     def __init__(self, gguf_f32: Path, threads: int, n_ctx: int):
         import llama_cpp
 
         self.name = f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) F32"
+        self.path, self.threads = gguf_f32, threads
         self.llm = llama_cpp.Llama(model_path=str(gguf_f32), n_threads=threads, n_threads_batch=threads,
-                                   n_ctx=n_ctx, n_batch=512, verbose=False)
+                                   n_ctx=n_ctx, n_batch=512, verbose=False,
+                                   type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+        self._batchers: dict[int, LlamaCppBatcher] = {}
 
     def latency(self, prompt: list[int], new_tokens: int):
         self.llm.reset()
@@ -177,11 +256,95 @@ class LlamaCppEngine:
         tpot = (marks[-1] - marks[0]) / (len(marks) - 1) if len(marks) > 1 else None
         return marks[0], tpot, out
 
-    def workload(self, prompts, max_tokens, batch_size=1):
-        """One request at a time (the Python binding has no batched generation)."""
+    def workload(self, prompts, max_tokens, batch_size=64):
+        if batch_size not in self._batchers:
+            ctx = batch_size * (max(map(len, prompts)) + max(max_tokens) + 8)
+            self._batchers[batch_size] = LlamaCppBatcher(self.llm._model.model, ctx, batch_size, self.threads)
         t0 = time.perf_counter()
-        outs = [self.latency(p, n)[2] for p, n in zip(prompts, max_tokens)]
+        outs = self._batchers[batch_size].run(prompts, max_tokens)
         return time.perf_counter() - t0, outs
+
+
+class LlamaCppBatcher:
+    """Continuous batching on one llama.cpp context: up to ``max_seqs`` sequences at once, each
+    step one token for every decoding sequence plus prompt tokens of waiting ones (chunked to the
+    step's ``n_batch``), a finished sequence's KV removed and its id reused, greedy (argmax of
+    the float32 logits)."""
+
+    def __init__(self, model, n_ctx: int, max_seqs: int, threads: int, n_batch: int = 512):
+        import llama_cpp as L
+
+        self.L, self.n_batch, self.max_seqs = L, n_batch, max_seqs
+        cp = L.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, n_batch, n_batch
+        cp.n_seq_max = min(max_seqs, L.llama_max_parallel_sequences())
+        cp.n_threads = cp.n_threads_batch = threads
+        cp.type_k = cp.type_v = L.GGML_TYPE_F32
+        cp.kv_unified = True
+        self.ctx = L.llama_init_from_model(model, cp)
+        if not self.ctx:
+            raise RuntimeError("llama.cpp could not create a context for the batched workload")
+        self.max_seqs = cp.n_seq_max
+        self.vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+        self.batch = L.llama_batch_init(n_batch, 0, 1)
+
+    def __del__(self):
+        try:
+            self.L.llama_batch_free(self.batch)
+            self.L.llama_free(self.ctx)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def run(self, prompts, max_tokens):
+        import numpy as np
+
+        L, b = self.L, self.batch
+        mem = L.llama_get_memory(self.ctx)
+        L.llama_memory_clear(mem, True)
+        outs = [[] for _ in prompts]
+        waiting = list(range(len(prompts)))
+        free_ids = list(range(self.max_seqs))
+        active = {}  # seq id -> [request, tokens fed so far, next token or None]
+        while waiting or active:
+            while waiting and free_ids:
+                active[free_ids.pop()] = [waiting.pop(0), 0, None]
+            n, rows = 0, []
+            for sid, st in active.items():  # decoding sequences: one token each
+                if st[2] is not None:
+                    self._add(n, st[2], len(prompts[st[0]]) + len(outs[st[0]]) - 1, sid, True)
+                    rows.append((n, sid))
+                    n += 1
+            for sid, st in active.items():  # then prompt tokens, as many as the step holds
+                if st[2] is None and n < self.n_batch:
+                    prompt = prompts[st[0]]
+                    take = min(len(prompt) - st[1], self.n_batch - n)
+                    for j in range(st[1], st[1] + take):
+                        last = j == len(prompt) - 1
+                        self._add(n, prompt[j], j, sid, last)
+                        if last:
+                            rows.append((n, sid))
+                        n += 1
+                    st[1] += take
+            b.n_tokens = n
+            if L.llama_decode(self.ctx, b) != 0:
+                raise RuntimeError("llama_decode failed (KV cache full?)")
+            for row, sid in rows:
+                st = active[sid]
+                logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.ctx, row), shape=(self.vocab,))
+                tok = int(logits.argmax())
+                outs[st[0]].append(tok)
+                st[2] = tok
+                if len(outs[st[0]]) >= max_tokens[st[0]]:
+                    L.llama_memory_seq_rm(mem, sid, -1, -1)
+                    del active[sid]
+                    free_ids.append(sid)
+        return outs
+
+    def _add(self, i, token, pos, seq_id, logits):
+        b = self.batch
+        b.token[i], b.pos[i], b.n_seq_id[i] = token, pos, 1
+        b.seq_id[i][0] = seq_id
+        b.logits[i] = logits
 
 
 def available_peers() -> dict[str, str | None]:
@@ -210,14 +373,17 @@ def _spread(xs):
 
 def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, prompt_lens=(16, 128, 512),
                 new_tokens: int = 128, num_requests: int = 64, seed: int = 0, llama_cpp_gguf: Path | None = None,
-                log=print) -> dict:
+                log=print, workload_rounds: int | None = None) -> dict:
     import torch
 
     from .harness import _loadavg
 
     status = available_peers()
     if status["llama.cpp"] is None and llama_cpp_gguf is None:
-        status["llama.cpp"] = "llama-cpp-python is installed but no float32 GGUF was given (--llama-cpp-gguf)"
+        try:
+            llama_cpp_gguf = llama_cpp_gguf_for(folder)
+        except Exception as exc:  # noqa: BLE001 - report it, run the other peers
+            status["llama.cpp"] = f"no float32 GGUF (give one with --llama-cpp-gguf): {exc}"
     result = {"model": model, "folder": str(folder), "rounds": rounds, "new_tokens": new_tokens,
               "peers_not_run": {k: v for k, v in status.items() if v}, "threads": {},
               "load_average_start": _loadavg(), "torch": torch.__version__}
@@ -236,7 +402,11 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
             if status["ctranslate2"] is None:
                 engines.append(CTranslate2Engine(folder, threads))
             if status["llama.cpp"] is None:
-                engines.append(LlamaCppEngine(llama_cpp_gguf, threads, n_ctx=max(lens) + new_tokens + 16))
+                try:
+                    engines.append(LlamaCppEngine(llama_cpp_gguf, threads, n_ctx=max(lens) + new_tokens + 16))
+                except ValueError as exc:  # llama.cpp could not load the converted file
+                    status["llama.cpp"] = f"llama.cpp could not load {llama_cpp_gguf.name}: {exc}"
+                    result["peers_not_run"]["llama.cpp"] = status["llama.cpp"]
             entry = {"latency": [], "workload": {}, "engines": [e.name for e in engines], "rounds": rounds,
                      "load_average_start": _loadavg()}
             # batch-1 latency: check tokens, then rounds with the order rotating
@@ -282,12 +452,12 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
                 entry["workload"].setdefault("batch_rates", {})[e.name] = rates
             rates = {e.name: [] for e in engines}
             order = list(engines)
-            for _ in range(rounds):
+            for _ in range(workload_rounds or rounds):
                 order = order[1:] + order[:1]
                 for e in order:
                     seconds, _ = e.workload(work, olens, best[e.name]) if best[e.name] else e.workload(work, olens)
                     rates[e.name].append(wanted / seconds)
-            entry["workload"].update(requests=num_requests, wanted_tokens=wanted, best_batch=best,
+            entry["workload"].update(rounds=workload_rounds or rounds, requests=num_requests, wanted_tokens=wanted, best_batch=best,
                                      tokens_per_s={k: _spread(v) for k, v in rates.items()})
             log(f"  [{model}] {threads} thread(s), mixed workload tok/s: " +
                 ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in rates.items()))
@@ -308,7 +478,7 @@ def peers_markdown(results: list[dict]) -> str:
         for t, e in r["threads"].items():
             la0, la1 = e["load_average_start"], e["load_average_end"]
             names = e["engines"]
-            lines.append(f"**{t} thread(s)**, {e.get('rounds', r['rounds'])} rounds, load average "
+            lines.append(f"**{t} thread(s)**, batch-1 latency {e.get('rounds', r['rounds'])} rounds, load average "
                          f"{la0[0]:.1f} → {la1[0]:.1f}\n")
             lines.append("| prompt | " + " | ".join(f"TPOT {n} (ms)" for n in names) + " | greedy tokens |")
             lines.append("|---:|" + "---:|" * len(names) + "---|")
@@ -320,7 +490,8 @@ def peers_markdown(results: list[dict]) -> str:
                 lines.append(f"| {row['prompt']} | " + " | ".join(cells) + f" | {checks} |")
             w = e["workload"]
             lines.append("")
-            lines.append(f"Mixed workload ({w['requests']} requests, {w['wanted_tokens']} wanted output tokens), "
+            lines.append(f"Mixed workload ({w['requests']} requests, {w['wanted_tokens']} wanted output tokens, "
+                         f"{w.get('rounds', e.get('rounds', r['rounds']))} timed rounds), "
                          "output tokens/s: " + "; ".join(
                              f"{n} {w['tokens_per_s'][n]['median']:.0f} [{w['tokens_per_s'][n]['min']:.0f}–"
                              f"{w['tokens_per_s'][n]['max']:.0f}]" + (f" (static batch {w['best_batch'][n]})"
