@@ -175,7 +175,6 @@ def prefix_prefill_steps(folder, prefix_len: int, suffix: int, rounds: int, bloc
     shipped = type(backend).prefill
     ways = {"bool_mask": lambda self, *a: _prefix_bool_mask(*a), "split": shipped}
     times = {w: [] for w in ways}
-    tokens = {}
     for r in range(rounds):
         for w in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
             backend.prefill = ways[w].__get__(backend)
@@ -187,7 +186,6 @@ def prefix_prefill_steps(folder, prefix_len: int, suffix: int, rounds: int, bloc
             assert req.num_cached_prompt_tokens == prefix_len - prefix_len % block_size, req.num_cached_prompt_tokens
             while llm.has_unfinished():
                 llm.step()
-            tokens.setdefault(w, []).append(req.output_token_ids)
     del backend.prefill
     return times
 

@@ -7,7 +7,8 @@ upload (ids, positions, slots, block tables, context lengths), the metadata made
 sampling (penalties included). To see that cost alone, the model's forward is replaced by a
 stub that returns fixed logits of the right shape; what is timed is ``ModelRunner.run`` plus
 ``ModelRunner.sample`` per decode-only step (median of ``--steps`` steps after 3 warm-up
-steps). 16 requests at each context length (64 ... 2048 tokens), greedy, without and with
+steps), and within it the host preparation alone (up to the step's upload and up to the
+sampler's upload: pure Python work, what a GPU would wait on). 16 requests at each context length (64 ... 2048 tokens), greedy, without and with
 penalties (repetition 1.1, presence 0.2, frequency 0.1), on a random Llama with SmolLM2's
 vocabulary (49,152; the sampler's work scales with it) and 16-token blocks.
 
@@ -80,37 +81,57 @@ def engine_at(pkg, folder: Path, context: int, setting: str, steps: int):
     return llm
 
 
-def time_steps(llm, steps: int) -> float:
-    """Median seconds of run + sample over ``steps`` decode steps (after 3 warm-up steps)."""
+def time_steps(pkg, llm, steps: int) -> tuple[float, float]:
+    """Median seconds per decode step (after 3 warm-up steps) of run + sample, and of their
+    host preparation alone: from entering ``run`` to its ``StepUpload.send``, plus from
+    entering ``sample`` to the sampler's upload (``torch.tensor`` of its float64 block; 0
+    when it sends none). The rest is tensor work, which on a GPU would run asynchronously."""
     runner = llm.runner
+    runner_mod = sys.modules[pkg.__name__ + ".runner"]
     real_run, real_sample = runner.run, runner.sample
-    spent = [0.0]
+    real_send, real_tensor = runner_mod.StepUpload.send, torch.tensor
+    marks: dict = {}
 
     def run(*a, **k):
-        t = time.perf_counter()
+        marks["run"] = t = time.perf_counter()
         try:
             return real_run(*a, **k)
         finally:
-            spent[0] += time.perf_counter() - t
+            marks["total"] += time.perf_counter() - t
+
+    def send(self, device):
+        marks["host"] += time.perf_counter() - marks["run"]
+        return real_send(self, device)
 
     def sample(*a, **k):
-        t = time.perf_counter()
+        marks["sample"] = t = time.perf_counter()
         try:
             return real_sample(*a, **k)
         finally:
-            spent[0] += time.perf_counter() - t
+            marks["total"] += time.perf_counter() - t
+            marks.pop("sample", None)
+
+    def tensor(data, *a, **k):
+        if k.get("dtype") is torch.float64 and "sample" in marks:
+            marks["host"] += time.perf_counter() - marks.pop("sample")
+        return real_tensor(data, *a, **k)
 
     runner.run, runner.sample = run, sample
-    per_step = []
+    runner_mod.StepUpload.send = send
+    torch.tensor = tensor
+    totals, hosts = [], []
     try:
         for i in range(steps + 3):
-            spent[0] = 0.0
+            marks.update(total=0.0, host=0.0)
             llm.step()
             if i >= 3:
-                per_step.append(spent[0])
+                totals.append(marks["total"])
+                hosts.append(marks["host"])
     finally:
         runner.run, runner.sample = real_run, real_sample
-    return statistics.median(per_step)
+        runner_mod.StepUpload.send = real_send
+        torch.tensor = real_tensor
+    return statistics.median(totals), statistics.median(hosts)
 
 
 def upload_sizes(pkg, llm) -> tuple[int, int]:
@@ -154,6 +175,7 @@ def main(argv=None) -> int:
     folder = build_random_llama(Path(tempfile.mkdtemp(prefix="step-host-work-")) / "model", SHAPE)
     load = [os.getloadavg()]
     times: dict = {}
+    host: dict = {}
     uploads: dict = {}
     for rnd in range(args.rounds):
         for ci, ctx in enumerate(contexts):
@@ -161,8 +183,9 @@ def main(argv=None) -> int:
                 order = list(engines) if (rnd + ci + si) % 2 == 0 else list(engines)[::-1]
                 for name in order:
                     llm = engine_at(engines[name], folder, ctx, setting, args.steps)
-                    t = time_steps(llm, args.steps)
+                    t, h = time_steps(engines[name], llm, args.steps)
                     times.setdefault((ctx, setting, name), []).append(t)
+                    host.setdefault((ctx, setting, name), []).append(h)
                     if rnd == 0:
                         uploads[(ctx, setting, name)] = upload_sizes(engines[name], llm)
                     del llm
@@ -171,22 +194,27 @@ def main(argv=None) -> int:
     rows = []
     print(f"\nrun + sample per decode step, {NUM_REQUESTS} requests, model forward stubbed, 1 thread, "
           f"medians of {args.rounds} rounds; load average {load[0][0]:.2f} -> {load[-1][0]:.2f}")
-    print(f"{'context':>8} {'setting':>10} {'before ms':>10} {'after ms':>9} {'after/before':>12} "
-          f"{'upload before':>14} {'upload after':>13}")
+    print(f"{'context':>8} {'setting':>10} {'run+sample ms before':>21} {'after':>7} "
+          f"{'host prep ms before':>20} {'after':>7} {'uploaded before':>16} {'after':>8}")
+
+    def stats(d, key):
+        v = d[key]
+        return {"median_ms": statistics.median(v) * 1e3, "range_ms": [min(v) * 1e3, max(v) * 1e3]}
+
     for ctx in contexts:
         for setting in SETTINGS:
-            b = statistics.median(times[(ctx, setting, "before")])
-            a = statistics.median(times[(ctx, setting, "after")])
-            ub, ua = uploads[(ctx, setting, "before")], uploads[(ctx, setting, "after")]
-            rows.append({"context": ctx, "setting": setting, "before_ms": b * 1e3, "after_ms": a * 1e3,
-                         "ratio": a / b, "before_spread_ms": [min(times[(ctx, setting, "before")]) * 1e3,
-                                                              max(times[(ctx, setting, "before")]) * 1e3],
-                         "after_spread_ms": [min(times[(ctx, setting, "after")]) * 1e3,
-                                             max(times[(ctx, setting, "after")]) * 1e3],
-                         "upload_before": {"step": ub[0], "sampler": ub[1]},
-                         "upload_after": {"step": ua[0], "sampler": ua[1]}})
-            print(f"{ctx:>8} {setting:>10} {b * 1e3:>10.2f} {a * 1e3:>9.2f} {a / b:>12.2f} "
-                  f"{ub[0]:>7}+{ub[1]:<6} {ua[0]:>6}+{ua[1]:<6}")
+            kb, ka = (ctx, setting, "before"), (ctx, setting, "after")
+            ub, ua = uploads[kb], uploads[ka]
+            row = {"context": ctx, "setting": setting,
+                   "run_sample": {"before": stats(times, kb), "after": stats(times, ka)},
+                   "host_prep": {"before": stats(host, kb), "after": stats(host, ka)},
+                   "uploaded_values": {"before": {"step": ub[0], "sampler": ub[1]},
+                                       "after": {"step": ua[0], "sampler": ua[1]}}}
+            rows.append(row)
+            rs, hp = row["run_sample"], row["host_prep"]
+            print(f"{ctx:>8} {setting:>10} {rs['before']['median_ms']:>21.2f} {rs['after']['median_ms']:>7.2f} "
+                  f"{hp['before']['median_ms']:>20.3f} {hp['after']['median_ms']:>7.3f} "
+                  f"{ub[0] + ub[1]:>16} {ua[0] + ua[1]:>8}")
     out = {"ref": args.ref, "rounds": args.rounds, "steps": args.steps, "requests": NUM_REQUESTS,
            "block_size": BLOCK_SIZE, "vocab": SHAPE["vocab_size"], "threads": 1,
            "loadavg_start": load[0], "loadavg_end": load[-1], "rows": rows}
