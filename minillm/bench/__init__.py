@@ -63,7 +63,9 @@ def parse_args(argv):
                     help="with --peers: timed rounds of the mixed workload (default: --runs)")
     ap.add_argument("--llama-cpp-gguf", default=None, help="with --peers: a float32 GGUF of the same model for llama.cpp")
     ap.add_argument("--batch-sizes", default=None,
-                    help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,32,64)")
+                    help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,32,64); "
+                         "with --peers: the peers' batch sizes (CTranslate2 static batches, llama.cpp's sequence "
+                         "limits; default 8,16,32,64 and 16,64)")
     ap.add_argument("--allow-mismatch", action="store_true",
                     help="report differing greedy tokens instead of stopping (e.g. bfloat16 on CUDA, where "
                          "the two implementations' kernels round differently)")
@@ -235,7 +237,9 @@ def run_peers(args, out_dir: Path, workdir: Path) -> int:
         kw = dict(prompt_lens=(16, 64), new_tokens=32, num_requests=16) if args.quick else {}
         result = bench_peers(name if name in MODELS else path.name, path, threads, runs, seed=args.seed,
                              llama_cpp_gguf=Path(args.llama_cpp_gguf) if args.llama_cpp_gguf else None,
-                             log=lambda m: print(m, flush=True), workload_rounds=args.workload_runs, **kw)
+                             log=lambda m: print(m, flush=True), workload_rounds=args.workload_runs,
+                             batch_sizes=tuple(int(x) for x in args.batch_sizes.split(",")) if args.batch_sizes else None,
+                             **kw)
         out = out_dir / f"peers_{result['model']}.json"
         if args.threads and out.is_file():  # one thread count re-run: keep the others' results
             old = json.loads(out.read_text())

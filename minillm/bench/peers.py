@@ -373,7 +373,7 @@ def _spread(xs):
 
 def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, prompt_lens=(16, 128, 512),
                 new_tokens: int = 128, num_requests: int = 64, seed: int = 0, llama_cpp_gguf: Path | None = None,
-                log=print, workload_rounds: int | None = None) -> dict:
+                log=print, workload_rounds: int | None = None, batch_sizes: tuple[int, ...] | None = None) -> dict:
     import torch
 
     from .harness import _loadavg
@@ -441,7 +441,7 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
             best = {engines[0].name: None}
             for e in engines[1:]:
                 rates = {}
-                for bsz in e.batch_sizes:
+                for bsz in batch_sizes or e.batch_sizes:
                     seconds, out = e.workload(work, olens, bsz)
                     rates[bsz] = wanted / seconds
                     div = [first_divergence(r, o) for r, o in zip(ref_out, out)]
