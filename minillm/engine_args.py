@@ -150,6 +150,7 @@ class EngineOptions:
     num_threads: int | None = None
     attention_backend: str = "gather"
     weight_dtype: str | None = None
+    compile: bool = False
 
 
 def check_weight_dtype(weight_dtype, device: torch.device, dtype: torch.dtype):
@@ -166,11 +167,31 @@ def check_weight_dtype(weight_dtype, device: torch.device, dtype: torch.dtype):
     return weight_dtype
 
 
+def check_compile(compile, device: torch.device) -> bool:
+    """``compile`` is True or False; True needs what inductor compiles with on ``device``
+    (a C++ compiler on the CPU, triton on CUDA), checked now rather than at the first step."""
+    if not isinstance(compile, (bool, np.bool_)):
+        raise ValueError(f"compile must be True or False (torch.compile of the forward, "
+                         f"minillm.models.compiled), got {compile!r}")
+    if compile:
+        import importlib.util
+        import shutil
+
+        if device.type == "cuda" and importlib.util.find_spec("triton") is None:
+            raise ValueError("compile=True on CUDA needs the triton package (inductor's GPU code); "
+                             "install it or use compile=False")
+        cxx = os.environ.get("CXX") or "g++"  # the compiler inductor calls on the CPU
+        if device.type == "cpu" and shutil.which(cxx) is None:
+            raise ValueError(f"compile=True on the CPU needs a C++ compiler: inductor builds its kernels "
+                             f"with {cxx!r} ($CXX, else g++), which is not on PATH; install it or use compile=False")
+    return bool(compile)
+
+
 def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_blocks=None, kv_cache_tokens=None,
                          max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=None,
                          enable_prefix_caching=True, enable_chunked_prefill=True, scheduling="continuous",
                          seed=0, max_history=None, trace_limit=None, num_threads=None,
-                         attention_backend="gather", weight_dtype=None) -> EngineOptions:
+                         attention_backend="gather", weight_dtype=None, compile=False) -> EngineOptions:
     """Check every option that does not depend on the model; raise ``ValueError`` naming the
     first bad one and its allowed values. Nothing is loaded or allocated."""
     dev = pick_device(device)
@@ -199,6 +220,7 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
         num_threads=as_optional_int("num_threads", num_threads, 1, 4096, none_means="chosen from the model size"),
         attention_backend=attention_backend,
         weight_dtype=check_weight_dtype(weight_dtype, dev, torch_dtype),
+        compile=check_compile(compile, dev),
     )
 
 

@@ -81,6 +81,9 @@ class LLM(WholeGenerations):
             with per-output-channel scales, a quarter of the bytes a decode step reads
             (CPU, ``dtype="float32"`` only; ``minillm.models.weights``, with its documented
             logit tolerance against float32).
+        compile: True runs the forward through ``torch.compile`` (attention stays eager;
+            ``minillm.models.compiled``): one graph for every step, compiled in the first step
+            or by ``warmup()`` (tens of seconds); ``llm.model`` stays the eager reference.
     """
 
     def __init__(self, model: str | None = None, device: str = "auto", dtype: str = "auto", *,
@@ -90,13 +93,14 @@ class LLM(WholeGenerations):
                  enable_prefix_caching: bool = True, enable_chunked_prefill: bool = True,
                  scheduling: str = "continuous", seed: int = 0, max_history: int | None = None,
                  trace_limit: int | None = None, num_threads: int | None = None,
-                 attention_backend: str = "gather", weight_dtype: str | None = None):
+                 attention_backend: str = "gather", weight_dtype: str | None = None, compile: bool = False):
         opts = check_engine_options(
             device, dtype, block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_tokens=kv_cache_tokens,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
             enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
             scheduling=scheduling, seed=seed, max_history=max_history, trace_limit=trace_limit,
-            num_threads=num_threads, attention_backend=attention_backend, weight_dtype=weight_dtype)
+            num_threads=num_threads, attention_backend=attention_backend, weight_dtype=weight_dtype,
+            compile=compile)
         self.options = opts
         self.device, self.dtype, self.max_history = opts.device, opts.dtype, opts.max_history
         self.model_path = resolve_model_dir(model)
@@ -120,6 +124,10 @@ class LLM(WholeGenerations):
         self.kv_cache = KVCache(cfg.num_hidden_layers, plan.num_kv_blocks, opts.block_size, cfg.num_key_value_heads,
                                 cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching)
         self.runner = ModelRunner(self.model, self.kv_cache, self.device, opts.attention_backend)
+        if opts.compile:  # the runner calls the compiled forward; self.model stays eager
+            from .models.compiled import CompiledModel
+
+            self.runner.model = CompiledModel(self.model)
         self.sampler = Sampler()
         eos = set(cfg.eos_token_ids)  # config.json's and generation_config.json's
         if self.tokenizer.eos_token_id is not None:
@@ -289,6 +297,14 @@ class LLM(WholeGenerations):
         finally:
             self._step_events = None
         return events
+
+    @_locked
+    def warmup(self) -> int:
+        """With ``compile=True``: compile now, not in the first step (call it before adding
+        requests; ``minillm.models.compiled.warm_up``). Returns the graphs compiled (0: eager)."""
+        from .models.compiled import warm_up
+
+        return warm_up(self)
 
     # --- finishing from outside ----------------------------------------------------------
     @_locked

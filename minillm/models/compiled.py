@@ -8,12 +8,17 @@ the way vLLM splits its graph at attention: inductor fuses everything around it,
 time the op calls the eager ``Attention.attend`` with the step's batch, read from a per-thread
 context that ``CompiledModel`` sets around the call. The KV cache never enters the graph.
 
-Shapes: the token count ``T`` (and the number of logits rows) is dynamic from the first
-compile, so a step's size never causes a recompile; torch specialises a size of 1 on its own,
-and a step asking for no logits-row selection is a different graph. That gives at most
-``MAX_COMPILES`` graphs (``CompiledModel.compiles`` counts them: one call of the backend is one
-graph). The compile happens lazily, in the first steps that meet each kind of shape (seconds
-each on a CPU; ``benchmarks/compile_decode.py`` measures it).
+Shapes: the token count ``T`` and the number of logits rows are dynamic from the first compile
+(size-oblivious, so a size of 1 is not a special case for them, and no two sizes are assumed
+equal because they once were), and every step selects logits rows (all of them for a
+decode-only step; one dropped row for a step that only prefills a chunk), so a step's size
+never causes a recompile. A view's stride computation would still tell T = 1 from T > 1 (a
+second graph, twice the compile time), so a single-token step is padded to two rows; the
+padding row is cut off before attention, so its K/V never reach the cache, and its output is
+dropped. One graph serves every step (``MAX_COMPILES``, ``CompiledModel.compiles`` counts it).
+It is compiled in the first step, or at once by ``LLM.warmup()`` (tens of seconds of CPU:
+``benchmarks/compile_decode.py`` measures it; inductor's on-disk cache makes a second process
+much faster).
 
 The eager model stays the reference: ``llm.model`` is untouched (the course, ``full_logits``
 and ``next_token_logits`` use it); only the runner calls through ``CompiledModel``.
@@ -25,9 +30,11 @@ import threading
 
 import torch
 
-#: graphs one engine may compile: T == 1 or T > 1, times logits rows: none selected (a decode
-#: -only step in order), one row, several rows
-MAX_COMPILES = 6
+from .llama import AttentionBatch
+
+#: graphs one engine compiles: one serves every step (see the module docstring); torch raises
+#: past it (``recompile_limit`` with ``fullgraph``) instead of silently running eager
+MAX_COMPILES = 1
 
 
 class _StepContext(threading.local):
@@ -51,7 +58,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> 
         raise RuntimeError("minillm::attention runs only inside CompiledModel's forward")
     k_cache = kv.k[layer] if kv is not None else None
     v_cache = kv.v[layer] if kv is not None else None
-    out = model.model.layers[layer].self_attn.attend(q, k, v, _STEP.batch, k_cache, v_cache)
+    n = _STEP.batch.positions.shape[0]  # the step's real tokens: a padding row is cut off here,
+    out = model.model.layers[layer].self_attn.attend(q[:n], k[:n], v[:n], _STEP.batch, k_cache, v_cache)
+    if n < q.shape[0]:  # before its K/V could reach the cache; its output row is zeros
+        return torch.cat((out, out.new_zeros(q.shape[0] - n, out.shape[1])))
+    # a custom op's output may not alias its inputs
     return out if out.data_ptr() not in (q.data_ptr(), k.data_ptr(), v.data_ptr()) else out.clone()
 
 
@@ -61,26 +72,68 @@ def _(q, k, v, layer):
 
 
 class CompiledModel:
-    """Called like ``LlamaForCausalLM`` by the runner: the same logits, through one compiled
-    forward per kind of shape (see the module docstring). ``compiles`` counts the graphs made."""
+    """Called like ``LlamaForCausalLM`` by the runner: the same logits (up to rounding), through
+    one compiled forward (see the module docstring). ``compiles`` counts the graphs made."""
 
     def __init__(self, model):
         self.model = model
         self.compiles = 0
-        self._forward = torch.compile(model.forward, backend=self._inductor, dynamic=True)
+        # fullgraph: one graph per call or an error, never a silent split into eager pieces;
+        # recompile_limit with fullgraph: past the bound torch raises instead of running eager;
+        # isolate_recompiles: this engine's graphs count against its own limit, not another's
+        self._forward = torch.compile(model.forward, backend=self._inductor, dynamic=True, fullgraph=True,
+                                      recompile_limit=MAX_COMPILES, isolate_recompiles=True)
 
     def _inductor(self, gm, example_inputs):
         from torch._inductor.compile_fx import compile_fx
 
-        self.compiles += 1
-        if self.compiles > MAX_COMPILES:
-            raise RuntimeError(f"minillm's compiled forward was compiled {self.compiles} times "
-                               f"(bound {MAX_COMPILES}): some input makes it recompile")
-        return compile_fx(gm, example_inputs)
+        compiled = compile_fx(gm, example_inputs)
+        self.compiles += 1  # counted once made: torch may abandon an attempt and retrace
+        return compiled
 
     def __call__(self, input_ids, batch, kv_cache=None, logits_rows=None):
+        # the graph gets fresh copies of its index inputs (the runner's are views into one
+        # upload at offsets that change every step, and torch would guard on the offsets),
+        # padded to 2 tokens when there is one (a second graph just for T = 1 would double the
+        # compile time; the padding row is dropped before attention writes the cache)
+        pad = 2 - input_ids.shape[0] if input_ids.shape[0] < 2 else 0
+        ids, positions = input_ids, batch.positions
+        if pad:
+            ids, positions = ids.repeat(1 + pad), positions.repeat(1 + pad)
+        else:
+            ids, positions = ids.clone(), positions.clone()
+        if logits_rows is None:  # a decode-only step: every (real) row
+            rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+        elif logits_rows.shape[0] == 0:  # only a prefill chunk: one row computed and dropped
+            rows = logits_rows.new_zeros(1)
+        else:
+            rows = logits_rows.clone()
         _STEP.model, _STEP.batch, _STEP.kv_cache = self.model, batch, kv_cache
         try:
-            return self._forward(input_ids, batch, None, logits_rows)
+            # size-oblivious, no duck sizing: see the module docstring; floats (eps, scales) are
+            # constants of the graph, not inputs (torch would otherwise retrace once to learn it)
+            with torch.fx.experimental._config.patch(backed_size_oblivious=True, use_duck_shape=False), \
+                    torch._dynamo.config.patch(specialize_float=True):
+                logits = self._forward(ids, AttentionBatch(positions=positions, slot_mapping=None), None, rows)
         finally:
             _STEP.model = _STEP.batch = _STEP.kv_cache = None
+        return logits[:0] if logits_rows is not None and logits_rows.shape[0] == 0 else logits
+
+
+def warm_up(llm) -> int:
+    """Compile now instead of in the first step: one greedy request of two tokens through
+    ``llm`` (a 2-token prefill, then a 1-token decode, padded), its output dropped and the
+    request forgotten (its events stay in the trace). Returns the graphs compiled so far
+    (0 for an eager engine, which has nothing to compile)."""
+    from ..params import SamplingParams
+
+    compiled = llm.runner.model
+    if not isinstance(compiled, CompiledModel):
+        return 0
+    token = 1 % llm.model_config.vocab_size
+    req = llm.add_request(prompt_token_ids=[token, token],
+                          params=SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
+    while req.is_live:
+        llm.step()
+    llm.requests.pop(req.request_id, None)
+    return compiled.compiles
