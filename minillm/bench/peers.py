@@ -494,9 +494,16 @@ def peers_markdown(results: list[dict]) -> str:
                          f"{w.get('rounds', e.get('rounds', r['rounds']))} timed rounds), "
                          "output tokens/s: " + "; ".join(
                              f"{n} {w['tokens_per_s'][n]['median']:.0f} [{w['tokens_per_s'][n]['min']:.0f}–"
-                             f"{w['tokens_per_s'][n]['max']:.0f}]" + (f" (static batch {w['best_batch'][n]})"
-                                                                     if w['best_batch'].get(n) else " (continuous)")
+                             f"{w['tokens_per_s'][n]['max']:.0f}]" + _batching(n, w['best_batch'].get(n))
                              for n in names))
+            best_peer = max(names[1:], key=lambda n: w["tokens_per_s"][n]["median"], default=None)
+            if best_peer:
+                mine = w["tokens_per_s"][names[0]]["median"]
+                lines.append(f"\nminillm / the best peer ({best_peer}) on the mixed workload: "
+                             f"**{mine / w['tokens_per_s'][best_peer]['median']:.2f}×**; batch-1 TPOT, minillm / "
+                             + "; ".join(f"{n}: " + " / ".join(
+                                 f"{row['tpot'][names[0]]['median'] / row['tpot'][n]['median']:.2f}×" for row in e["latency"])
+                                 for n in names[1:]) + " (prompts " + " / ".join(str(row["prompt"]) for row in e["latency"]) + ")")
             for k, c in w.get("checks", {}).items():
                 lines.append(f"- {k}: {c['identical_requests']}/{c['requests']} requests token-identical to minillm"
                              + (f" (first divergences at {c['first_divergences']})" if c["first_divergences"] else ""))
@@ -505,6 +512,14 @@ def peers_markdown(results: list[dict]) -> str:
             lines.append(f"- {peer} was not run: {why}.")
         lines.append("")
     return "\n".join(lines)
+
+
+def _batching(name: str, size) -> str:
+    if not size:
+        return " (continuous batching)"
+    if name.startswith("llama.cpp"):
+        return f" (continuous batching, at most {size} sequences)"
+    return f" (static batches of {size})"
 
 
 def update_peers_readme(readme: Path, results: list[dict]) -> None:
