@@ -111,15 +111,17 @@ class _TableRow:
 
 
 class BlockTableRows:
-    """A persistent device tensor of the decoding requests' block tables, one row each, kept
+    """A persistent device tensor of the scheduled requests' block tables, one row each, kept
     from step to step so that a step sends only the blocks allocated since the last one
     (a new block every ``block_size`` tokens) instead of every request's whole table.
 
     A request's table only grows while it is admitted; a new list (admitted again after a
     preemption, a rollback) or a shorter one means its blocks changed, and the row is
-    rewritten. Rows of requests that left the decode set are recycled at the next step (or at
-    once by ``forget``); a recycled row is reset to ``NULL_BLOCK`` so whatever a new tenant's
-    table does not cover reads the null block, as the padding of a fresh table would."""
+    rewritten. Rows of requests a step does not schedule are recycled in that step (or at
+    once by ``forget``, when a request finishes); a recycled row is reset to ``NULL_BLOCK`` so
+    whatever a new tenant's table does not cover reads the null block, as the padding of a
+    fresh table would. Host bookkeeping only moves forward once the device copy is made, so a
+    step cut short anywhere (Ctrl-C) makes the next one send the blocks again."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -191,7 +193,7 @@ class BlockTableRows:
                 self.table.index_fill_(0, upload.view(dev, reset_part), NULL_BLOCK)
             if where:
                 self.table.view(-1).index_copy_(0, upload.view(dev, where_part), upload.view(dev, blocks_part))
-            # only now that the device holds them (a step cut short by Ctrl-C sends them again)
+            # only now that the device holds them
             for row in out:
                 row.synced, row.last = len(row.blocks), row.blocks[-1]
 
