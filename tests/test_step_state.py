@@ -240,3 +240,47 @@ def test_kept_state_gives_the_tokens_of_rebuilding_it_every_step(tiny_llama, bac
             assert len(llm.runner.block_rows) == 0
         assert llm.cache_stats().used_blocks == 0
     assert outs[0] == outs[1]
+
+
+def test_a_step_cut_short_mid_bump_is_rebuilt_next_time(monkeypatch):
+    """Ctrl-C can land between the device update of the counts and the host's record of it:
+    the row is then rebuilt from the tokens, never trusted half-updated."""
+    from minillm.sampler import PenaltyCounts
+
+    params = SamplingParams(temperature=0, repetition_penalty=1.7, frequency_penalty=0.9)
+    g = torch.Generator().manual_seed(3)
+    r, twin = _request("a", params, [1, 2, 3], 0), _request("a", params, [1, 2, 3], 0)
+    s = Sampler()
+    for _ in range(3):
+        t = s(torch.randn(1, 16, generator=g), [r])[0][0]
+        r.output_token_ids.append(t)
+        twin.output_token_ids.append(t)
+
+    def half(self, requests, penalised, rows, chosen):
+        self.counts.index_put_((rows, chosen), (rows > 0).float(), accumulate=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PenaltyCounts, "bump", half)
+    with pytest.raises(KeyboardInterrupt):
+        s(torch.randn(1, 16, generator=g), [r])
+    monkeypatch.undo()  # the step is undone: no token appended
+    for _ in range(5):
+        logits = torch.randn(1, 16, generator=g) * 2
+        got, want = s(logits, [r])[0], Sampler()(logits, [twin])[0]
+        assert got == want
+        r.output_token_ids += got
+        twin.output_token_ids += got
+    row = s.penalty_counts.rows[r]  # the last bump was the last token appended
+    assert torch.equal(s.penalty_counts.counts[row],
+                       torch.bincount(torch.tensor(r.output_token_ids), minlength=16).float())
+
+
+def test_block_rows_planned_but_never_sent_are_sent_next_time():
+    """A step cut short between planning and its upload: the next step sends those blocks."""
+    rows = BlockTableRows(torch.device("cpu"))
+    a = _Req([3, 4])
+    _sync(rows, [a])
+    a.block_table += [8, 9]
+    rows.plan([a], 1, StepUpload())  # planned, never sent
+    out, up, dev, part = _sync(rows, [a])
+    assert rows.table[out[0].index, :4].tolist() == [3, 4, 8, 9]
