@@ -262,6 +262,7 @@ def step_main(args) -> int:
         for threads in [int(t) for t in args.threads.split(",") if int(t) >= 2]:
             variants = {v: [] for v in STEP_VARIANTS}
             tokens, loads = {}, []
+            handoffs = {"calls": 0, "helped": 0, "backups": 0}  # split calls; pieces a worker took; late ones redone
             for r in range(args.rounds):
                 order = list(STEP_VARIANTS[r % 3:] + STEP_VARIANTS[:r % 3])  # rotate who goes first
                 for v in order:
@@ -271,6 +272,8 @@ def step_main(args) -> int:
                         tpot, toks = one_round(llm, ids, args.new_tokens)
                     finally:
                         if pool is not None:
+                            for key in handoffs:
+                                handoffs[key] += getattr(pool, key)
                             use_row_split(llm.model, None)
                     variants[v].append(tpot * 1e3)
                     tokens[v] = toks
@@ -279,7 +282,8 @@ def step_main(args) -> int:
                       f"load {loads[-1]:.2f}", flush=True)
             base = statistics.median(variants["1 thread"])
             row = {"tokens_identical": all(t == tokens["1 thread"] for t in tokens.values()),
-                   "load_1min_per_round": [round(x, 2) for x in loads], "variants": {}}
+                   "load_1min_per_round": [round(x, 2) for x in loads], "row_split_handoffs": handoffs,
+                   "variants": {}}
             for v, ts in variants.items():
                 med = statistics.median(ts)
                 n = 1 if v == "1 thread" else threads

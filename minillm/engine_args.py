@@ -151,6 +151,7 @@ class EngineOptions:
     attention_backend: str = "gather"
     weight_dtype: str | None = None
     compile: bool = False
+    row_split: bool = True
 
 
 def check_weight_dtype(weight_dtype, device: torch.device, dtype: torch.dtype):
@@ -191,7 +192,8 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
                          max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=None,
                          enable_prefix_caching=True, enable_chunked_prefill=True, scheduling="continuous",
                          seed=0, max_history=None, trace_limit=None, num_threads=None,
-                         attention_backend="gather", weight_dtype=None, compile=False) -> EngineOptions:
+                         attention_backend="gather", weight_dtype=None, compile=False,
+                         row_split=True) -> EngineOptions:
     """Check every option that does not depend on the model; raise ``ValueError`` naming the
     first bad one and its allowed values. Nothing is loaded or allocated."""
     dev = pick_device(device)
@@ -221,6 +223,7 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
         attention_backend=attention_backend,
         weight_dtype=check_weight_dtype(weight_dtype, dev, torch_dtype),
         compile=check_compile(compile, dev),
+        row_split=as_bool("row_split", row_split),
     )
 
 

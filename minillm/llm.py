@@ -84,6 +84,10 @@ class LLM(WholeGenerations):
         compile: True runs the forward through ``torch.compile`` (attention stays eager;
             ``minillm.models.compiled``): one graph for every step, compiled in the first step
             or by ``warmup()`` (tens of seconds); ``llm.model`` stays the eager reference.
+        row_split: True (default) splits each float projection of 1 MiB or more by output rows
+            across the CPU threads for steps of at most 4 rows (batch-1/few-request decode),
+            bit-identical to one ``F.linear`` (``minillm.models.threaded``): used when there are
+            2+ threads and ``compile`` is off; ``llm.shard_pool`` holds its threads (None: unused).
     """
 
     def __init__(self, model: str | None = None, device: str = "auto", dtype: str = "auto", *,
@@ -93,14 +97,15 @@ class LLM(WholeGenerations):
                  enable_prefix_caching: bool = True, enable_chunked_prefill: bool = True,
                  scheduling: str = "continuous", seed: int = 0, max_history: int | None = None,
                  trace_limit: int | None = None, num_threads: int | None = None,
-                 attention_backend: str = "gather", weight_dtype: str | None = None, compile: bool = False):
+                 attention_backend: str = "gather", weight_dtype: str | None = None, compile: bool = False,
+                 row_split: bool = True):
         opts = check_engine_options(
             device, dtype, block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_tokens=kv_cache_tokens,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
             enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
             scheduling=scheduling, seed=seed, max_history=max_history, trace_limit=trace_limit,
             num_threads=num_threads, attention_backend=attention_backend, weight_dtype=weight_dtype,
-            compile=compile)
+            compile=compile, row_split=row_split)
         self.options = opts
         self.device, self.dtype, self.max_history = opts.device, opts.dtype, opts.max_history
         self.model_path = resolve_model_dir(model)
@@ -120,6 +125,12 @@ class LLM(WholeGenerations):
             from .models.weights import quantize_weights
 
             quantize_weights(self.model, opts.weight_dtype)
+        self.shard_pool = None  # the row split's worker threads, joined when the model goes
+        threads = self.num_threads or (torch.get_num_threads() if self.device.type == "cpu" else 1)
+        if opts.row_split and threads >= 2 and not opts.compile:
+            from .models.threaded import use_row_split
+
+            self.shard_pool = use_row_split(self.model, threads)
         plan = plan_kv_cache(opts, cfg)  # after the weights are on the device: what is left is the budget
         self.kv_cache = KVCache(cfg.num_hidden_layers, plan.num_kv_blocks, opts.block_size, cfg.num_key_value_heads,
                                 cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching)

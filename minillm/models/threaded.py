@@ -1,26 +1,30 @@
 """Few-row projections split by output rows across threads, so batch-1 decode uses every core.
 
 A decode step with one or a few rows is a chain of matrix-vector products: its time is the
-weight bytes divided by how fast one core pulls them from memory. Torch's own intra-op
-threading does not help there (a one-row ``F.linear`` is one MKL gemv call that barely
-parallelises, and under load its OpenMP team spins against other processes), so a second
-thread bought a SmolLM2-135M decode step nothing (``benchmarks/linear_paths.py``).
+weight bytes divided by how fast the cores pull them from memory. Torch's own intra-op threads
+(one OpenMP team per MKL call, ~121 calls per SmolLM2-135M step) do use a second core when it
+is free, but every call ends at an OpenMP barrier: when another process holds a core, each
+barrier waits for a descheduled thread, and a two-thread step became 5-40x slower than a
+one-thread one (``benchmarks/linear_paths.py --step``).
 
-This module cuts each projection's weight ``[out, in]`` into ``num_threads`` contiguous row
-shards (views: no copy) and hands all but the first to persistent worker threads, each running
-torch with one intra-op thread; the calling thread computes the first shard, then the shards'
-outputs are concatenated. Torch ops release the GIL, so the shards stream their rows in
-parallel. Each output element is the same dot product the unsplit call computes, over the same
-row, so the result is bit-identical to ``F.linear`` (``tests/test_linear_paths.py`` checks it).
+Here each projection's weight ``[out, in]`` is cut into row pieces (views: no copy; cuts on
+multiples of ``ROW_ALIGN`` rows) that the calling thread and persistent worker threads (torch
+with one intra-op thread each) claim one by one; the pieces' outputs are concatenated. Torch
+ops release the GIL, so the pieces stream in parallel. A worker that is slow to wake takes
+fewer pieces, and a piece a descheduled worker holds too long is recomputed by the caller, so
+on a busy machine a step costs about what one thread costs instead of a time slice per call.
+Every output element is the dot product the unsplit call computes, over the same row, so the
+result is bit-identical to ``F.linear`` (``tests/test_linear_paths.py`` checks it).
 
-Calls with more than ``max_rows`` rows (prefills) stay on one ``F.linear`` with torch's own
-intra-op threads: a GEMM already uses every core.
+Steps of more than ``max_rows`` tokens (prefills) stay on one ``F.linear`` with torch's own
+intra-op threads: a GEMM uses every core well.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 
@@ -38,13 +42,19 @@ ROW_ALIGN = 64
 #: projections with fewer weight bytes stay whole: they come from cache in a few microseconds,
 #: less than a hand-off to another thread costs (~10-25 us)
 MIN_SPLIT_BYTES = 1 << 20
+#: each thread's share of a split call comes in this many pieces, claimed as they come: a
+#: worker that wakes late takes fewer, and nobody waits for more than one piece at the end
+CHUNKS_PER_THREAD = 4
+#: how long the caller waits for a worker's unfinished piece once its own are done before
+#: computing it itself: this many of its own pieces' time, plus an allowance for a wake-up
+GRACE_JOBS, GRACE_S = 1.5, 200e-6
 
 __all__ = ["DEFAULT_MAX_ROWS", "MIN_SPLIT_BYTES", "RowSplitLinear", "ShardPool", "use_row_split"]
 
 
 class ShardPool:
-    """``num_threads - 1`` persistent worker threads; ``run`` computes one job per thread,
-    the first on the calling thread. Workers are joined by ``close()`` (also when the pool is
+    """``num_threads - 1`` persistent worker threads that help the calling thread through a
+    list of independent jobs. Workers are joined by ``close()`` (also when the pool is
     garbage-collected), so an engine that goes away leaves no thread behind."""
 
     def __init__(self, num_threads: int):
@@ -52,16 +62,21 @@ class ShardPool:
             raise ValueError(f"num_threads must be an int >= 2 for a shard pool, got {num_threads!r}")
         self.num_threads = num_threads
         self._inboxes = [queue.SimpleQueue() for _ in range(num_threads - 1)]
-        self._outboxes = [queue.SimpleQueue() for _ in range(num_threads - 1)]
-        self._threads = [threading.Thread(target=_work, args=(i, o), name=f"minillm-shard-{n + 1}", daemon=True)
-                         for n, (i, o) in enumerate(zip(self._inboxes, self._outboxes))]
+        self._done = queue.SimpleQueue()  # (job list number) from a worker that finished its pass
+        self._threads = [threading.Thread(target=_work, args=(inbox, self._done), name=f"minillm-shard-{n + 1}",
+                                          daemon=True) for n, inbox in enumerate(self._inboxes)]
         before = torch.get_num_threads()
         for t in self._threads:
             t.start()
-        for outbox in self._outboxes:  # each worker has set its own intra-op count to 1 ...
-            outbox.get()
+        for _ in self._threads:  # each worker has set its own intra-op count to 1 ...
+            self._done.get()
         torch.set_num_threads(before)  # ... which torch also reports process-wide: put ours back
         self._closed = False
+        self._seq = 0  # numbers the job lists (a worker's message names the list it finished)
+        self.calls = 0  # job lists run
+        self.helped = 0  # jobs a worker claimed
+        self.backups = 0  # of those, jobs not finished in time: computed here too
+        self.hooks: list = []  # what use_row_split registered on the model for this pool
         self._finalizer = weakref.finalize(self, _stop, self._inboxes, self._threads)
 
     @property
@@ -69,39 +84,51 @@ class ShardPool:
         return self._closed
 
     def run(self, fn, jobs: list[tuple]) -> list:
-        """``[fn(*job) for job in jobs]`` (``len(jobs) <= num_threads``), in parallel: job 0
-        on this thread, each other one offered to a worker. A job no worker has claimed by the
-        time this thread is free is computed here instead, so on a busy machine (a worker not
-        scheduled in time) a split call costs about what the unsplit one does, not a wait
-        for a core."""
+        """``[fn(*job) for job in jobs]``, the jobs shared out as they come: this thread and
+        every awake worker each claim the next unclaimed job until none is left, so nobody
+        waits for a worker still waking up. A job a worker claimed but has not finished within
+        a grace time is computed here too (a backup: the same computation, so the same bits;
+        the late answer is ignored), so on a machine busier than its cores a descheduled
+        worker costs a little, not a scheduler time slice."""
         if self._closed:
             raise RuntimeError("the shard pool is closed")
-        inference = torch.is_inference_mode_enabled()
-        offers = []
-        for inbox, job in zip(self._inboxes, jobs[1:]):
-            claim = threading.Lock()
-            inbox.put((claim, fn, job, inference))
-            offers.append(claim)
-        results, error = [], None
-        with one_intra_op_thread():
+        while True:  # messages of earlier calls whose workers finished after we had moved on
             try:
-                results.append(fn(*jobs[0]))
-            except BaseException as e:
-                error = e
-            for outbox, claim, job in zip(self._outboxes, offers, jobs[1:]):
-                if claim.acquire(blocking=False):  # not started by its worker: ours
-                    if error is None:
-                        try:
-                            results.append(fn(*job))
-                        except BaseException as e:
-                            error = e
-                else:  # the worker has it: one answer comes back, in order
-                    r = outbox.get()
-                    if isinstance(r, BaseException) and error is None:
-                        error = r
-                    results.append(r)
-        if error is not None:
-            raise error
+                self._done.get_nowait()
+            except queue.Empty:
+                break
+        self._seq += 1
+        self.calls += 1
+        claims = [threading.Lock() for _ in jobs]
+        results: list = [None] * len(jobs)
+        task = (self._seq, claims, fn, jobs, results, torch.is_inference_mode_enabled())
+        for inbox in self._inboxes:
+            inbox.put(task)
+        with one_intra_op_thread():
+            start, mine = time.perf_counter(), 0
+            for i, job in enumerate(jobs):
+                if claims[i].acquire(blocking=False):
+                    results[i] = _call(fn, job)
+                    mine += 1
+            if mine < len(jobs):
+                self.helped += len(jobs) - mine
+                per_job = (time.perf_counter() - start) / max(mine, 1)
+                deadline = time.perf_counter() + GRACE_JOBS * per_job + GRACE_S
+                while any(r is None for r in results):
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        break
+                    try:
+                        self._done.get(timeout=left)
+                    except queue.Empty:
+                        break
+                for i, r in enumerate(results):
+                    if r is None:  # claimed by a worker that is late (descheduled): ours too
+                        results[i] = _call(fn, jobs[i])
+                        self.backups += 1
+        for r in results:
+            if isinstance(r, _Failed):
+                raise r.error
         return results
 
     def close(self) -> None:
@@ -110,21 +137,33 @@ class ShardPool:
         self._finalizer()
 
 
-def _work(inbox: queue.SimpleQueue, outbox: queue.SimpleQueue) -> None:
+class _Failed:
+    """A job's exception, kept in its result slot for the caller to raise."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _call(fn, job):
+    try:
+        return fn(*job)
+    except BaseException as e:
+        return _Failed(e)
+
+
+def _work(inbox: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
     torch.set_num_threads(1)  # this thread's share runs alone: the pool is the parallelism
-    outbox.put(True)
+    done.put(0)
     while True:
         task = inbox.get()
         if task is None:
             return
-        claim, fn, job, inference = task
-        if not claim.acquire(blocking=False):  # the caller got there first and computed it
-            continue
-        try:  # grad and inference modes are per thread: take the caller's
-            with torch.inference_mode() if inference else torch.no_grad():
-                outbox.put(fn(*job))
-        except BaseException as e:  # handed to the caller, which raises it
-            outbox.put(e)
+        seq, claims, fn, jobs, results, inference = task
+        with torch.inference_mode() if inference else torch.no_grad():  # modes are per thread: the caller's
+            for i, job in enumerate(jobs):
+                if claims[i].acquire(blocking=False):
+                    results[i] = _call(fn, job)
+        done.put(seq)
 
 
 def _stop(inboxes, threads) -> None:
@@ -168,8 +207,8 @@ class RowSplitLinear(nn.Module):
         self.weight = linear.weight
         self.bias = linear.bias
         self.pool, self.max_rows = pool, max_rows
-        bounds = shard_bounds(self.out_features, pool.num_threads)
-        self._split = len(bounds) == pool.num_threads and self.weight.is_contiguous()
+        bounds = shard_bounds(self.out_features, pool.num_threads * CHUNKS_PER_THREAD)
+        self._split = len(bounds) > 1 and self.weight.is_contiguous()
         self._shards = [(self.weight[a:b], None if self.bias is None else self.bias[a:b]) for a, b in bounds]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -215,6 +254,8 @@ def use_row_split(model: nn.Module, num_threads: int | None, max_rows: int = DEF
             old_pools.add(module.pool)
             setattr(owner, name, module.unsplit())
     for pool in old_pools:
+        for hook in pool.hooks:
+            hook.remove()
         pool.close()
     if num_threads is None or num_threads < 2:
         return None
@@ -226,4 +267,27 @@ def use_row_split(model: nn.Module, num_threads: int | None, max_rows: int = DEF
     pool = ShardPool(num_threads)
     for owner, name in big:
         setattr(owner, name, RowSplitLinear(getattr(owner, name), pool, max_rows))
+    pool.hooks = _one_thread_for_small_steps(model, max_rows)
     return pool
+
+
+def _one_thread_for_small_steps(model: nn.Module, max_rows: int) -> list:
+    """Forward hooks that run a whole step of at most ``max_rows`` tokens with one intra-op
+    thread on the calling thread: the pool is that step's parallelism, and torch's OpenMP team
+    woken by a small op (attention, a norm) would spin on the core the pool's worker needs."""
+    saved = []
+
+    def before(module, args, kwargs):
+        ids = args[0] if args else kwargs.get("input_ids")
+        small = ids is not None and ids.numel() <= max_rows and torch.get_num_threads() > 1
+        saved.append(torch.get_num_threads() if small else None)
+        if small:
+            torch.set_num_threads(1)
+
+    def after(module, args, kwargs, output):
+        threads = saved.pop() if saved else None
+        if threads is not None:
+            torch.set_num_threads(threads)
+
+    return [model.register_forward_pre_hook(before, with_kwargs=True),
+            model.register_forward_hook(after, with_kwargs=True, always_call=True)]
