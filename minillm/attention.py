@@ -77,9 +77,9 @@ class AttentionBackend:
 
 def attend_after_prefix(q, past_k, past_v, own_k, own_v, scale: float) -> torch.Tensor:
     """Queries of a chunk ([1, heads, q_len, D]) over a cached prefix (every query sees all of
-    it) and over the chunk itself (causal), without a mask tensor, which would send CUDA's
-    SDPA to the math kernel (flash takes no mask; GQA rules out the memory-efficient one) and
-    makes the CPU's flash kernel read a [q_len, ctx] mask and visit fully masked blocks.
+    it) and over the chunk itself (causal), without a mask tensor: with one, CUDA's SDPA
+    cannot use flash attention (which takes no mask) and with GQA likely falls back to the math
+    kernel, and the CPU's flash kernel reads a [q_len, ctx] mask and visits fully masked blocks.
 
     * CPU: two calls of the fused flash kernel, the prefix unmasked and the chunk causal
       (square, so ``is_causal`` means what it should), each returning its log-sum-exp; the two
