@@ -355,7 +355,7 @@ class Sampler:
             if rebuild:
                 state.build(upload[n:a].long(), upload[a:b].long(), upload[b:].long())
             row_ids = table[:, _ROW].long()
-            x = logits.clone()
+            x = logits  # each penalty below makes a new tensor (torch.where), never writes into it
             if any(p.repetition_penalty != 1.0 for p in params):
                 seen = state.seen.index_select(0, row_ids)
                 rp = cols[:, _REP:_REP + 1]
