@@ -168,12 +168,16 @@ def check_weight_dtype(weight_dtype, device: torch.device, dtype: torch.dtype):
     return weight_dtype
 
 
-def check_compile(compile, device: torch.device) -> bool:
+def check_compile(compile, device: torch.device, weight_dtype=None) -> bool:
     """``compile`` is True or False; True needs what inductor compiles with on ``device``
-    (a C++ compiler on the CPU, triton on CUDA), checked now rather than at the first step."""
+    (a C++ compiler on the CPU, triton on CUDA), checked now rather than at the first step, and
+    float weights (torch.compile cannot trace the int8 projections' packed weights)."""
     if not isinstance(compile, (bool, np.bool_)):
         raise ValueError(f"compile must be True or False (torch.compile of the forward, "
                          f"minillm.models.compiled), got {compile!r}")
+    if compile and weight_dtype is not None:
+        raise ValueError(f"compile=True needs weight_dtype=None: torch.compile cannot trace the packed "
+                         f"{weight_dtype} projections (use one option or the other)")
     if compile:
         import importlib.util
         import shutil
@@ -222,7 +226,7 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
         num_threads=as_optional_int("num_threads", num_threads, 1, 4096, none_means="chosen from the model size"),
         attention_backend=attention_backend,
         weight_dtype=check_weight_dtype(weight_dtype, dev, torch_dtype),
-        compile=check_compile(compile, dev),
+        compile=check_compile(compile, dev, weight_dtype),
         row_split=as_bool("row_split", row_split),
     )
 

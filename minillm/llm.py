@@ -83,7 +83,8 @@ class LLM(WholeGenerations):
             logit tolerance against float32).
         compile: True runs the forward through ``torch.compile`` (attention stays eager;
             ``minillm.models.compiled``): one graph for every step, compiled in the first step
-            or by ``warmup()`` (tens of seconds); ``llm.model`` stays the eager reference.
+            or by ``warmup()`` (tens of seconds); ``llm.model`` stays the eager reference. Not with
+            ``weight_dtype="int8"``; float32 logits match eager to rounding (bf16 rounds otherwise).
         row_split: True (default) splits each float projection of 1 MiB or more by output rows
             across the CPU threads for steps of at most 4 rows (batch-1/few-request decode),
             bit-identical to one ``F.linear`` (``minillm.models.threaded``): used when there are

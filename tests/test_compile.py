@@ -112,6 +112,11 @@ def test_bad_compile_values(bad):
         check_engine_options("cpu", "float32", compile=bad)
 
 
+def test_compile_with_int8_weights_is_refused():
+    with pytest.raises(ValueError, match="compile=True needs weight_dtype=None"):
+        check_engine_options("cpu", "float32", compile=True, weight_dtype="int8")
+
+
 def test_compile_without_a_cxx_compiler_says_so(monkeypatch):
     monkeypatch.setenv("CXX", "no-such-c++-compiler")
     with pytest.raises(ValueError, match="compile=True on the CPU needs a C\\+\\+ compiler"):
