@@ -93,6 +93,12 @@ def test_graphs_stay_at_their_bound_over_varying_batches(engines):
     assert compiled.runner.model.compiles == MAX_COMPILES
 
 
+def test_weights_keep_their_layout_once_compiled(engines):
+    _, compiled, _, _, _ = engines
+    with pytest.raises(RuntimeError, match="after LLM\\(compile=True\\)"):
+        compiled.model.use_decode_layout()
+
+
 def test_sampled_requests_with_logprobs_match_eager(engines):
     eager, compiled, _, _, _ = engines
     outs = []

@@ -82,7 +82,10 @@ class CompiledModel:
         # recompile_limit with fullgraph: past the bound torch raises instead of running eager;
         # isolate_recompiles: this engine's graphs count against its own limit, not another's
         # guard_filter_fn: no guards on the model's modules (a few hundred checks per step on
-        # attributes nothing changes after loading); the inputs' guards stay
+        # attributes nothing changes after loading: ~0.3 ms of a ~6 ms step measured at load 4);
+        # the inputs' guards stay. So the weights must not change layout from now on:
+        # ``use_decode_layout`` refuses (``model.compiled``), int8 is refused by the options
+        model.compiled = True
         self._forward = torch.compile(model.forward, backend=self._inductor, dynamic=True, fullgraph=True,
                                       recompile_limit=MAX_COMPILES, isolate_recompiles=True,
                                       options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})

@@ -266,7 +266,12 @@ class LlamaForCausalLM(nn.Module):
         call either way; with the transposed layout a few-row product becomes ``x @ Wt`` over a
         contiguous ``Wt``, which MKL streams faster at decode batch sizes on this CPU
         (``benchmarks/linear_paths.py``). Same float32 results up to rounding. A tied lm head
-        keeps sharing its memory with the embedding table (a lookup then reads a strided row)."""
+        keeps sharing its memory with the embedding table (a lookup then reads a strided row).
+        Refused once ``LLM(compile=True)`` compiles this model: its graph does not check the
+        weights' layout (``minillm.models.compiled``)."""
+        if getattr(self, "compiled", False):
+            raise RuntimeError("use_decode_layout() after LLM(compile=True): the compiled forward does not "
+                               "check its weights, so change the layout before compiling")
         tied = isinstance(self.lm_head, nn.Linear) and self.lm_head.weight is self.model.embed_tokens.weight
         for owner, name in self.projections():
             _relayout(getattr(owner, name), transposed)
