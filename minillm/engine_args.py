@@ -151,7 +151,7 @@ class EngineOptions:
     attention_backend: str = "gather"
     weight_dtype: str | None = None
     compile: bool = False
-    row_split: bool = True
+    row_split: bool = False
 
 
 def check_weight_dtype(weight_dtype, device: torch.device, dtype: torch.dtype):
@@ -197,7 +197,7 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
                          enable_prefix_caching=True, enable_chunked_prefill=True, scheduling="continuous",
                          seed=0, max_history=None, trace_limit=None, num_threads=None,
                          attention_backend="gather", weight_dtype=None, compile=False,
-                         row_split=True) -> EngineOptions:
+                         row_split=False) -> EngineOptions:
     """Check every option that does not depend on the model; raise ``ValueError`` naming the
     first bad one and its allowed values. Nothing is loaded or allocated."""
     dev = pick_device(device)

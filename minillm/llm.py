@@ -85,10 +85,12 @@ class LLM(WholeGenerations):
             ``minillm.models.compiled``): one graph for every step, compiled in the first step
             or by ``warmup()`` (tens of seconds); ``llm.model`` stays the eager reference. Not with
             ``weight_dtype="int8"``; float32 logits match eager to rounding (bf16 rounds otherwise).
-        row_split: True (default) splits each float projection of 1 MiB or more by output rows
-            across the CPU threads for steps of at most 4 rows (batch-1/few-request decode),
+        row_split: True splits each float projection of 1 MiB or more by output rows across
+            persistent CPU threads for steps of at most 4 rows (batch-1/few-request decode),
             bit-identical to one ``F.linear`` (``minillm.models.threaded``): used when there are
             2+ threads and ``compile`` is off; ``llm.shard_pool`` holds its threads (None: unused).
+            Off by default: torch's own threads were faster on a quiet machine; the split is for a
+            shared, oversubscribed one, where torch's threads can collapse 14-40x.
     """
 
     def __init__(self, model: str | None = None, device: str = "auto", dtype: str = "auto", *,
@@ -99,7 +101,7 @@ class LLM(WholeGenerations):
                  scheduling: str = "continuous", seed: int = 0, max_history: int | None = None,
                  trace_limit: int | None = None, num_threads: int | None = None,
                  attention_backend: str = "gather", weight_dtype: str | None = None, compile: bool = False,
-                 row_split: bool = True):
+                 row_split: bool = False):
         opts = check_engine_options(
             device, dtype, block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_tokens=kv_cache_tokens,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,

@@ -156,7 +156,8 @@ def test_engine_row_split_gives_the_unsplit_tokens_and_leaves_no_thread(model_fa
     folder, _ = model_factory(family)
     ref = LLM(str(folder), device="cpu", dtype="float32", num_threads=2, row_split=False)
     assert ref.shard_pool is None
-    llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=2)
+    assert LLM(str(folder), device="cpu", dtype="float32", num_threads=2).shard_pool is None  # off by default
+    llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=2, row_split=True)
     assert llm.shard_pool is None  # a tiny model's projections are below MIN_SPLIT_BYTES: nothing split
     pool = use_row_split(llm.model, 2, min_bytes=0)
     split = [m for m in llm.model.modules() if isinstance(m, RowSplitLinear)]
