@@ -145,8 +145,11 @@ def lab(tmp_path_factory, artifacts):
         f = settings / rel
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(json.dumps(value))
+    # the kernels' IPC sockets live in the runtime folder, and a socket path may not exceed 107
+    # bytes: under pytest-xdist the session's tmp path is too deep (".../popen-gw1/jupyterlab0/")
+    runtime = Path(tempfile.mkdtemp(prefix="mlab-rt-"))
     dirs = {"JUPYTERLAB_SETTINGS_DIR": settings, "JUPYTERLAB_WORKSPACES_DIR": tmp / "workspaces",
-            "JUPYTER_CONFIG_DIR": tmp / "config", "JUPYTER_RUNTIME_DIR": tmp / "runtime",
+            "JUPYTER_CONFIG_DIR": tmp / "config", "JUPYTER_RUNTIME_DIR": runtime,
             "JUPYTER_DATA_DIR": tmp / "data",  # no user-level kernelspec can replace this venv's python3
             "IPYTHONDIR": tmp / "ipython"}
     for d in dirs.values():
@@ -161,7 +164,8 @@ def lab(tmp_path_factory, artifacts):
     port = free_port()
     cmd = jupyter_command(port=port, notebook_dir=root, extra=["--LabApp.expose_app_in_browser=True",
                                                                  "--ServerApp.shutdown_no_activity_timeout=1800"])
-    log = artifacts / "jupyterlab.log"
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # one lab per xdist worker: one log each
+    log = artifacts / (f"jupyterlab-{worker}.log" if worker else "jupyterlab.log")
     with open(log, "w") as logf:
         proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -179,6 +183,7 @@ def lab(tmp_path_factory, artifacts):
         except (urllib.error.URLError, OSError, ValueError, subprocess.TimeoutExpired):
             pass
         stop_server(proc, grace=20)
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------
