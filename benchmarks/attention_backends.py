@@ -81,33 +81,29 @@ class OnlineSoftmaxBlocks(PagedInPlace):
         return (acc / denom).view(n, heads * dim)
 
 
-def _prefix_bool_mask(q, k, v, k_pool, v_pool, seq, scale):
-    """Before: the whole context's keys from the pool, a boolean [q_len, ctx] mask."""
+def _prefix_masked(q, k, v, k_pool, v_pool, seq, scale, float_mask=False):
+    """Before: the whole context's keys from the pool and a [q_len, ctx] mask, boolean or
+    additive float (0 / -inf)."""
     rows = slice(seq.q_start, seq.q_start + seq.q_len)
     heads, dim = k_pool.shape[2], k_pool.shape[3]
     keys = k_pool.view(-1, heads, dim).index_select(0, seq.slots)
     values = v_pool.view(-1, heads, dim).index_select(0, seq.slots)
     past = seq.ctx_len - seq.q_len
-    mask = (torch.arange(seq.ctx_len)[None, :] <= past + torch.arange(seq.q_len)[:, None])
+    allowed = torch.arange(seq.ctx_len)[None, :] <= past + torch.arange(seq.q_len)[:, None]
+    mask = torch.zeros(seq.q_len, seq.ctx_len, dtype=q.dtype).masked_fill_(~allowed, float("-inf")) \
+        if float_mask else allowed
     o = F.scaled_dot_product_attention(q[rows].transpose(0, 1).unsqueeze(0), keys.transpose(0, 1).unsqueeze(0),
                                        values.transpose(0, 1).unsqueeze(0), attn_mask=mask, scale=scale,
                                        enable_gqa=True)
     return o[0].transpose(0, 1)
 
 
-def _prefix_float_mask(q, k, v, k_pool, v_pool, seq, scale):
-    """The same with an additive float mask (0 / -inf)."""
-    rows = slice(seq.q_start, seq.q_start + seq.q_len)
-    heads, dim = k_pool.shape[2], k_pool.shape[3]
-    keys = k_pool.view(-1, heads, dim).index_select(0, seq.slots)
-    values = v_pool.view(-1, heads, dim).index_select(0, seq.slots)
-    past = seq.ctx_len - seq.q_len
-    mask = torch.zeros(seq.q_len, seq.ctx_len, dtype=q.dtype).masked_fill_(
-        torch.arange(seq.ctx_len)[None, :] > past + torch.arange(seq.q_len)[:, None], float("-inf"))
-    o = F.scaled_dot_product_attention(q[rows].transpose(0, 1).unsqueeze(0), keys.transpose(0, 1).unsqueeze(0),
-                                       values.transpose(0, 1).unsqueeze(0), attn_mask=mask, scale=scale,
-                                       enable_gqa=True)
-    return o[0].transpose(0, 1)
+def _prefix_bool_mask(*args):
+    return _prefix_masked(*args)
+
+
+def _prefix_float_mask(*args):
+    return _prefix_masked(*args, float_mask=True)
 
 
 def _prefix_lower_right(q, k, v, k_pool, v_pool, seq, scale):
@@ -263,6 +259,12 @@ def summarise(kind: str, key: dict, times: dict[str, list[float]]) -> dict:
     return row
 
 
+def model_config(name: str, tmp: Path):
+    """The attention shape's source: the config of the model called ``name``, as the engine loads it."""
+    folder = model_folder(name, tmp)
+    return LLM(None if folder is None else str(folder), "cpu", "float32", num_kv_blocks=8).model_config
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="135m", help="kernel's head shape: default, 135m (SmolLM-135M shape, "
@@ -288,10 +290,7 @@ def main(argv=None) -> int:
     names = sorted(BACKENDS, key=lambda b: b != REFERENCE)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        folder = model_folder(args.model, Path(tmp))
-        probe = LLM(None if folder is None else str(folder), "cpu", "float32", num_kv_blocks=8)
-        cfg = probe.model_config
-        del probe
+        cfg = model_config(args.model, Path(tmp))
         shape = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
         for context in contexts:
             q, kp, vp, batches = kernel_case(args.batch, context, *shape, args.block_size)
@@ -338,10 +337,7 @@ def main(argv=None) -> int:
 def prefix_main(args) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        folder = model_folder(args.model, Path(tmp))
-        probe = LLM(None if folder is None else str(folder), "cpu", "float32", num_kv_blocks=8)
-        cfg = probe.model_config
-        del probe
+        cfg = model_config(args.model, Path(tmp))
         shape = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
         case = prefix_case(args.prefix_len, args.suffix, *shape, args.block_size)
         scale = cfg.head_dim ** -0.5

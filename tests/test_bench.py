@@ -146,10 +146,22 @@ def test_first_divergence_and_peer_availability():
     assert all(v is None or "not installed" in v for v in status.values())
 
 
+def _reuse_llama_cpp_source(monkeypatch):
+    """Point the peers at a llama.cpp source tree fetched before (the user cache), if any, so a
+    test with its own empty cache does not fetch the sdist again."""
+    from minillm.bench import peers
+
+    if "MINILLM_LLAMA_CPP_SRC" not in os.environ:
+        found = sorted(peers.cache_root().glob("llama-cpp-python-*-src/vendor/llama.cpp"))
+        if found:
+            monkeypatch.setenv("MINILLM_LLAMA_CPP_SRC", str(found[-1]))
+
+
 def test_peers_bench_on_a_tiny_model_checks_tokens_and_writes_a_table(tiny_model, tmp_path, monkeypatch):
     pytest.importorskip("ctranslate2", reason="pip install 'minillm[peers]'")
     from minillm.bench import peers
 
+    _reuse_llama_cpp_source(monkeypatch)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the CT2 conversion goes there
     r = peers.bench_peers("tiny", tiny_model, threads_list=(1,), rounds=1, prompt_lens=(8, 24), new_tokens=6,
                           num_requests=5, log=lambda m: None)
@@ -185,10 +197,7 @@ def test_llama_cpp_peer_converts_the_folder_and_batches_continuously(tmp_path, m
 
     from minillm.bench import peers
 
-    if "MINILLM_LLAMA_CPP_SRC" not in os.environ:  # reuse a source tree fetched before, if any
-        found = sorted(peers.cache_root().glob("llama-cpp-python-*-src/vendor/llama.cpp"))
-        if found:
-            monkeypatch.setenv("MINILLM_LLAMA_CPP_SRC", str(found[-1]))
+    _reuse_llama_cpp_source(monkeypatch)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     gguf = peers.llama_cpp_gguf_for(DEFAULT_MODEL)
     assert gguf.is_file() and gguf == peers.llama_cpp_gguf_for(DEFAULT_MODEL)  # converted once
