@@ -152,6 +152,7 @@ class EngineOptions:
     weight_dtype: str | None = None
     compile: bool = False
     row_split: bool = False
+    decode_graphs: str | None = None
 
 
 def check_weight_dtype(weight_dtype, device: torch.device, dtype: torch.dtype):
@@ -192,12 +193,40 @@ def check_compile(compile, device: torch.device, weight_dtype=None) -> bool:
     return bool(compile)
 
 
+#: ``decode_graphs`` values besides True / False (``minillm.decode_graphs``)
+DECODE_GRAPH_MODES = ("eager", "compile", "cuda")
+
+
+def check_decode_graphs(value, device: torch.device, weight_dtype=None, row_split=False) -> str | None:
+    """``decode_graphs`` is False (None: off), True (the device's way: "cuda" graphs on CUDA,
+    "compile" on the CPU) or one of ``DECODE_GRAPH_MODES``. Returns the mode or None."""
+    if value is None or (isinstance(value, (bool, np.bool_)) and not value):
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        value = "cuda" if device.type == "cuda" else "compile"
+    if not isinstance(value, str) or value not in DECODE_GRAPH_MODES:
+        raise ValueError(f"decode_graphs must be True, False or one of {DECODE_GRAPH_MODES} "
+                         f"(minillm.decode_graphs), got {value!r}")
+    if value == "cuda" and device.type != "cuda":
+        raise ValueError(f"decode_graphs='cuda' captures CUDA graphs and needs device='cuda', got "
+                         f"device={str(device)!r} (use True or 'compile' on the CPU)")
+    if value != "eager" and weight_dtype is not None:
+        raise ValueError(f"decode_graphs={value!r} needs weight_dtype=None: the packed {weight_dtype} "
+                         f"projections cannot be traced (use decode_graphs='eager' or float weights)")
+    if value != "eager" and row_split:
+        raise ValueError(f"decode_graphs={value!r} and row_split=True exclude each other: the row split's "
+                         f"threads cannot be traced into a graph")
+    if value == "compile":
+        check_compile(True, device)
+    return value
+
+
 def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_blocks=None, kv_cache_tokens=None,
                          max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=None,
                          enable_prefix_caching=True, enable_chunked_prefill=True, scheduling="continuous",
                          seed=0, max_history=None, trace_limit=None, num_threads=None,
                          attention_backend="gather", weight_dtype=None, compile=False,
-                         row_split=False) -> EngineOptions:
+                         row_split=False, decode_graphs=False) -> EngineOptions:
     """Check every option that does not depend on the model; raise ``ValueError`` naming the
     first bad one and its allowed values. Nothing is loaded or allocated."""
     dev = pick_device(device)
@@ -228,6 +257,7 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
         weight_dtype=check_weight_dtype(weight_dtype, dev, torch_dtype),
         compile=check_compile(compile, dev, weight_dtype),
         row_split=as_bool("row_split", row_split),
+        decode_graphs=check_decode_graphs(decode_graphs, dev, weight_dtype, row_split),
     )
 
 

@@ -284,13 +284,16 @@ class KVCache:
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
                  head_dim: int, dtype: torch.dtype, device: torch.device,
-                 enable_prefix_caching: bool = True):
+                 enable_prefix_caching: bool = True, scratch_block: bool = False):
         self.num_layers = num_layers
         self.block_size = block_size
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.dtype = dtype
-        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        # scratch_block: one more block in the pool that the allocator never hands out, where the
+        # padding rows of a fixed-shape decode graph write their K/V (``minillm.decode_graphs``)
+        self.scratch_slot = num_blocks * block_size if scratch_block else None
+        shape = (num_blocks + int(scratch_block), block_size, num_kv_heads, head_dim)
         # zeros, not empty: attention reads padded slots under a mask, and a masked weight of 0
         # times a NaN left in uninitialised memory would still be NaN
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]

@@ -91,6 +91,11 @@ class LLM(WholeGenerations):
             2+ threads and ``compile`` is off; ``llm.shard_pool`` holds its threads (None: unused).
             Off by default: torch's own threads were faster on a quiet machine; the split is for a
             shared, oversubscribed one, where torch's threads can collapse 14-40x.
+        decode_graphs: run decode-only steps at fixed shapes, one graph per bucket of rows and
+            blocks, padded (``minillm.decode_graphs``): True = CUDA graphs on CUDA (unverified:
+            no GPU has run them), inductor with its C++ wrapper on the CPU (batches up to 4; each
+            bucket compiles on first use, seconds to tens of seconds); "eager" = the same
+            fixed-shape path uncompiled. Off by default. Steps with a prefill run eager.
     """
 
     def __init__(self, model: str | None = None, device: str = "auto", dtype: str = "auto", *,
@@ -101,14 +106,14 @@ class LLM(WholeGenerations):
                  scheduling: str = "continuous", seed: int = 0, max_history: int | None = None,
                  trace_limit: int | None = None, num_threads: int | None = None,
                  attention_backend: str = "gather", weight_dtype: str | None = None, compile: bool = False,
-                 row_split: bool = False):
+                 row_split: bool = False, decode_graphs: bool | str = False):
         opts = check_engine_options(
             device, dtype, block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_tokens=kv_cache_tokens,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
             enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
             scheduling=scheduling, seed=seed, max_history=max_history, trace_limit=trace_limit,
             num_threads=num_threads, attention_backend=attention_backend, weight_dtype=weight_dtype,
-            compile=compile, row_split=row_split)
+            compile=compile, row_split=row_split, decode_graphs=decode_graphs)
         self.options = opts
         self.device, self.dtype, self.max_history = opts.device, opts.dtype, opts.max_history
         self.model_path = resolve_model_dir(model)
@@ -136,8 +141,14 @@ class LLM(WholeGenerations):
             self.shard_pool = use_row_split(self.model, threads)
         plan = plan_kv_cache(opts, cfg)  # after the weights are on the device: what is left is the budget
         self.kv_cache = KVCache(cfg.num_hidden_layers, plan.num_kv_blocks, opts.block_size, cfg.num_key_value_heads,
-                                cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching)
+                                cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching,
+                                scratch_block=opts.decode_graphs is not None)
         self.runner = ModelRunner(self.model, self.kv_cache, self.device, opts.attention_backend)
+        if opts.decode_graphs is not None:
+            from .decode_graphs import DecodeGraphs
+
+            self.runner.graphs = DecodeGraphs(self.model, self.kv_cache, self.device, opts.decode_graphs,
+                                              opts.max_num_seqs, self.max_model_len)
         if opts.compile:  # the runner calls the compiled forward; self.model stays eager
             from .models.compiled import CompiledModel
 

@@ -213,6 +213,9 @@ class ModelRunner:
         self._offsets = torch.arange(self.block_size, device=device)
         self._workspace: tuple[torch.Tensor, torch.Tensor] | None = None
         self.block_rows = BlockTableRows(device)  # the decode rows' block tables, kept on the device
+        # decode-only steps at fixed shapes, one graph per bucket (``minillm.decode_graphs``);
+        # None: every step eager
+        self.graphs = None
 
     def forget(self, req: Request) -> None:
         """Drop what the runner keeps for ``req`` (its block-table row): call when it ends."""
@@ -292,6 +295,10 @@ class ModelRunner:
         tables and sent to the device in one copy."""
         if prefill_chunks is None:
             prefill_chunks = [r.num_tokens - r.num_computed_tokens for r in prefills]
+        if decodes and not prefills and self.graphs is not None:
+            graph = self.graphs.graph_for(len(decodes), max(-(-r.num_tokens // self.block_size) for r in decodes))
+            if graph is not None:
+                return self._run_graph(graph, decodes)
         ids: list[int] = []
         positions: list[int] = []
         slot_mapping: list[int] = []
@@ -357,6 +364,26 @@ class ModelRunner:
             batch.decode_meta.slot_mapping = batch.slot_mapping[:n]
         rows = None if rows_part is None else upload.view(dev, rows_part)
         return self.model(input_ids, batch, self.kv, logits_rows=rows)
+
+    def _run_graph(self, graph, decodes: list[Request]) -> torch.Tensor:
+        """A decode-only step through its bucket's graph: the same integers as an eager step
+        (rows in the scheduler's order: a fixed-shape batch needs no sorting), padded to the
+        bucket's rows, in one upload; the block tables from the persistent device table."""
+        bs, n = self.block_size, len(decodes)
+        upload = StepUpload()
+        _, rows_part = self.block_rows.plan(decodes, n, upload)
+        pad = self.graphs.padding(n, graph.batch)
+        ids, positions, slots, ctx = [], [], [], []
+        for r in decodes:
+            pos = r.num_tokens - 1
+            ids.append(r.output_token_ids[-1] if r.output_token_ids else r.prompt_token_ids[-1])
+            positions.append(pos)
+            slots.append(r.block_table[pos // bs] * bs + pos % bs)
+            ctx.append(r.num_tokens)
+        parts = [upload.add(ids + pad["ids"]), upload.add(positions + pad["positions"]),
+                 upload.add(slots + pad["slots"]), upload.add(ctx + pad["context_lens"])]
+        dev = upload.send(self.device)
+        return graph(n, self.block_rows.table, upload.view(dev, rows_part), *(upload.view(dev, p) for p in parts))
 
     def sample(self, sampler, logits: torch.Tensor, reqs: list[Request], rng_states=()):
         """Tokens for ``reqs`` (one row of ``logits`` each), their log-probabilities when any

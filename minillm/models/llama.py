@@ -63,6 +63,9 @@ class AttentionBatch:
     # ``uses_block_tables`` reads ``decode_meta`` instead of ``decode_groups``
     attention: AttentionBackend = _REFERENCE
     decode_meta: DecodeMeta | None = None
+    # every tensor of the batch has a fixed shape and attention reads only ``decode_meta``: a
+    # compiled or captured graph traces attention too (``minillm.decode_graphs``)
+    in_graph: bool = False
 
 
 class RMSNorm(nn.Module):
@@ -175,10 +178,11 @@ class Attention(nn.Module):
 
     def attend(self, q, k, v, batch: AttentionBatch, k_cache=None, v_cache=None) -> torch.Tensor:
         """Write this step's K/V into their cache slots, attend: [T, heads * D]."""
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() and not batch.in_graph:
             # while torch.compile traces the model this is one opaque op (registered by
             # minillm.models.compiled), which runs this same method eagerly at every step:
-            # the batch's layout is Python objects that change every step
+            # the batch's layout is Python objects that change every step (a decode graph's
+            # batch is fixed-shape tensors instead, traced like the rest)
             return torch.ops.minillm.attention(q, k, v, self.layer_idx)
         T = q.shape[0]
         if k_cache is not None:  # write this step's keys and values into their slots

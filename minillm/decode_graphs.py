@@ -1,0 +1,198 @@
+"""Decode graphs: a decode-only step run at fixed shapes, as one captured or compiled graph.
+
+In a decode-only step the model's work depends on the batch through two integers only: B, the
+rows (one new token per request), and W, the blocks of the longest context. Rounded up to a
+bucket (B in 1, 2, 4, ... up to ``max_num_seqs``; W in powers of two up to a sequence's most
+blocks), every tensor of the step has a shape fixed by the bucket, so the whole forward can be
+made once per bucket and replayed (nano-vllm's ``capture_cudagraph``, vLLM's CUDA graphs):
+
+* the step's integers go into **persistent input buffers** (``DecodeInputs``: ids, positions,
+  slots, block tables, context lengths), copied from the step's one upload;
+* rows past the real ones are **padding**: token 0 at position 0, a context of one slot, a
+  block table of ``NULL_BLOCK`` only, and their K/V written to the pool's **scratch slot**
+  (``KVCache(scratch_block=True)``: a block the allocator never hands out), so a padding row
+  never touches a request's cache; their logits are dropped;
+* attention reads the pool through the block tables (``PagedInPlace``), traced into the graph
+  (``AttentionBatch.in_graph``), the padding mask made inside it from the context lengths.
+
+How a bucket's graph is made (``LLM(decode_graphs=...)``):
+
+* ``"cuda"`` (``True`` on CUDA): captured as a ``torch.cuda.CUDAGraph`` on first use, after a
+  warm-up run on a side stream; a step is then one replay instead of ~1,000 kernel launches.
+  **Unverified**: written for CUDA, run only on the CPU here (see the README's GPU section).
+* ``"compile"`` (``True`` on the CPU): ``torch.compile`` (inductor, fixed shapes, its C++
+  wrapper), so the step's kernels are called from C++, not one Python call per op. Each bucket
+  compiles on first use (seconds for the shipped model, more for larger ones), so on the CPU
+  only batches up to ``CPU_MAX_BATCH`` use it: at larger batches the per-op cost is shared by
+  many rows and the step runs eager.
+* ``"eager"``: the same fixed-shape function run eagerly: the padding, buffers and paged reads
+  without a compiler (what the tests check the others against).
+
+Steps with a prefill, or with more rows or blocks than the largest bucket, run eager as before.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .attention import NULL_BLOCK, DecodeMeta, PagedInPlace
+from .models.llama import AttentionBatch
+
+MODES = ("eager", "compile", "cuda")
+#: on the CPU, batches above this run eager: compiling a bucket takes seconds and above a few
+#: rows the per-op overhead a graph removes is shared by the batch
+CPU_MAX_BATCH = 4
+
+_PAGED = PagedInPlace()
+
+
+def buckets(limit: int) -> list[int]:
+    """1, 2, 4, ... below ``limit``, then ``limit`` itself."""
+    out, b = [], 1
+    while b < limit:
+        out.append(b)
+        b *= 2
+    return out + [limit]
+
+
+def bucket_for(n: int, sizes: list[int]) -> int | None:
+    """The smallest size >= n (None: n is larger than every size)."""
+    for s in sizes:
+        if s >= n:
+            return s
+    return None
+
+
+def decode_forward(model, kv_cache, ids, positions, slots, block_tables, context_lens) -> torch.Tensor:
+    """The model's forward over B decode rows at fixed shapes: logits [B, vocab]. Pure tensor
+    work (no host reads), so it can be captured or compiled for a (B, W) bucket."""
+    B, W = block_tables.shape
+    L = W * kv_cache.block_size
+    pad = torch.arange(L, device=ids.device) >= context_lens[:, None]
+    mask = torch.zeros((B, 1, 1, L), dtype=kv_cache.dtype, device=ids.device).masked_fill_(
+        pad.view(B, 1, 1, L), float("-inf"))
+    meta = DecodeMeta(block_tables, context_lens, slots, W, mask)
+    batch = AttentionBatch(positions=positions, slot_mapping=slots, num_decode=B, attention=_PAGED,
+                           decode_meta=meta, in_graph=True)
+    return model(ids, batch, kv_cache)
+
+
+class DecodeInputs:
+    """The persistent input buffers of one (B, W) bucket, on the device."""
+
+    def __init__(self, batch: int, width: int, device: torch.device):
+        self.ids = torch.zeros(batch, dtype=torch.long, device=device)
+        self.positions = torch.zeros(batch, dtype=torch.long, device=device)
+        self.slots = torch.zeros(batch, dtype=torch.long, device=device)
+        self.context_lens = torch.ones(batch, dtype=torch.long, device=device)
+        self.block_tables = torch.full((batch, width), NULL_BLOCK, dtype=torch.long, device=device)
+
+    def args(self):
+        return self.ids, self.positions, self.slots, self.block_tables, self.context_lens
+
+
+class DecodeGraph:
+    """One bucket: its buffers and its graph (made on first use)."""
+
+    def __init__(self, graphs: "DecodeGraphs", batch: int, width: int):
+        self.graphs, self.batch, self.width = graphs, batch, width
+        self.inputs = DecodeInputs(batch, width, graphs.device)
+        self.runs = 0
+        self._fn = None        # compile / eager: called with the buffers
+        self._graph = None     # cuda: the captured graph and its output buffer
+        self._out = None
+
+    def _make(self):
+        g = self.graphs
+        model, kv = g.model, g.kv_cache
+
+        def forward(*bufs):
+            return decode_forward(model, kv, *bufs)
+
+        if g.mode == "compile":
+            # fixed shapes, one graph or an error (never a silent eager fallback); the C++ wrapper
+            # calls the kernels without a Python call each; no guards on the model's modules
+            # (the weights do not change after loading: ``use_decode_layout`` refuses once compiled)
+            model.compiled = True
+            self._fn = torch.compile(forward, dynamic=False, fullgraph=True, recompile_limit=1,
+                                     isolate_recompiles=True,
+                                     options={"cpp_wrapper": True,
+                                              "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
+        elif g.mode == "cuda":
+            self._capture(forward)
+        else:
+            self._fn = forward
+
+    def _capture(self, forward) -> None:
+        args = self.inputs.args()
+        stream = torch.cuda.Stream(device=self.graphs.device)
+        stream.wait_stream(torch.cuda.current_stream(self.graphs.device))
+        with torch.cuda.stream(stream):  # warm-up: kernel selection and workspaces before capture
+            for _ in range(2):
+                forward(*args)
+        torch.cuda.current_stream(self.graphs.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.graphs.pool()):
+            self._out = forward(*args)
+        self._graph = graph
+
+    def __call__(self, n: int, table: torch.Tensor, rows: torch.Tensor, ids, positions, slots,
+                 context_lens) -> torch.Tensor:
+        """Fill the buffers (the first ``n`` rows real, the rest padding as uploaded), run, and
+        return the real rows' logits [n, vocab]."""
+        buf = self.inputs
+        buf.ids.copy_(ids)
+        buf.positions.copy_(positions)
+        buf.slots.copy_(slots)
+        buf.context_lens.copy_(context_lens)
+        buf.block_tables.fill_(NULL_BLOCK)
+        w = min(self.width, table.shape[1])
+        buf.block_tables[:n, :w].copy_(table.index_select(0, rows)[:, :w])
+        if self._fn is None and self._graph is None:
+            self._make()
+        self.runs += 1
+        if self._graph is not None:  # (a capture records kernels without running them)
+            self._graph.replay()
+            return self._out[:n].clone()  # the output buffer is rewritten by the next replay
+        return self._fn(*buf.args())[:n]
+
+
+class DecodeGraphs:
+    """The decode graphs of one engine, one per (B, W) bucket, made on first use."""
+
+    def __init__(self, model, kv_cache, device: torch.device, mode: str, max_num_seqs: int, max_model_len: int):
+        if mode not in MODES:
+            raise ValueError(f"decode graph mode must be one of {MODES}, got {mode!r}")
+        if kv_cache.scratch_slot is None:
+            raise ValueError("decode graphs need a KV pool with a scratch block (KVCache(scratch_block=True)) "
+                             "for their padding rows to write into")
+        self.model, self.kv_cache, self.device, self.mode = model, kv_cache, device, mode
+        max_batch = min(max_num_seqs, CPU_MAX_BATCH) if mode == "compile" else max_num_seqs
+        self.batch_sizes = buckets(max_batch)
+        self.widths = buckets(-(-max_model_len // kv_cache.block_size))
+        self.graphs: dict[tuple[int, int], DecodeGraph] = {}
+        self._pool = None
+
+    def pool(self):
+        """One CUDA memory pool shared by every captured graph (they never run at once)."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        return self._pool
+
+    def graph_for(self, n: int, blocks: int) -> DecodeGraph | None:
+        """The bucket's graph for ``n`` decode rows whose longest context spans ``blocks``
+        blocks, or None when no bucket is that large (the step runs eager)."""
+        b, w = bucket_for(n, self.batch_sizes), bucket_for(blocks, self.widths)
+        if b is None or w is None:
+            return None
+        graph = self.graphs.get((b, w))
+        if graph is None:
+            graph = self.graphs[(b, w)] = DecodeGraph(self, b, w)
+        return graph
+
+    def padding(self, n: int, batch: int) -> dict[str, list[int]]:
+        """What the ``batch - n`` padding rows upload: token 0 at position 0, writing to the
+        scratch slot, a context of one slot (which the null block's first slot fills)."""
+        k = batch - n
+        return {"ids": [0] * k, "positions": [0] * k, "slots": [self.kv_cache.scratch_slot] * k,
+                "context_lens": [1] * k}
