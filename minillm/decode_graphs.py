@@ -20,11 +20,12 @@ How a bucket's graph is made (``LLM(decode_graphs=...)``):
 * ``"cuda"`` (``True`` on CUDA): captured as a ``torch.cuda.CUDAGraph`` on first use, after a
   warm-up run on a side stream; a step is then one replay instead of ~1,000 kernel launches.
   **Unverified**: written for CUDA, run only on the CPU here (see the README's GPU section).
-* ``"compile"`` (``True`` on the CPU): ``torch.compile`` (inductor, fixed shapes, its C++
-  wrapper), so the step's kernels are called from C++, not one Python call per op. Each bucket
-  compiles on first use (seconds for the shipped model, more for larger ones), so on the CPU
-  only batches up to ``CPU_MAX_BATCH`` use it: at larger batches the per-op cost is shared by
-  many rows and the step runs eager.
+* ``"compile"`` (``True`` on the CPU): ``torch.compile`` (inductor with its C++ wrapper), so
+  the step's kernels are called from C++, not one Python call per op. One function per batch
+  bucket, with W dynamic, compiled on first use (measured cold: ~17 s for the shipped model,
+  ~70 s for SmolLM2-135M; inductor's disk cache makes a later process faster); only batches up
+  to ``CPU_MAX_BATCH`` use it: at larger batches the per-op cost is shared by many rows and the
+  step runs eager.
 * ``"eager"``: the same fixed-shape function run eagerly: the padding, buffers and paged reads
   without a compiler (what the tests check the others against).
 
@@ -39,6 +40,8 @@ from .attention import NULL_BLOCK, DecodeMeta, PagedInPlace
 from .models.llama import AttentionBatch
 
 MODES = ("eager", "compile", "cuda")
+#: compiles one batch size's function may make: one serves every width; torch raises past it
+MAX_COMPILES = 1
 #: on the CPU, batches above this run eager: compiling a bucket takes seconds and above a few
 #: rows the per-op overhead a graph removes is shared by the batch
 CPU_MAX_BATCH = 4
@@ -110,14 +113,9 @@ class DecodeGraph:
             return decode_forward(model, kv, *bufs)
 
         if g.mode == "compile":
-            # fixed shapes, one graph or an error (never a silent eager fallback); the C++ wrapper
-            # calls the kernels without a Python call each; no guards on the model's modules
-            # (the weights do not change after loading: ``use_decode_layout`` refuses once compiled)
-            model.compiled = True
-            self._fn = torch.compile(forward, dynamic=False, fullgraph=True, recompile_limit=1,
-                                     isolate_recompiles=True,
-                                     options={"cpp_wrapper": True,
-                                              "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
+            # one compiled function per batch size, the width W dynamic (every width shares it)
+            torch._dynamo.mark_dynamic(self.inputs.block_tables, 1)
+            self._fn = g.compiled_for(self.batch, forward)
         elif g.mode == "cuda":
             self._capture(forward)
         else:
@@ -169,9 +167,34 @@ class DecodeGraphs:
         self.model, self.kv_cache, self.device, self.mode = model, kv_cache, device, mode
         max_batch = min(max_num_seqs, CPU_MAX_BATCH) if mode == "compile" else max_num_seqs
         self.batch_sizes = buckets(max_batch)
-        self.widths = buckets(-(-max_model_len // kv_cache.block_size))
+        # widths from 2 blocks: a compiled graph's dynamic W must not be 1, which torch specialises
+        self.widths = [w for w in buckets(-(-max_model_len // kv_cache.block_size)) if w > 1] or [1]
         self.graphs: dict[tuple[int, int], DecodeGraph] = {}
+        self._compiled: dict[int, object] = {}
+        self.compiles = 0  # graphs inductor made (compile mode): one per batch bucket used
         self._pool = None
+
+    def compiled_for(self, batch: int, forward):
+        """The inductor-compiled forward of ``batch`` rows, made once and shared by every width.
+        Fixed batch, dynamic W, one graph or an error (``fullgraph``; past ``MAX_COMPILES``
+        torch raises instead of silently running eager); the C++ wrapper calls the kernels
+        without a Python call each; no guards on the model's modules (the weights do not change
+        after loading: ``use_decode_layout`` refuses once compiled)."""
+        fn = self._compiled.get(batch)
+        if fn is None:
+            self.model.compiled = True
+            fn = self._compiled[batch] = torch.compile(
+                forward, backend=self._inductor, dynamic=False, fullgraph=True, recompile_limit=MAX_COMPILES,
+                isolate_recompiles=True,
+                options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
+        return fn
+
+    def _inductor(self, gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        compiled = compile_fx(gm, example_inputs, config_patches={"cpp_wrapper": True})
+        self.compiles += 1
+        return compiled
 
     def pool(self):
         """One CUDA memory pool shared by every captured graph (they never run at once)."""

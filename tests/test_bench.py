@@ -213,3 +213,40 @@ def test_llama_cpp_peer_converts_the_folder_and_batches_continuously(tmp_path, m
     batcher = lc._batchers[6]
     mem = llama_cpp.llama_get_memory(batcher.ctx)
     assert all(llama_cpp.llama_memory_seq_pos_max(mem, s) == -1 for s in range(batcher.max_seqs))
+
+
+def test_peers_table_compares_each_minillm_variant_with_the_best_peer_only():
+    """With ``--decode-graphs`` two minillm engines run; the best *peer* is chosen among the
+    other engines (never the second minillm) and each minillm variant gets its own ratio line."""
+    from minillm.bench import peers
+
+    def spread(x):
+        return {"median": x, "min": x, "max": x}
+
+    names = ["minillm", peers.MINILLM_GRAPHS, "CTranslate2 x fp32", "llama.cpp x F32"]
+    tps = {"minillm": 100.0, peers.MINILLM_GRAPHS: 120.0, "CTranslate2 x fp32": 50.0, "llama.cpp x F32": 40.0}
+    tpot = {"minillm": 0.004, peers.MINILLM_GRAPHS: 0.002, "CTranslate2 x fp32": 0.002, "llama.cpp x F32": 0.001}
+    entry = {"engines": names, "rounds": 1, "load_average_start": [1, 1, 1], "load_average_end": [1, 1, 1],
+             "latency": [{"prompt": 16, "checks": {}, "tpot": {n: spread(v) for n, v in tpot.items()}}],
+             "workload": {"requests": 4, "wanted_tokens": 40, "rounds": 1, "checks": {},
+                          "best_batch": {"minillm": None, peers.MINILLM_GRAPHS: None, "CTranslate2 x fp32": 8,
+                                         "llama.cpp x F32": 16},
+                          "tokens_per_s": {n: spread(v) for n, v in tps.items()}}}
+    text = peers.peers_markdown([{"model": "m", "new_tokens": 8, "rounds": 1, "threads": {"1": entry},
+                                  "peers_not_run": {}}])
+    assert "minillm / the best peer (CTranslate2 x fp32) on the mixed workload: **2.00×**" in text
+    assert f"{peers.MINILLM_GRAPHS} / the best peer (CTranslate2 x fp32) on the mixed workload: **2.40×**" in text
+    assert f"batch-1 TPOT, {peers.MINILLM_GRAPHS} / CTranslate2 x fp32: 1.00×; llama.cpp x F32: 2.00×" in text
+    assert "(continuous batching)" in text
+
+
+def test_peers_table_without_the_mixed_workload():
+    from minillm.bench import peers
+
+    spread = {"median": 0.002, "min": 0.002, "max": 0.002}
+    entry = {"engines": ["minillm", "llama.cpp x F32"], "rounds": 1, "load_average_start": [1, 1, 1],
+             "load_average_end": [1, 1, 1], "workload": None,
+             "latency": [{"prompt": 16, "checks": {}, "tpot": {"minillm": spread, "llama.cpp x F32": spread}}]}
+    text = peers.peers_markdown([{"model": "m", "new_tokens": 8, "rounds": 1, "threads": {"1": entry},
+                                  "peers_not_run": {}}])
+    assert "batch-1 TPOT, minillm / llama.cpp x F32: 1.00×" in text and "--workload-runs 0" in text

@@ -236,6 +236,13 @@ def test_compiled_buckets_on_the_cpu(pair):
     ref, _ = run(eager, (9, 40), max_tokens=20)
     got, steps = run(compiled, (9, 40), max_tokens=20)
     assert got == ref and steps >= 15
+    # one request growing from 2 to 5 blocks, then to 10: widths 2, 4, 8, 16 share one graph
+    ref, _ = run(eager, (3,), max_tokens=150)
+    got, _ = run(compiled, (3,), max_tokens=150)
+    assert got == ref
+    g = compiled.runner.graphs
+    assert {w for b, w in g.graphs if b == 1} >= {2, 4, 8, 16}
+    assert g.compiles == len({b for b, _ in g.graphs}) == 2  # batch buckets 1 and 2
     # batches above the CPU limit run eager
     assert compiled.runner.graphs.graph_for(CPU_MAX_BATCH + 1, 1) is None
 

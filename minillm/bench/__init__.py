@@ -60,12 +60,15 @@ def parse_args(argv):
                          "batch-1 TPOT at prompts 16/128/512 and the 64-request mixed workload, at 1 and 2 threads "
                          "(or --threads); pip install 'minillm[peers]'")
     ap.add_argument("--workload-runs", type=int, default=None,
-                    help="with --peers: timed rounds of the mixed workload (default: --runs)")
+                    help="with --peers: timed rounds of the mixed workload (default: --runs; 0: batch-1 latency only)")
     ap.add_argument("--llama-cpp-gguf", default=None, help="with --peers: a float32 GGUF of the same model for llama.cpp")
     ap.add_argument("--batch-sizes", default=None,
                     help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,32,64); "
                          "with --peers: the peers' batch sizes (CTranslate2 static batches, llama.cpp's sequence "
                          "limits; default 8,16,32,64 and 16,64)")
+    ap.add_argument("--decode-graphs", action="store_true",
+                    help="minillm with LLM(decode_graphs=True) (CUDA graphs on CUDA, inductor on the CPU for "
+                         "batches up to 4; minillm.decode_graphs); with --peers: beside the eager engine")
     ap.add_argument("--allow-mismatch", action="store_true",
                     help="report differing greedy tokens instead of stopping (e.g. bfloat16 on CUDA, where "
                          "the two implementations' kernels round differently)")
@@ -121,7 +124,7 @@ def bench_model(name: str, path: Path, args, settings) -> dict:
     # room for every request of the mixed workload at its longest at once: minillm never preempts
     kv_tokens = settings.num_requests * (settings.prompt_range[1] + settings.output_range[1] + 16)
     eng = load_engines(path, args.device, args.dtype, kv_cache_tokens=kv_tokens, max_num_seqs=64,
-                       num_threads=args.threads)
+                       num_threads=args.threads, decode_graphs=args.decode_graphs)
     label = name if name in MODELS else path.name
     result = {
         "model": {"name": label, "path": str(path), "description": DESCRIPTIONS.get(name, f"the checkpoint in {path}"),
@@ -239,7 +242,7 @@ def run_peers(args, out_dir: Path, workdir: Path) -> int:
                              llama_cpp_gguf=Path(args.llama_cpp_gguf) if args.llama_cpp_gguf else None,
                              log=lambda m: print(m, flush=True), workload_rounds=args.workload_runs,
                              batch_sizes=tuple(int(x) for x in args.batch_sizes.split(",")) if args.batch_sizes else None,
-                             **kw)
+                             decode_graphs=args.decode_graphs, **kw)
         out = out_dir / f"peers_{result['model']}.json"
         if args.threads and out.is_file():  # one thread count re-run: keep the others' results
             old = json.loads(out.read_text())

@@ -83,7 +83,8 @@ class Engines:
 
 
 def load_engines(path: str | Path, device: str, dtype: str = "auto", kv_cache_tokens: int | None = None,
-                 max_num_seqs: int = 64, scheduling: str = "continuous", num_threads: int | None = None) -> Engines:
+                 max_num_seqs: int = 64, scheduling: str = "continuous", num_threads: int | None = None,
+                 decode_graphs: bool = False) -> Engines:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -92,7 +93,8 @@ def load_engines(path: str | Path, device: str, dtype: str = "auto", kv_cache_to
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     # the engine sets torch's (process-wide) thread count: the baseline then runs with the same
-    llm = make_llm(path, device, dtype, kv_cache_tokens, max_num_seqs, scheduling, num_threads=num_threads)
+    llm = make_llm(path, device, dtype, kv_cache_tokens, max_num_seqs, scheduling, num_threads=num_threads,
+                   decode_graphs=decode_graphs)
     hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=llm.dtype, attn_implementation="sdpa")
     hf = hf.to(llm.device).eval()
     # generate() fills unset fields of the config it is given from the checkpoint's
@@ -105,14 +107,14 @@ def load_engines(path: str | Path, device: str, dtype: str = "auto", kv_cache_to
 
 
 def make_llm(path, device, dtype="auto", kv_cache_tokens=None, max_num_seqs=64, scheduling="continuous",
-             llm_class=None, num_threads=None):
+             llm_class=None, num_threads=None, decode_graphs=False):
     """A minillm engine for benchmarking: prefix caching off (the baseline has none, and
     repeated runs of one prompt would otherwise hit the cache), KV budget as given."""
     from minillm import LLM
 
     return (llm_class or LLM)(str(path), device=device, dtype=dtype, kv_cache_tokens=kv_cache_tokens,
                max_num_seqs=max_num_seqs, enable_prefix_caching=False, scheduling=scheduling,
-               num_threads=num_threads)
+               num_threads=num_threads, decode_graphs=decode_graphs)
 
 
 def forget_finished(llm) -> None:

@@ -166,12 +166,16 @@ def llama_cpp_gguf_for(hf_folder: Path, cache: Path | None = None) -> Path:
 
 
 class MinillmEngine:
-    def __init__(self, folder: Path, threads: int, kv_tokens: int):
+    """minillm itself; with ``decode_graphs`` a second variant (``LLM(decode_graphs=True)``),
+    reported under its own name and compared like the others."""
+
+    def __init__(self, folder: Path, threads: int, kv_tokens: int, decode_graphs: bool = False):
         from minillm import LLM
 
-        self.name = "minillm"
+        self.name = MINILLM_GRAPHS if decode_graphs else "minillm"
         self.llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False,
-                       kv_cache_tokens=kv_tokens, max_num_seqs=64, num_threads=threads)
+                       kv_cache_tokens=kv_tokens, max_num_seqs=64, num_threads=threads,
+                       decode_graphs=decode_graphs)
 
     def latency(self, prompt: list[int], new_tokens: int):
         from .harness import minillm_latency
@@ -183,6 +187,14 @@ class MinillmEngine:
 
         seconds, out, _ = minillm_run(self.llm, prompts, max_tokens)
         return seconds, out
+
+
+#: the name of minillm's decode-graphs variant in the results
+MINILLM_GRAPHS = "minillm, decode graphs"
+
+
+def is_minillm(name: str) -> bool:
+    return name.startswith("minillm")
 
 
 class CTranslate2Engine:
@@ -373,7 +385,11 @@ def _spread(xs):
 
 def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, prompt_lens=(16, 128, 512),
                 new_tokens: int = 128, num_requests: int = 64, seed: int = 0, llama_cpp_gguf: Path | None = None,
-                log=print, workload_rounds: int | None = None, batch_sizes: tuple[int, ...] | None = None) -> dict:
+                log=print, workload_rounds: int | None = None, batch_sizes: tuple[int, ...] | None = None,
+                decode_graphs: bool = False) -> dict:
+    """minillm beside CTranslate2 and llama.cpp (those installed) at each thread count; with
+    ``decode_graphs`` also ``LLM(decode_graphs=True)``, whose graphs are compiled in the untimed
+    check runs (each engine's first run of a prompt or of the workload)."""
     import torch
 
     from .harness import _loadavg
@@ -395,6 +411,8 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
         for threads in threads_list:
             kv_tokens = num_requests * (256 + 256 + 16)
             engines = [MinillmEngine(folder, threads, kv_tokens)]
+            if decode_graphs:
+                engines.append(MinillmEngine(folder, threads, kv_tokens, decode_graphs=True))
             tok, vocab = engines[0].llm.tokenizer, engines[0].llm.model_config.vocab_size
             lens = [p for p in prompt_lens if p + new_tokens <= engines[0].llm.max_model_len]
             prompts = random_prompts(tok, vocab, lens, seed=seed + 1)
@@ -435,11 +453,24 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
                 log(f"  [{model}] {threads} thread(s), prompt {plen}: TPOT ms " +
                     ", ".join(f"{k} {1e3 * v['median']:.2f}" for k, v in row["tpot"].items()) +
                     f" checks {row['checks']}")
+            if workload_rounds == 0:  # batch-1 latency only
+                entry["workload"] = None
+                entry["load_average_end"] = _loadavg()
+                result["threads"][str(threads)] = entry
+                del engines
+                continue
             # the mixed workload: each peer's best static batch size, then timed rounds
             wanted = sum(olens)
             ref_out = engines[0].workload(work, olens)[1]
             best = {engines[0].name: None}
             for e in engines[1:]:
+                if isinstance(e, MinillmEngine):  # one untimed run: its graphs compile here
+                    div = [first_divergence(r, o) for r, o in zip(ref_out, e.workload(work, olens)[1])]
+                    entry["workload"].setdefault("checks", {})[e.name] = {
+                        "identical_requests": sum(d is None for d in div), "requests": len(div),
+                        "first_divergences": [d for d in div if d is not None][:8]}
+                    best[e.name] = None
+                    continue
                 rates = {}
                 for bsz in batch_sizes or e.batch_sizes:
                     seconds, out = e.workload(work, olens, bsz)
@@ -490,20 +521,32 @@ def peers_markdown(results: list[dict]) -> str:
                 lines.append(f"| {row['prompt']} | " + " | ".join(cells) + f" | {checks} |")
             w = e["workload"]
             lines.append("")
+            if w is None:  # --workload-runs 0: batch-1 only
+                peers = [n for n in names if not is_minillm(n)]
+                for mine_name in [n for n in names if is_minillm(n)]:
+                    lines.append(f"batch-1 TPOT, {mine_name} / " + "; ".join(f"{n}: " + " / ".join(
+                        f"{row['tpot'][mine_name]['median'] / row['tpot'][n]['median']:.2f}×" for row in e["latency"])
+                        for n in peers) + " (prompts " + " / ".join(str(row["prompt"]) for row in e["latency"])
+                        + "); the mixed workload was not run (--workload-runs 0)\n")
+                continue
             lines.append(f"Mixed workload ({w['requests']} requests, {w['wanted_tokens']} wanted output tokens, "
                          f"{w.get('rounds', e.get('rounds', r['rounds']))} timed rounds), "
                          "output tokens/s: " + "; ".join(
                              f"{n} {w['tokens_per_s'][n]['median']:.0f} [{w['tokens_per_s'][n]['min']:.0f}–"
                              f"{w['tokens_per_s'][n]['max']:.0f}]" + _batching(n, w['best_batch'].get(n))
                              for n in names))
-            best_peer = max(names[1:], key=lambda n: w["tokens_per_s"][n]["median"], default=None)
-            if best_peer:
-                mine = w["tokens_per_s"][names[0]]["median"]
-                lines.append(f"\nminillm / the best peer ({best_peer}) on the mixed workload: "
-                             f"**{mine / w['tokens_per_s'][best_peer]['median']:.2f}×**; batch-1 TPOT, minillm / "
+            peers = [n for n in names if not is_minillm(n)]
+            best_peer = max(peers, key=lambda n: w["tokens_per_s"][n]["median"], default=None)
+            prompts = " (prompts " + " / ".join(str(row["prompt"]) for row in e["latency"]) + ")"
+            for mine_name in [n for n in names if is_minillm(n)]:
+                if not best_peer:
+                    break
+                mine = w["tokens_per_s"][mine_name]["median"]
+                lines.append(f"\n{mine_name} / the best peer ({best_peer}) on the mixed workload: "
+                             f"**{mine / w['tokens_per_s'][best_peer]['median']:.2f}×**; batch-1 TPOT, {mine_name} / "
                              + "; ".join(f"{n}: " + " / ".join(
-                                 f"{row['tpot'][names[0]]['median'] / row['tpot'][n]['median']:.2f}×" for row in e["latency"])
-                                 for n in names[1:]) + " (prompts " + " / ".join(str(row["prompt"]) for row in e["latency"]) + ")")
+                                 f"{row['tpot'][mine_name]['median'] / row['tpot'][n]['median']:.2f}×" for row in e["latency"])
+                                 for n in peers) + prompts)
             for k, c in w.get("checks", {}).items():
                 lines.append(f"- {k}: {c['identical_requests']}/{c['requests']} requests token-identical to minillm"
                              + (f" (first divergences at {c['first_divergences']})" if c["first_divergences"] else ""))
