@@ -219,3 +219,26 @@ class DecodeGraphs:
         k = batch - n
         return {"ids": [0] * k, "positions": [0] * k, "slots": [self.kv_cache.scratch_slot] * k,
                 "context_lens": [1] * k}
+
+
+def warm_up(llm) -> int:
+    """Make the graphs now rather than in a step that serves someone (``LLM.warmup``): for each
+    batch bucket, that many greedy 2-token requests run to their first decode, their outputs
+    dropped and the requests forgotten (their events stay in the trace). In "compile" mode that
+    is every graph (one per batch size serves every width); in "cuda" mode each batch size's
+    narrowest width (a wider one is captured when first needed). Returns the graphs made (0
+    without decode graphs, or in "eager" mode, where there is nothing to make)."""
+    from .params import SamplingParams
+
+    graphs = llm.runner.graphs
+    if graphs is None or graphs.mode == "eager":
+        return 0
+    token = 1 % llm.model_config.vocab_size
+    params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+    for b in graphs.batch_sizes:
+        reqs = [llm.add_request(prompt_token_ids=[token, token], params=params) for _ in range(b)]
+        while any(r.is_live for r in reqs):
+            llm.step()
+        for r in reqs:
+            llm.requests.pop(r.request_id, None)
+    return graphs.compiles if graphs.mode == "compile" else len(graphs.graphs)

@@ -196,13 +196,15 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--length", type=int, default=25, help="actions per program")
     ap.add_argument("--model", default=None, help="a model folder (default: the shipped model)")
+    ap.add_argument("--decode-graphs", default=None, choices=["eager", "compile"],
+                    help="fuzz an engine whose decode-only steps run through decode graphs (the reference stays plain)")
     args = ap.parse_args(argv)
     from .llm import LLM
 
     def engine(**kw):
         return LLM(args.model, device="cpu", block_size=4, max_model_len=48, **kw)
 
-    llm = engine(num_kv_blocks=10, max_num_seqs=4, max_num_batched_tokens=24)
+    llm = engine(num_kv_blocks=10, max_num_seqs=4, max_num_batched_tokens=24, decode_graphs=args.decode_graphs)
     make_reference = lambda: engine(num_kv_blocks=64, max_num_seqs=1)  # noqa: E731
     fz = EngineFuzzer(llm, make_reference)
     rng = random.Random(args.seed)

@@ -325,11 +325,13 @@ class LLM(WholeGenerations):
 
     @_locked
     def warmup(self) -> int:
-        """With ``compile=True``: compile now, not in the first step (call it before adding
-        requests; ``minillm.models.compiled.warm_up``). Returns the graphs compiled (0: eager)."""
+        """With ``compile=True`` or ``decode_graphs``: compile (capture) now, not in the first
+        steps (call it before adding requests; ``minillm.models.compiled.warm_up``,
+        ``minillm.decode_graphs.warm_up``). Returns the graphs made (0: eager)."""
+        from .decode_graphs import warm_up as make_decode_graphs
         from .models.compiled import warm_up
 
-        return warm_up(self)
+        return warm_up(self) + make_decode_graphs(self)
 
     # --- finishing from outside ----------------------------------------------------------
     @_locked

@@ -232,7 +232,11 @@ def test_compiled_buckets_on_the_cpu(pair):
     ``CPU_MAX_BATCH``); tokens equal eager's, logits within rounding, one graph per bucket."""
     eager, _ = pair
     compiled = LLM(decode_graphs=True, **KW)
-    assert compiled.runner.graphs.mode == "compile" and compiled.runner.graphs.batch_sizes[-1] == CPU_MAX_BATCH
+    g = compiled.runner.graphs
+    assert g.mode == "compile" and g.batch_sizes == [1, 2, CPU_MAX_BATCH]
+    # warmup() makes one graph per batch bucket before any request, and leaves nothing behind
+    assert compiled.warmup() == 3 == g.compiles
+    assert compiled.requests == {} and compiled.cache_stats().used_blocks == 0
     ref, _ = run(eager, (9, 40), max_tokens=20)
     got, steps = run(compiled, (9, 40), max_tokens=20)
     assert got == ref and steps >= 15
@@ -240,9 +244,8 @@ def test_compiled_buckets_on_the_cpu(pair):
     ref, _ = run(eager, (3,), max_tokens=150)
     got, _ = run(compiled, (3,), max_tokens=150)
     assert got == ref
-    g = compiled.runner.graphs
     assert {w for b, w in g.graphs if b == 1} >= {2, 4, 8, 16}
-    assert g.compiles == len({b for b, _ in g.graphs}) == 2  # batch buckets 1 and 2
+    assert g.compiles == 3  # nothing compiled after the warm-up: every width shares its batch's graph
     # batches above the CPU limit run eager
     assert compiled.runner.graphs.graph_for(CPU_MAX_BATCH + 1, 1) is None
 

@@ -23,7 +23,7 @@ from minillm.fuzz import PREFIXES, EngineFuzzer
 def engine_factory(model_factory):
     folder, _ = model_factory("llama")
     make = lambda **kw: LLM(str(folder), block_size=4, max_model_len=48, **kw)  # noqa: E731
-    return (lambda: make(num_kv_blocks=10, max_num_seqs=4, max_num_batched_tokens=24),
+    return (lambda **kw: make(num_kv_blocks=10, max_num_seqs=4, max_num_batched_tokens=24, **kw),
             lambda: make(num_kv_blocks=64, max_num_seqs=1))
 
 
@@ -74,5 +74,15 @@ def build_machine(make_llm, make_reference):
 def test_random_programs_keep_the_invariants_and_the_outputs(engine_factory):
     machine = build_machine(*engine_factory)
     machine.TestCase.settings = settings(max_examples=25, stateful_step_count=25, deadline=None,
+                                         suppress_health_check=list(HealthCheck), derandomize=True)
+    machine.TestCase().runTest()
+
+
+def test_random_programs_through_decode_graphs(engine_factory):
+    """The same programs with decode-only steps through fixed-shape graphs (``decode_graphs="eager"``:
+    padded buffers, scratch-block writes, paged reads), against the same plain reference."""
+    make_llm, make_reference = engine_factory
+    machine = build_machine(lambda: make_llm(decode_graphs="eager"), make_reference)
+    machine.TestCase.settings = settings(max_examples=12, stateful_step_count=25, deadline=None,
                                          suppress_health_check=list(HealthCheck), derandomize=True)
     machine.TestCase().runTest()

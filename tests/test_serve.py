@@ -341,6 +341,13 @@ def test_server_engine_limits_are_passed_when_the_engine_has_them():
     assert engine_limits(Old) == {}
 
 
+def test_decode_graphs_flag():
+    from minillm.serve.server import build_parser
+
+    assert build_parser().parse_args(["--decode-graphs"]).decode_graphs is True
+    assert build_parser().parse_args([]).decode_graphs is False
+
+
 @pytest.mark.parametrize("args,needle", [(["--port", "70000"], "--port"), (["--max-waiting", "0"], "--max-waiting"),
                                          (["--max-num-seqs", "0"], "max_num_seqs"),
                                          (["/no/such/model/folder"], "no/such")])

@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=int, default=None, help="longest context (default: the model's)")
     p.add_argument("--kv-cache-tokens", type=int, default=None, help="KV budget in tokens (default: the engine's)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    p.add_argument("--decode-graphs", action="store_true",
+                   help="run decode-only steps as fixed-shape graphs (LLM(decode_graphs=True): CUDA graphs on "
+                        "CUDA, inductor on the CPU for batches up to 4), made before serving")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--seed", type=int, default=0, help="seeds requests that bring no seed of their own")
@@ -127,7 +130,12 @@ def serve(argv: list[str] | None = None, server_class=None) -> int:
         kwargs = dict(device=args.device, dtype=args.dtype, block_size=args.block_size,
                       max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
                       kv_cache_tokens=args.kv_cache_tokens, seed=args.seed)
+        if args.decode_graphs:
+            kwargs["decode_graphs"] = True
         llm = LLM(args.model, **kwargs, **engine_limits(LLM))
+        if args.decode_graphs:  # before the first request, not in it
+            print(f"minillm serve: making decode graphs ({llm.runner.graphs.mode}) ...", flush=True)
+            llm.warmup()
     except (ValueError, FileNotFoundError) as exc:
         print(f"minillm serve: error: {exc}", file=sys.stderr)
         return 2
