@@ -161,6 +161,20 @@ def run_to_end(llm, max_steps: int = 10_000):
     raise AssertionError("engine did not finish")
 
 
+def record_logits(llm) -> list:
+    """Every step's logits as the runner returns them (copies), appended as the engine steps;
+    ``del llm.runner.run`` stops recording."""
+    seen, run = [], llm.runner.run
+
+    def run_and_keep(*args, **kwargs):
+        logits = run(*args, **kwargs)
+        seen.append(logits.detach().clone())
+        return logits
+
+    llm.runner.run = run_and_keep
+    return seen
+
+
 def check_block_invariants(llm):
     """Blocks in use == blocks held by requests, each block's refcount == number of holders."""
     alloc = llm.kv_cache.allocator

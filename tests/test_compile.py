@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import record_logits
 
 from minillm import LLM, SamplingParams
 from minillm.engine_args import check_engine_options
@@ -26,17 +27,7 @@ KW = dict(device="cpu", dtype="float32", num_threads=1, max_num_seqs=4, max_num_
           block_size=16, num_kv_blocks=10, enable_prefix_caching=False)
 
 
-def recording(llm: LLM) -> list[torch.Tensor]:
-    """Every step's logits, as the runner returns them."""
-    seen, run = [], llm.runner.run
-
-    def run_and_keep(*args, **kwargs):
-        logits = run(*args, **kwargs)
-        seen.append(logits.detach().clone())
-        return logits
-
-    llm.runner.run = run_and_keep
-    return seen
+recording = record_logits
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import record_logits
 
 from minillm import LLM, SamplingParams
 from minillm.decode_graphs import CPU_MAX_BATCH, bucket_for, buckets
@@ -45,16 +46,7 @@ def run(llm: LLM, lengths, params_for=None, max_tokens=30, cancel_at=None):
     return [list(r.output_token_ids) for r in reqs], after - before
 
 
-def recording(llm: LLM) -> list[torch.Tensor]:
-    seen, run_ = [], llm.runner.run
-
-    def keep(*args, **kwargs):
-        logits = run_(*args, **kwargs)
-        seen.append(logits.detach().clone())
-        return logits
-
-    llm.runner.run = keep
-    return seen
+recording = record_logits
 
 
 @pytest.fixture(scope="module")
