@@ -113,8 +113,10 @@ class DecodeGraph:
             return decode_forward(model, kv, *bufs)
 
         if g.mode == "compile":
-            # one compiled function per batch size, the width W dynamic (every width shares it)
-            torch._dynamo.mark_dynamic(self.inputs.block_tables, 1)
+            # one compiled function per batch size, the width W dynamic (every width shares it;
+            # a width of 1, only when a whole sequence fits one block, is the only width there is)
+            if self.width > 1:
+                torch._dynamo.mark_dynamic(self.inputs.block_tables, 1)
             self._fn = g.compiled_for(self.batch, forward)
         elif g.mode == "cuda":
             self._capture(forward)

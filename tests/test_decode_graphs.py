@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import record_logits
 
-from minillm import LLM, SamplingParams
+from minillm import LLM, SamplingParams, StopReason
 from minillm.decode_graphs import CPU_MAX_BATCH, bucket_for, buckets
 from minillm.engine_args import check_engine_options
 from minillm.kv_cache import KVCache
@@ -106,6 +106,41 @@ def test_seeded_sampling_penalties_and_logprobs_match(pair):
     ref, _ = run(eager, (12, 30, 7), params)
     got, steps = run(graphed, (12, 30, 7), params)
     assert got == ref and steps > 0
+
+
+def test_every_stop_reason_through_graphs():
+    """EOS (a stop token id), a stop string, max_tokens and a full context end the same way, at
+    the same token, with and without decode graphs; nothing stays allocated."""
+    kw = dict(KW, max_model_len=64)
+    eager, graphed = LLM(**kw), LLM(decode_graphs="eager", **kw)
+    outs = {}
+
+    def generate(llm, ps, params):
+        reqs = [llm.add_request(prompt_token_ids=p, params=q) for p, q in zip(ps, params)]
+        while llm.has_unfinished():
+            llm.step()
+        return reqs
+
+    for name, llm in (("eager", eager), ("graphs", graphed)):
+        probe = generate(llm, [prompts((6,))[0]], [SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)])[0]
+        stop_id, text = probe.output_token_ids[5], llm.tokenizer.decode(probe.output_token_ids[8:10])
+        params = [SamplingParams(max_tokens=20, temperature=0.0, stop_token_ids=[stop_id]),
+                  SamplingParams(max_tokens=20, temperature=0.0, stop=[text], ignore_eos=True),
+                  SamplingParams(max_tokens=7, temperature=0.0, ignore_eos=True),
+                  SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)]
+        ps = [prompts((6,))[0]] * 3 + [prompts((50,))[0]]
+        got = generate(llm, ps, params)
+        outs[name] = [(list(r.output_token_ids), r.stop_reason, r.text) for r in got]
+        assert llm.cache_stats().used_blocks == 0
+    assert outs["graphs"] == outs["eager"]
+    assert [r for _, r, _ in outs["graphs"]] == [StopReason.EOS, StopReason.STOP_STRING, StopReason.MAX_TOKENS,
+                                                  StopReason.CONTEXT_FULL]
+    assert sum(g.runs for g in graphed.runner.graphs.graphs.values()) > 10
+    # a whole sequence in one block: the one width there is
+    tiny = LLM(decode_graphs="eager", **dict(KW, max_model_len=12))
+    assert tiny.runner.graphs.widths == [1]
+    r = generate(tiny, [[5, 6, 7]], [SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)])[0]
+    assert r.stop_reason == StopReason.CONTEXT_FULL and len(r.output_token_ids) == 12 - 3
 
 
 def test_cancel_mid_decode(pair):
