@@ -21,6 +21,10 @@ tables on the device. Sampling then reads the results back once (``Sampler``).
 The block tables themselves stay on the device from step to step (``BlockTableRows``, a row
 per scheduled request): a step sends only the blocks allocated since the last, so a decode
 step's host work and upload are O(batch), whatever the contexts' lengths.
+
+With ``LLM(decode_graphs=...)`` a decode-only step skips the per-step layout altogether: its
+integers, padded to a bucket, go into a graph's persistent buffers and one fixed-shape forward
+runs (``minillm.decode_graphs``, ``ModelRunner.graphs``); steps with a prefill stay as above.
 """
 
 from __future__ import annotations
