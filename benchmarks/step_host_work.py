@@ -92,24 +92,23 @@ def time_steps(pkg, llm, steps: int) -> tuple[float, float]:
     real_send, real_tensor = runner_mod.StepUpload.send, torch.tensor
     marks: dict = {}
 
-    def run(*a, **k):
-        marks["run"] = t = time.perf_counter()
-        try:
-            return real_run(*a, **k)
-        finally:
-            marks["total"] += time.perf_counter() - t
+    def timed(real, mark, forget=False):
+        """``real``, its start noted as ``marks[mark]`` and its time added to the total."""
+        def call(*a, **k):
+            marks[mark] = t = time.perf_counter()
+            try:
+                return real(*a, **k)
+            finally:
+                marks["total"] += time.perf_counter() - t
+                if forget:
+                    marks.pop(mark, None)
+        return call
+
+    run, sample = timed(real_run, "run"), timed(real_sample, "sample", forget=True)
 
     def send(self, device):
         marks["host"] += time.perf_counter() - marks["run"]
         return real_send(self, device)
-
-    def sample(*a, **k):
-        marks["sample"] = t = time.perf_counter()
-        try:
-            return real_sample(*a, **k)
-        finally:
-            marks["total"] += time.perf_counter() - t
-            marks.pop("sample", None)
 
     def tensor(data, *a, **k):
         if k.get("dtype") is torch.float64 and "sample" in marks:

@@ -29,7 +29,8 @@ def _params(i: int) -> SamplingParams:
 @pytest.fixture(scope="module")
 def make_llm(model_factory):
     folder, _ = model_factory("llama")
-    return lambda: LLM(str(folder), block_size=4, num_kv_blocks=48, max_num_seqs=4, max_num_batched_tokens=16)
+    return lambda **kw: LLM(str(folder), block_size=4, num_kv_blocks=48, max_num_seqs=4, max_num_batched_tokens=16,
+                            **kw)
 
 
 def _add_all(llm, prompts):
@@ -75,13 +76,17 @@ def _raise_when_armed(armed):
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
-def test_real_sigint_at_random_moments_never_changes_an_output(make_llm, reference):
+@pytest.mark.parametrize("decode_graphs", [False, "eager"])
+def test_real_sigint_at_random_moments_never_changes_an_output(make_llm, reference, decode_graphs):
     """24 runs, each hit by 3 real SIGINTs at random moments (a handler that raises
-    KeyboardInterrupt exactly as Python's default one does, switched off once the run is done)."""
+    KeyboardInterrupt exactly as Python's default one does, switched off once the run is done);
+    also with decode-only steps through fixed-shape graphs (``minillm.decode_graphs``), against
+    the same plain reference."""
     rng = random.Random(0)
     rolled_back = interrupted = 0
+    make = lambda: make_llm(decode_graphs=decode_graphs)  # noqa: E731
     # how long an uninterrupted run takes, so the signals land inside it
-    llm = make_llm()
+    llm = make()
     t0 = time.perf_counter()
     _add_all(llm, PROMPTS + SHARED)
     _drive(llm)
@@ -90,7 +95,7 @@ def test_real_sigint_at_random_moments_never_changes_an_output(make_llm, referen
     previous = signal.signal(signal.SIGINT, _raise_when_armed(armed))
     try:
         for trial in range(24):
-            llm = make_llm()
+            llm = make()
             reqs = _add_all(llm, PROMPTS + SHARED)
             timers = [threading.Timer(rng.uniform(0, span), os.kill, (os.getpid(), signal.SIGINT))
                       for _ in range(3)]
