@@ -319,14 +319,11 @@ class ModelRunner:
         if decodes:
             ctx = []
             for row, i in enumerate(order):
-                r = decodes[i]
-                length = r.num_tokens
-                pos = length - 1
-                table = r.block_table
-                ids.append(r.output_token_ids[-1] if r.output_token_ids else r.prompt_token_ids[-1])
+                token, pos, slot = self._decode_row(decodes[i])
+                ids.append(token)
                 positions.append(pos)
-                slot_mapping.append(table[pos // bs] * bs + pos % bs)
-                ctx.append(length)
+                slot_mapping.append(slot)
+                ctx.append(pos + 1)
                 logits_rows[i] = row
             if self.attention.uses_block_tables:
                 batch.decode_meta = self._decode_meta(ctx, upload, table_part)
@@ -369,21 +366,24 @@ class ModelRunner:
         rows = None if rows_part is None else upload.view(dev, rows_part)
         return self.model(input_ids, batch, self.kv, logits_rows=rows)
 
+    def _decode_row(self, r: Request) -> tuple[int, int, int]:
+        """A decoding request's row: (its newest token, that token's position, the cache slot
+        its K/V goes to); the context it attends is position + 1 tokens."""
+        pos = r.num_tokens - 1
+        bs = self.block_size
+        token = r.output_token_ids[-1] if r.output_token_ids else r.prompt_token_ids[-1]
+        return token, pos, r.block_table[pos // bs] * bs + pos % bs
+
     def _run_graph(self, graph, decodes: list[Request]) -> torch.Tensor:
         """A decode-only step through its bucket's graph: the same integers as an eager step
         (rows in the scheduler's order: a fixed-shape batch needs no sorting), padded to the
         bucket's rows, in one upload; the block tables from the persistent device table."""
-        bs, n = self.block_size, len(decodes)
+        n = len(decodes)
         upload = StepUpload()
         _, rows_part = self.block_rows.plan(decodes, n, upload)
         pad = self.graphs.padding(n, graph.batch)
-        ids, positions, slots, ctx = [], [], [], []
-        for r in decodes:
-            pos = r.num_tokens - 1
-            ids.append(r.output_token_ids[-1] if r.output_token_ids else r.prompt_token_ids[-1])
-            positions.append(pos)
-            slots.append(r.block_table[pos // bs] * bs + pos % bs)
-            ctx.append(r.num_tokens)
+        ids, positions, slots = (list(col) for col in zip(*map(self._decode_row, decodes)))
+        ctx = [pos + 1 for pos in positions]
         parts = [upload.add(ids + pad["ids"]), upload.add(positions + pad["positions"]),
                  upload.add(slots + pad["slots"]), upload.add(ctx + pad["context_lens"])]
         dev = upload.send(self.device)

@@ -379,6 +379,13 @@ def first_divergence(ref: list[int], got: list[int]):
     return i
 
 
+def _token_check(ref: list[list[int]], got: list[list[int]]) -> dict:
+    """How many requests gave exactly minillm's tokens, and the first divergences (up to 8)."""
+    div = [first_divergence(r, o) for r, o in zip(ref, got)]
+    return {"identical_requests": sum(d is None for d in div), "requests": len(div),
+            "first_divergences": [d for d in div if d is not None][:8]}
+
+
 def _spread(xs):
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
 
@@ -465,20 +472,14 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
             best = {engines[0].name: None}
             for e in engines[1:]:
                 if isinstance(e, MinillmEngine):  # one untimed run: its graphs compile here
-                    div = [first_divergence(r, o) for r, o in zip(ref_out, e.workload(work, olens)[1])]
-                    entry["workload"].setdefault("checks", {})[e.name] = {
-                        "identical_requests": sum(d is None for d in div), "requests": len(div),
-                        "first_divergences": [d for d in div if d is not None][:8]}
+                    entry["workload"].setdefault("checks", {})[e.name] = _token_check(ref_out, e.workload(work, olens)[1])
                     best[e.name] = None
                     continue
                 rates = {}
                 for bsz in batch_sizes or e.batch_sizes:
                     seconds, out = e.workload(work, olens, bsz)
                     rates[bsz] = wanted / seconds
-                    div = [first_divergence(r, o) for r, o in zip(ref_out, out)]
-                    entry["workload"].setdefault("checks", {})[f"{e.name} batch {bsz}"] = {
-                        "identical_requests": sum(d is None for d in div), "requests": len(div),
-                        "first_divergences": [d for d in div if d is not None][:8]}
+                    entry["workload"].setdefault("checks", {})[f"{e.name} batch {bsz}"] = _token_check(ref_out, out)
                 best[e.name] = max(rates, key=rates.get)
                 entry["workload"].setdefault("batch_rates", {})[e.name] = rates
             rates = {e.name: [] for e in engines}
