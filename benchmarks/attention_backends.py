@@ -208,7 +208,7 @@ def kernel_case(batch: int, context: int, heads: int, kv_heads: int, head_dim: i
         meta.mask = torch.zeros(batch, width * block_size).masked_fill_(pad, float("-inf")).view(
             batch, 1, 1, width * block_size)
     paged = AttentionBatch(positions=None, slot_mapping=None, num_decode=batch, decode_meta=meta)
-    return q, k_pool, v_pool, {"gather": gather, "paged": paged, "online": paged}
+    return q, k_pool, v_pool, {"gather": gather, "paged": paged, "kernel": paged, "online": paged}
 
 
 @torch.inference_mode()

@@ -11,7 +11,13 @@ is a backend's job, chosen when the runner is built (``LLM(attention_backend=...
   ``slot_mapping[B]``): one ``index_select`` on the block axis, one SDPA for all decode rows.
   Every tensor it uses has a shape fixed by (B, W), which is what a captured CUDA graph needs.
 
-A GPU kernel plugs in as a third backend with the same ``decode`` signature: FlexAttention's
+* ``PagedKernel`` ("kernel"): the same metadata, read truly in place by a page of C
+  (``minillm/kernels/paged_decode.c``, built on first use by ``minillm.cpu_kernel``): each
+  row's K/V are read block by block straight out of the pool, once, with no copy and no mask.
+  CPU and float32 only; ``"auto"`` picks it where it builds and the cache is float32 on the
+  CPU, else ``gather``.
+
+A GPU kernel plugs in as a further backend with the same ``decode`` signature: FlexAttention's
 paged attention (``torch.nn.attention.flex_attention`` with a block mask built from
 ``block_tables``/``context_lens``) or ``flash_attn_with_kvcache(q, k_pool, v_pool,
 cache_seqlens=context_lens, block_table=block_tables)``, which read the pool in place. None is
@@ -51,6 +57,9 @@ class AttentionBackend:
     name = "base"
     #: the runner builds ``DecodeMeta`` (block tables) for this backend; otherwise decode groups
     uses_block_tables = False
+    #: with block tables, the backend reads ``DecodeMeta.mask`` (a kernel bounded by
+    #: ``context_lens`` needs none, and the runner then makes none)
+    uses_mask = True
 
     def decode(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, batch,
                scale: float) -> torch.Tensor:
@@ -172,8 +181,54 @@ class PagedInPlace(AttentionBackend):
         return o.reshape(n, heads * dim)
 
 
-BACKENDS = {"gather": GatherSDPA, "paged": PagedInPlace}
+class PagedKernel(AttentionBackend):
+    """Decode over ``DecodeMeta.block_tables`` read in place by the CPU kernel
+    (``minillm.cpu_kernel.paged_decode``): one task per (row, KV head) walks the row's blocks in
+    the pool, scores every key for the query heads sharing it, softmaxes, and sums the values,
+    reading each K/V vector once. Bounded by ``context_lens``, so no padding mask is built,
+    and no row pays for another's length. Prefill stays the shared SDPA path."""
+
+    name = "kernel"
+    uses_block_tables = True
+    uses_mask = False
+
+    def decode(self, q, k_pool, v_pool, batch, scale):
+        from . import cpu_kernel
+
+        meta: DecodeMeta = batch.decode_meta
+        n, heads, dim = q.shape
+        # traced into a decode graph: the registered op; eager: the call itself (no dispatcher)
+        fn = cpu_kernel.paged_decode_op if torch.compiler.is_compiling() else cpu_kernel.paged_decode
+        return fn(q, k_pool, v_pool, meta.block_tables, meta.context_lens, scale).view(n, heads * dim)
+
+
+BACKENDS = {"gather": GatherSDPA, "paged": PagedInPlace, "kernel": PagedKernel}
 DEFAULT_BACKEND = "gather"
+
+
+def kernel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether the "kernel" backend can serve a cache of ``dtype`` on ``device``."""
+    if torch.device(device).type != "cpu" or dtype != torch.float32:
+        return False
+    from .cpu_kernel import available
+
+    return available()
+
+
+def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.dtype) -> str:
+    """The backend name an engine runs: "auto" becomes "kernel" where ``kernel_usable``, else
+    "gather"; an explicit "kernel" where it is not usable is a ValueError saying why."""
+    name = DEFAULT_BACKEND if name is None else name
+    if name == "auto":
+        return "kernel" if kernel_usable(device, dtype) else "gather"
+    if name == "kernel" and not kernel_usable(device, dtype):
+        from .cpu_kernel import unavailable_reason
+
+        why = (f"it serves a float32 KV cache on the CPU, not {dtype} on {torch.device(device).type}"
+               if torch.device(device).type != "cpu" or dtype != torch.float32 else unavailable_reason())
+        raise ValueError(f"attention_backend='kernel' cannot be used here: {why}; "
+                         f"use 'auto', 'gather' or 'paged'")
+    return name
 
 
 def make_backend(name: str | None = None) -> AttentionBackend:

@@ -12,8 +12,10 @@ made once per bucket and replayed (nano-vllm's ``capture_cudagraph``, vLLM's CUD
   block table of ``NULL_BLOCK`` only, and their K/V written to the pool's **scratch slot**
   (``KVCache(scratch_block=True)``: a block the allocator never hands out), so a padding row
   never touches a request's cache; their logits are dropped;
-* attention reads the pool through the block tables (``PagedInPlace``), traced into the graph
-  (``AttentionBatch.in_graph``), the padding mask made inside it from the context lengths.
+* attention reads the pool through the block tables, traced into the graph
+  (``AttentionBatch.in_graph``): with ``PagedInPlace``, the padding mask made inside the graph
+  from the context lengths (in "eager" mode with the engine's "kernel" backend: the CPU
+  kernel, bounded by the context lengths, no mask).
 
 How a bucket's graph is made (``LLM(decode_graphs=...)``):
 
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import torch
 
-from .attention import NULL_BLOCK, DecodeMeta, PagedInPlace
+from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, PagedInPlace
 from .models.llama import AttentionBatch
 
 MODES = ("eager", "compile", "cuda")
@@ -66,16 +68,20 @@ def bucket_for(n: int, sizes: list[int]) -> int | None:
     return None
 
 
-def decode_forward(model, kv_cache, ids, positions, slots, block_tables, context_lens) -> torch.Tensor:
+def decode_forward(model, kv_cache, ids, positions, slots, block_tables, context_lens,
+                   attention: AttentionBackend = _PAGED) -> torch.Tensor:
     """The model's forward over B decode rows at fixed shapes: logits [B, vocab]. Pure tensor
-    work (no host reads), so it can be captured or compiled for a (B, W) bucket."""
+    work (no host reads), so it can be captured or compiled for a (B, W) bucket. ``attention``
+    reads ``DecodeMeta`` (the padding mask is made only for one that ``uses_mask``)."""
     B, W = block_tables.shape
-    L = W * kv_cache.block_size
-    pad = torch.arange(L, device=ids.device) >= context_lens[:, None]
-    mask = torch.zeros((B, 1, 1, L), dtype=kv_cache.dtype, device=ids.device).masked_fill_(
-        pad.view(B, 1, 1, L), float("-inf"))
+    mask = None
+    if attention.uses_mask:
+        L = W * kv_cache.block_size
+        pad = torch.arange(L, device=ids.device) >= context_lens[:, None]
+        mask = torch.zeros((B, 1, 1, L), dtype=kv_cache.dtype, device=ids.device).masked_fill_(
+            pad.view(B, 1, 1, L), float("-inf"))
     meta = DecodeMeta(block_tables, context_lens, slots, W, mask)
-    batch = AttentionBatch(positions=positions, slot_mapping=slots, num_decode=B, attention=_PAGED,
+    batch = AttentionBatch(positions=positions, slot_mapping=slots, num_decode=B, attention=attention,
                            decode_meta=meta, in_graph=True)
     return model(ids, batch, kv_cache)
 
@@ -110,7 +116,7 @@ class DecodeGraph:
         model, kv = g.model, g.kv_cache
 
         def forward(*bufs):
-            return decode_forward(model, kv, *bufs)
+            return decode_forward(model, kv, *bufs, attention=g.attention)
 
         if g.mode == "compile":
             # one compiled function per batch size, the width W dynamic (every width shares it;
@@ -160,13 +166,21 @@ class DecodeGraph:
 class DecodeGraphs:
     """The decode graphs of one engine, one per (B, W) bucket, made on first use."""
 
-    def __init__(self, model, kv_cache, device: torch.device, mode: str, max_num_seqs: int, max_model_len: int):
+    def __init__(self, model, kv_cache, device: torch.device, mode: str, max_num_seqs: int, max_model_len: int,
+                 attention: AttentionBackend | None = None):
         if mode not in MODES:
             raise ValueError(f"decode graph mode must be one of {MODES}, got {mode!r}")
         if kv_cache.scratch_slot is None:
             raise ValueError("decode graphs need a KV pool with a scratch block (KVCache(scratch_block=True)) "
                              "for their padding rows to write into")
         self.model, self.kv_cache, self.device, self.mode = model, kv_cache, device, mode
+        # "eager" graphs call the CPU kernel when it is the engine's backend (it reads block
+        # tables and needs no mask); compiled and captured graphs read the pool with
+        # PagedInPlace, traced in: from inductor's C++ wrapper the kernel is a call back into
+        # Python per layer, measured slower (shipped model, batch 1, 500-token context: 2.4 ms
+        # a step against 1.9)
+        kernel = attention is not None and attention.name == "kernel" and mode == "eager"
+        self.attention = attention if kernel else _PAGED
         max_batch = min(max_num_seqs, CPU_MAX_BATCH) if mode == "compile" else max_num_seqs
         self.batch_sizes = buckets(max_batch)
         # widths from 2 blocks: a compiled graph's dynamic W must not be 1, which torch specialises

@@ -27,8 +27,9 @@ DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.f
 ALLOWED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DEVICE_TYPES = ("cpu", "cuda")
 SCHEDULING = ("continuous", "static")
-#: names of ``minillm.attention.BACKENDS`` (kept here so checking options imports no model code)
-ATTENTION_BACKENDS = ("gather", "paged")
+#: names of ``minillm.attention.BACKENDS`` (kept here so checking options imports no model code),
+#: and "auto": the CPU kernel where it builds for a float32 cache, else "gather"
+ATTENTION_BACKENDS = ("gather", "paged", "kernel", "auto")
 #: values of ``weight_dtype`` (``minillm.models.weights``): None keeps the weights in ``dtype``;
 #: "int8" stores the projections as int8 with per-output-channel scales (CPU, float32 only)
 WEIGHT_DTYPES = (None, "int8")
@@ -148,7 +149,7 @@ class EngineOptions:
     max_history: int | None
     trace_limit: int | None
     num_threads: int | None = None
-    attention_backend: str = "gather"
+    attention_backend: str = "auto"
     weight_dtype: str | None = None
     compile: bool = False
     row_split: bool = False
@@ -225,7 +226,7 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
                          max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=None,
                          enable_prefix_caching=True, enable_chunked_prefill=True, scheduling="continuous",
                          seed=0, max_history=None, trace_limit=None, num_threads=None,
-                         attention_backend="gather", weight_dtype=None, compile=False,
+                         attention_backend="auto", weight_dtype=None, compile=False,
                          row_split=False, decode_graphs=False) -> EngineOptions:
     """Check every option that does not depend on the model; raise ``ValueError`` naming the
     first bad one and its allowed values. Nothing is loaded or allocated."""

@@ -20,6 +20,7 @@ import torch
 
 from . import intake
 from . import trace as tracemod
+from .attention import resolve_backend
 from .detokenizer import IncrementalDetokenizer
 from .engine_args import check_engine_options, default_num_threads, plan_kv_cache
 from .generation import WholeGenerations
@@ -75,8 +76,11 @@ class LLM(WholeGenerations):
             on CUDA and when OMP_NUM_THREADS is set. ``llm.num_threads`` is what was set
             (None: nothing was).
         attention_backend: how decode attention reads the paged KV pool (``minillm.attention``):
-            "gather" (default; the readable reference: gather each context, one SDPA) or
-            "paged" (block by block through fixed-shape block tables, online softmax).
+            "auto" (default: "kernel" where it can run, else "gather"), "gather" (the readable
+            reference: gather each context, one SDPA), "paged" (whole blocks picked through
+            fixed-shape block tables, one SDPA) or "kernel" (the CPU's C kernel reading the pool
+            in place through the block tables; float32 on the CPU, built with the system's C
+            compiler on first use). ``llm.attention_backend`` is the one used.
         weight_dtype: None (weights in ``dtype``) or "int8": every projection stored as int8
             with per-output-channel scales, a quarter of the bytes a decode step reads
             (CPU, ``dtype="float32"`` only; ``minillm.models.weights``, with its documented
@@ -105,7 +109,7 @@ class LLM(WholeGenerations):
                  enable_prefix_caching: bool = True, enable_chunked_prefill: bool = True,
                  scheduling: str = "continuous", seed: int = 0, max_history: int | None = None,
                  trace_limit: int | None = None, num_threads: int | None = None,
-                 attention_backend: str = "gather", weight_dtype: str | None = None, compile: bool = False,
+                 attention_backend: str = "auto", weight_dtype: str | None = None, compile: bool = False,
                  row_split: bool = False, decode_graphs: bool | str = False):
         opts = check_engine_options(
             device, dtype, block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_tokens=kv_cache_tokens,
@@ -143,12 +147,14 @@ class LLM(WholeGenerations):
         self.kv_cache = KVCache(cfg.num_hidden_layers, plan.num_kv_blocks, opts.block_size, cfg.num_key_value_heads,
                                 cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching,
                                 scratch_block=opts.decode_graphs is not None)
-        self.runner = ModelRunner(self.model, self.kv_cache, self.device, opts.attention_backend)
+        #: the attention backend this engine runs ("auto" resolved)
+        self.attention_backend = resolve_backend(opts.attention_backend, self.device, self.dtype)
+        self.runner = ModelRunner(self.model, self.kv_cache, self.device, self.attention_backend)
         if opts.decode_graphs is not None:
             from .decode_graphs import DecodeGraphs
 
             self.runner.graphs = DecodeGraphs(self.model, self.kv_cache, self.device, opts.decode_graphs,
-                                              opts.max_num_seqs, self.max_model_len)
+                                              opts.max_num_seqs, self.max_model_len, self.runner.attention)
         if opts.compile:  # the runner calls the compiled forward; self.model stays eager
             from .models.compiled import CompiledModel
 

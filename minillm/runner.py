@@ -273,7 +273,7 @@ class ModelRunner:
         m, width = len(ctx), -(-ctx[0] // bs)
         lens = upload.add(ctx)
         meta = DecodeMeta(None, None, None, width)
-        padded = any(c != width * bs for c in ctx)
+        padded = self.attention.uses_mask and any(c != width * bs for c in ctx)
 
         def finish(dev: torch.Tensor) -> None:
             meta.block_tables = self.block_rows.table.index_select(0, upload.view(dev, rows_part))[:, :width]

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from minillm import LLM, SamplingParams
-from minillm.attention import BACKENDS, NULL_BLOCK, DecodeMeta, GatherSDPA, PagedInPlace, make_backend
+from minillm.attention import BACKENDS, NULL_BLOCK, DecodeMeta, GatherSDPA, PagedInPlace, PagedKernel, make_backend
 from minillm.engine_args import ATTENTION_BACKENDS, check_engine_options
 from minillm.models.llama import AttentionBatch, DecodeGroup
 from conftest import run_to_end
@@ -65,12 +65,15 @@ def test_both_backends_equal_naive_attention_over_scattered_blocks(block_size):
 
     got_ref = GatherSDPA().decode(q, k_pool, v_pool, ref_batch, scale)
     got_paged = PagedInPlace().decode(q, k_pool, v_pool, paged_batch, scale)
+    got_kernel = PagedKernel().decode(q, k_pool, v_pool, paged_batch, scale)
     assert (got_ref - want).abs().max().item() < 1e-5
     assert (got_paged - want).abs().max().item() < 1e-5
+    assert (got_kernel - want).abs().max().item() < 1e-5
     # what the null block holds does not leak into any row
     k_pool[NULL_BLOCK] = 1e4
     v_pool[NULL_BLOCK] = 1e4
     assert (PagedInPlace().decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
+    assert (PagedKernel().decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
 
 
 def _engine(tiny_llama, backend, **kw):
@@ -113,7 +116,7 @@ def test_decode_metadata_has_fixed_shapes_padded_with_the_null_block(tiny_llama)
     assert llm.cache_stats().used_blocks == 0
 
 
-def test_both_backends_give_the_same_tokens_and_logits_on_a_mixed_workload(tiny_llama):
+def test_every_backend_gives_the_same_tokens_and_logits_on_a_mixed_workload(tiny_llama):
     """Chunked prefill, a shared prefix, requests joining mid-decode: same greedy tokens, and
     the same logits to float32 rounding."""
     outs = {}
@@ -138,11 +141,12 @@ def test_both_backends_give_the_same_tokens_and_logits_on_a_mixed_workload(tiny_
         run_to_end(llm)
         outs[backend] = ([r.output_token_ids for r in reqs], seen)
         assert llm.cache_stats().used_blocks == 0
-    (tok_a, logits_a), (tok_b, logits_b) = outs.values()
-    assert tok_a == tok_b
-    assert len(logits_a) == len(logits_b)
-    for a, b in zip(logits_a, logits_b):
-        assert (a - b).abs().max().item() < 1e-4
+    tok_a, logits_a = outs["gather"]
+    for backend, (tok_b, logits_b) in outs.items():
+        assert tok_a == tok_b, backend
+        assert len(logits_a) == len(logits_b), backend
+        for a, b in zip(logits_a, logits_b):
+            assert (a - b).abs().max().item() < 1e-4, backend
 
 
 def test_paged_backend_keeps_one_upload_per_greedy_decode_step(tiny_llama):
@@ -159,11 +163,11 @@ def test_paged_backend_keeps_one_upload_per_greedy_decode_step(tiny_llama):
 
 
 def test_attention_backend_option_is_checked():
-    assert ATTENTION_BACKENDS == tuple(BACKENDS)  # the option's names are the backends'
+    assert ATTENTION_BACKENDS == (*BACKENDS, "auto")  # the option's names are the backends' and "auto"
     assert check_engine_options(attention_backend="paged").attention_backend == "paged"
-    assert check_engine_options().attention_backend == "gather"
+    assert check_engine_options().attention_backend == "auto"
     for bad in ("flash", "", None, 3):
-        with pytest.raises(ValueError, match=r"attention_backend must be one of \('gather', 'paged'\)"):
+        with pytest.raises(ValueError, match=r"attention_backend must be one of \('gather', 'paged', 'kernel', 'auto'\)"):
             check_engine_options(attention_backend=bad)
         with pytest.raises(ValueError, match="attention_backend"):
             make_backend(bad if bad is not None else 3)

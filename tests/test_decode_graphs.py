@@ -216,11 +216,11 @@ def test_interrupt_inside_a_graph_step_is_undone(pair, monkeypatch):
 
     real, calls = dg.decode_forward, {"n": 0}
 
-    def flaky(*args):
+    def flaky(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] in (3, 7):
             raise KeyboardInterrupt
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(dg, "decode_forward", flaky)
     params = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)

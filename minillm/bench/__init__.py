@@ -69,6 +69,8 @@ def parse_args(argv):
     ap.add_argument("--decode-graphs", action="store_true",
                     help="minillm with LLM(decode_graphs=True) (CUDA graphs on CUDA, inductor on the CPU for "
                          "batches up to 4; minillm.decode_graphs); with --peers: beside the eager engine")
+    ap.add_argument("--attention-backend", default="auto", choices=("auto", "gather", "paged", "kernel"),
+                    help="minillm's LLM(attention_backend=...) (default auto: the CPU kernel where it builds)")
     ap.add_argument("--allow-mismatch", action="store_true",
                     help="report differing greedy tokens instead of stopping (e.g. bfloat16 on CUDA, where "
                          "the two implementations' kernels round differently)")
@@ -124,12 +126,14 @@ def bench_model(name: str, path: Path, args, settings) -> dict:
     # room for every request of the mixed workload at its longest at once: minillm never preempts
     kv_tokens = settings.num_requests * (settings.prompt_range[1] + settings.output_range[1] + 16)
     eng = load_engines(path, args.device, args.dtype, kv_cache_tokens=kv_tokens, max_num_seqs=64,
-                       num_threads=args.threads, decode_graphs=args.decode_graphs)
+                       num_threads=args.threads, decode_graphs=args.decode_graphs,
+                       attention_backend=args.attention_backend)
     label = name if name in MODELS else path.name
     result = {
         "model": {"name": label, "path": str(path), "description": DESCRIPTIONS.get(name, f"the checkpoint in {path}"),
                   "parameters": param_count(path), "shape": model_shape(path),
-                  "dtype": str(eng.dtype).replace("torch.", "")},
+                  "dtype": str(eng.dtype).replace("torch.", ""),
+                  "attention_backend": eng.llm.attention_backend},
         "machine": machine_info(eng.device),
         "settings": settings.as_dict(),
         "notes": {
@@ -242,7 +246,7 @@ def run_peers(args, out_dir: Path, workdir: Path) -> int:
                              llama_cpp_gguf=Path(args.llama_cpp_gguf) if args.llama_cpp_gguf else None,
                              log=lambda m: print(m, flush=True), workload_rounds=args.workload_runs,
                              batch_sizes=tuple(int(x) for x in args.batch_sizes.split(",")) if args.batch_sizes else None,
-                             decode_graphs=args.decode_graphs, **kw)
+                             decode_graphs=args.decode_graphs, attention_backend=args.attention_backend, **kw)
         out = out_dir / f"peers_{result['model']}.json"
         if args.threads and out.is_file():  # one thread count re-run: keep the others' results
             old = json.loads(out.read_text())

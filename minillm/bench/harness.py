@@ -84,7 +84,7 @@ class Engines:
 
 def load_engines(path: str | Path, device: str, dtype: str = "auto", kv_cache_tokens: int | None = None,
                  max_num_seqs: int = 64, scheduling: str = "continuous", num_threads: int | None = None,
-                 decode_graphs: bool = False) -> Engines:
+                 decode_graphs: bool = False, attention_backend: str = "auto") -> Engines:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -94,7 +94,7 @@ def load_engines(path: str | Path, device: str, dtype: str = "auto", kv_cache_to
     hf_logging.disable_progress_bar()
     # the engine sets torch's (process-wide) thread count: the baseline then runs with the same
     llm = make_llm(path, device, dtype, kv_cache_tokens, max_num_seqs, scheduling, num_threads=num_threads,
-                   decode_graphs=decode_graphs)
+                   decode_graphs=decode_graphs, attention_backend=attention_backend)
     if decode_graphs:  # compile / capture now: no timed round (the check runs count as one) pays for it
         llm.warmup()
     hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=llm.dtype, attn_implementation="sdpa")
@@ -109,14 +109,14 @@ def load_engines(path: str | Path, device: str, dtype: str = "auto", kv_cache_to
 
 
 def make_llm(path, device, dtype="auto", kv_cache_tokens=None, max_num_seqs=64, scheduling="continuous",
-             llm_class=None, num_threads=None, decode_graphs=False):
+             llm_class=None, num_threads=None, decode_graphs=False, attention_backend="auto"):
     """A minillm engine for benchmarking: prefix caching off (the baseline has none, and
     repeated runs of one prompt would otherwise hit the cache), KV budget as given."""
     from minillm import LLM
 
     return (llm_class or LLM)(str(path), device=device, dtype=dtype, kv_cache_tokens=kv_cache_tokens,
                max_num_seqs=max_num_seqs, enable_prefix_caching=False, scheduling=scheduling,
-               num_threads=num_threads, decode_graphs=decode_graphs)
+               num_threads=num_threads, decode_graphs=decode_graphs, attention_backend=attention_backend)
 
 
 def forget_finished(llm) -> None:

@@ -169,13 +169,14 @@ class MinillmEngine:
     """minillm itself; with ``decode_graphs`` a second variant (``LLM(decode_graphs=True)``),
     reported under its own name and compared like the others."""
 
-    def __init__(self, folder: Path, threads: int, kv_tokens: int, decode_graphs: bool = False):
+    def __init__(self, folder: Path, threads: int, kv_tokens: int, decode_graphs: bool = False,
+                 attention_backend: str = "auto"):
         from minillm import LLM
 
         self.name = MINILLM_GRAPHS if decode_graphs else "minillm"
         self.llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False,
                        kv_cache_tokens=kv_tokens, max_num_seqs=64, num_threads=threads,
-                       decode_graphs=decode_graphs)
+                       decode_graphs=decode_graphs, attention_backend=attention_backend)
 
     def latency(self, prompt: list[int], new_tokens: int):
         from .harness import minillm_latency
@@ -393,7 +394,7 @@ def _spread(xs):
 def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, prompt_lens=(16, 128, 512),
                 new_tokens: int = 128, num_requests: int = 64, seed: int = 0, llama_cpp_gguf: Path | None = None,
                 log=print, workload_rounds: int | None = None, batch_sizes: tuple[int, ...] | None = None,
-                decode_graphs: bool = False) -> dict:
+                decode_graphs: bool = False, attention_backend: str = "auto") -> dict:
     """minillm beside CTranslate2 and llama.cpp (those installed) at each thread count; with
     ``decode_graphs`` also ``LLM(decode_graphs=True)``, whose graphs are compiled in the untimed
     check runs (each engine's first run of a prompt or of the workload)."""
@@ -417,9 +418,11 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
     try:
         for threads in threads_list:
             kv_tokens = num_requests * (256 + 256 + 16)
-            engines = [MinillmEngine(folder, threads, kv_tokens)]
+            engines = [MinillmEngine(folder, threads, kv_tokens, attention_backend=attention_backend)]
             if decode_graphs:
-                engines.append(MinillmEngine(folder, threads, kv_tokens, decode_graphs=True))
+                engines.append(MinillmEngine(folder, threads, kv_tokens, decode_graphs=True,
+                                             attention_backend=attention_backend))
+            result["attention_backend"] = engines[0].llm.attention_backend
             tok, vocab = engines[0].llm.tokenizer, engines[0].llm.model_config.vocab_size
             lens = [p for p in prompt_lens if p + new_tokens <= engines[0].llm.max_model_len]
             prompts = random_prompts(tok, vocab, lens, seed=seed + 1)

@@ -178,7 +178,8 @@ def throughput(eng: Engines, s: Settings, static_llm=None) -> dict:
 def make_static_llm(eng: Engines, kv_cache_tokens: int):
     llm = eng.llm
     return make_llm(llm.model_path, str(llm.device), llm.dtype, kv_cache_tokens,
-                    llm.scheduler.max_num_seqs, scheduling="static", num_threads=llm.num_threads)
+                    llm.scheduler.max_num_seqs, scheduling="static", num_threads=llm.num_threads,
+                    attention_backend=llm.attention_backend)
 
 
 # --- 3. KV cache on / off ------------------------------------------------------------------------

@@ -1,0 +1,136 @@
+"""The CPU's paged decode attention kernel (``kernels/paged_decode.c``), built on first use.
+
+torch has no CPU op that attends a paged pool in place, and a Python loop over blocks is
+slower than copying the context out (``benchmarks/attention_backends.py``). So the kernel is
+a page of C: built once per machine with the system's C compiler (``-O3 -march=native
+-fopenmp``, about a second) into ``~/.cache/minillm/kernels`` (``MINILLM_KERNEL_CACHE``
+overrides), keyed by the source, the flags, the compiler and the CPU, and called through
+``ctypes`` (which releases the GIL). It links the OpenMP runtime torch has already loaded
+(``libgomp.so.1``), so its threads are torch's, sized by ``torch.get_num_threads()``.
+
+``available()`` says whether it could be built here; ``paged_decode`` is the call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("kernels") / "paged_decode.c"
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
+_lib = None
+_error: str | None = None
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("MINILLM_KERNEL_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "minillm" / "kernels"
+
+
+def _cpu_id() -> str:
+    """What ``-march=native`` depends on: the CPU's model and flags."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return "\n".join(sorted({ln for ln in lines if ln.startswith(("model name", "flags"))}))
+    except OSError:
+        return platform.processor()
+
+
+def _build() -> Path:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise RuntimeError("no C compiler (cc/gcc) on PATH")
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_id(),
+                                    platform.machine()]).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"paged_decode-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = Path(tmp) / target.name
+        proc = subprocess.run([cc, *FLAGS, "-o", str(built), str(SOURCE), "-lm"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"building {SOURCE.name} failed:\n{proc.stderr[-2000:]}")
+        os.replace(built, target)  # atomic: a concurrent build leaves one whole file
+    return target
+
+
+def _load():
+    global _lib, _error
+    if _lib is None and _error is None:
+        try:
+            lib = ctypes.CDLL(str(_build()))
+            fn = lib.paged_decode_f32
+            i64, ptr = ctypes.c_int64, ctypes.c_void_p
+            fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64,
+                           ctypes.c_float, ctypes.c_int]
+            fn.restype = ctypes.c_int
+            _lib = fn
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            _error = f"{type(exc).__name__}: {exc}"
+    return _lib
+
+
+def available() -> bool:
+    """Whether the kernel is built and loaded on this machine (builds it on first call)."""
+    return _load() is not None
+
+
+def unavailable_reason() -> str | None:
+    """Why ``available()`` is False (None when it is not)."""
+    _load()
+    return _error
+
+
+def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+                 block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """Decode attention of ``q`` [n, heads, D] over the paged pool ([blocks, block_size,
+    kv_heads, D]), row b reading the blocks ``block_tables[b]`` (int64 [n, W]) up to
+    ``context_lens[b]`` tokens; returns [n, heads, D]. float32 CPU tensors only."""
+    fn = _load()
+    if fn is None:
+        raise RuntimeError(f"the CPU paged attention kernel is unavailable: {_error}")
+    n, heads, dim = q.shape
+    blocks, block_size, kv_heads, _ = k_pool.shape
+    if q.dtype != torch.float32 or k_pool.dtype != torch.float32 or v_pool.dtype != torch.float32:
+        raise ValueError(f"the paged kernel takes float32 queries and pool, got {q.dtype} / {k_pool.dtype}")
+    if q.stride(2) != 1:
+        q = q.contiguous()
+    if not (k_pool.is_contiguous() and v_pool.is_contiguous()):
+        raise ValueError("the paged kernel reads a contiguous KV pool")
+    tables = block_tables.contiguous()
+    lens = context_lens.contiguous()
+    if tables.dtype != torch.int64 or lens.dtype != torch.int64 or tables.shape[0] != n or lens.shape != (n,):
+        raise ValueError(f"block_tables must be int64 [{n}, W] and context_lens int64 [{n}]")
+    out = torch.empty((n, heads, dim), dtype=torch.float32)
+    status = fn(q.data_ptr(), q.stride(0), q.stride(1), k_pool.data_ptr(), v_pool.data_ptr(), blocks,
+                tables.data_ptr(), tables.shape[1], lens.data_ptr(), out.data_ptr(), n, heads,
+                kv_heads, dim, block_size, scale, torch.get_num_threads())
+    if status == -1:
+        raise ValueError("block_tables holds a block id outside the KV pool, or fewer blocks than a context needs")
+    if status != 0:
+        raise MemoryError("the paged kernel could not allocate its scores")
+    return out
+
+
+@torch.library.custom_op("minillm::paged_decode", mutates_args=())
+def paged_decode_op(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
+                    context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """``paged_decode`` as one opaque op for ``torch.compile`` (a decode graph traces through
+    it: it reads the pool after the step's K/V were written into it, as its data says)."""
+    return paged_decode(q, k_pool, v_pool, block_tables, context_lens, scale)
+
+
+@paged_decode_op.register_fake
+def _(q, k_pool, v_pool, block_tables, context_lens, scale):
+    return q.new_empty(q.shape)

@@ -1,0 +1,275 @@
+/* Paged decode attention for the CPU: every decode row's queries attend its context read in
+ * place from the paged KV pool, block by block through its block table. No gathered copy of
+ * K/V is made: the pool is read once, which is what a paged GPU kernel does too.
+ *
+ * Layouts (float32, C-contiguous unless a stride is given):
+ *   q             [n, heads, dim]        row stride q_row, head stride q_head (elements)
+ *   k_pool/v_pool [blocks, block_size, kv_heads, dim]
+ *   block_tables  [n, width] int64       block ids; entries past a row's context are never read
+ *   context_lens  [n] int64              tokens each row attends (its new one included)
+ *   out           [n, heads, dim]
+ *
+ * One task per row and span of KV heads (the whole row when there are enough rows to keep
+ * every thread busy): a token's keys for those heads are one contiguous run of the pool, read
+ * once for all the query heads sharing them. Two passes over the context (scores, then the
+ * weighted sum of values) with the softmax between them, all in float32; the task's scores
+ * (query heads x context floats) are its only scratch.
+ *
+ * Returns 0, or -1 when a block id lies outside the pool or a row has fewer blocks than its
+ * context needs (nothing is read then), or -2 when scratch memory could not be had. Built and
+ * loaded by minillm/cpu_kernel.py. */
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+/* q . k over dim floats */
+static inline float dot(const float *q, const float *k, int64_t dim)
+{
+    float s = 0.0f;
+    for (int64_t d = 0; d < dim; d++)
+        s += q[d] * k[d];
+    return s;
+}
+
+/* s[t] = exp(s[t] - max(s)) for t < len; returns their sum */
+static float softmax_numerators(float *s, int64_t len)
+{
+    float top = s[0], sum = 0.0f;
+    for (int64_t t = 1; t < len; t++)
+        top = s[t] > top ? s[t] : top;
+    for (int64_t t = 0; t < len; t++) {
+        s[t] = expf(s[t] - top);
+        sum += s[t];
+    }
+    return sum;
+}
+
+/* The readable version: any head count and size. One (row, KV-head span) task; see the top. */
+static int attend_generic(const float *q, int64_t q_head, const float *k_pool, const float *v_pool,
+                          const int64_t *table, int64_t len, float *out, int64_t kh0, int64_t kh1,
+                          int64_t group, int64_t kv_heads, int64_t dim, int64_t block_size,
+                          float scale)
+{
+    const int64_t token_stride = kv_heads * dim, block_stride = block_size * token_stride;
+    const int64_t nq = (kh1 - kh0) * group;            /* query heads of this task */
+    const float *q0 = q + kh0 * group * q_head;
+    float *o0 = out + kh0 * group * dim;
+    memset(o0, 0, sizeof(float) * nq * dim);
+    float *scores = malloc(sizeof(float) * (nq * len + nq));   /* [nq][len], then [nq] sums */
+    if (scores == NULL)
+        return -2;
+    float *total = scores + nq * len;
+    /* pass 1: scores[h][t] = scale * q_h . k_t */
+    for (int64_t t = 0; t < len; t++) {
+        const float *kt = k_pool + table[t / block_size] * block_stride
+                          + (t % block_size) * token_stride + kh0 * dim;
+        for (int64_t h = 0; h < nq; h++)
+            scores[h * len + t] = scale * dot(q0 + h * q_head, kt + (h / group) * dim, dim);
+    }
+    for (int64_t h = 0; h < nq; h++)
+        total[h] = softmax_numerators(scores + h * len, len);
+    /* pass 2: o_h = sum_t p[h][t] * v_t */
+    for (int64_t t = 0; t < len; t++) {
+        const float *vt = v_pool + table[t / block_size] * block_stride
+                          + (t % block_size) * token_stride + kh0 * dim;
+        for (int64_t h = 0; h < nq; h++) {
+            const float p = scores[h * len + t], *vh = vt + (h / group) * dim;
+            float *oh = o0 + h * dim;
+            for (int64_t d = 0; d < dim; d++)
+                oh[d] += p * vh[d];
+        }
+    }
+    for (int64_t h = 0; h < nq; h++)
+        for (int64_t d = 0; d < dim; d++)
+            o0[h * dim + d] /= total[h];
+    free(scores);
+    return 0;
+}
+
+#if defined(__AVX512F__)
+/* exp(x) for x <= 0, 16 lanes: exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln 2 / 2,
+ * exp(r) by its Taylor polynomial to r^7 (relative error ~1e-7, float32's own rounding). */
+static inline __m512 exp512(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);   /* ln 2, split */
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* softmax_numerators, 16 lanes at a time */
+static float softmax_numerators512(float *s, int64_t len)
+{
+    int64_t t = 0;
+    __m512 top = _mm512_set1_ps(s[0]);
+    for (; t + 16 <= len; t += 16)
+        top = _mm512_max_ps(top, _mm512_loadu_ps(s + t));
+    float m = _mm512_reduce_max_ps(top);
+    for (; t < len; t++)
+        m = s[t] > m ? s[t] : m;
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512 sum = _mm512_setzero_ps();
+    for (t = 0; t + 16 <= len; t += 16) {
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + t), mv));
+        _mm512_storeu_ps(s + t, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    if (t < len) {
+        const __mmask16 tail = (__mmask16)((1u << (len - t)) - 1);
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + t), mv));
+        _mm512_mask_storeu_ps(s + t, tail, e);
+        sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(tail, e));
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+/* One (row, KV head) task with G query heads of D floats (D a multiple of 16), G and D
+ * constants after inlining: the G queries and the G x D accumulators live in registers. */
+static inline __attribute__((always_inline)) int
+attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v_pool,
+             const int64_t *table, int64_t len, float *o, int64_t kh, int64_t kv_heads,
+             int64_t block_size, float scale, const int G, const int D)
+{
+    const int64_t token_stride = kv_heads * D, block_stride = block_size * token_stride;
+    float *scores = malloc(sizeof(float) * G * len);
+    if (scores == NULL)
+        return -2;
+    __m512 qv[G][D / 16], acc[G][D / 16];
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < D / 16; c++)
+            qv[g][c] = _mm512_mul_ps(_mm512_loadu_ps(q + g * q_head + 16 * c), _mm512_set1_ps(scale));
+    for (int64_t t = 0; t < len; t++) {          /* pass 1: scores */
+        const float *kt = k_pool + table[t / block_size] * block_stride
+                          + (t % block_size) * token_stride + kh * D;
+        for (int g = 0; g < G; g++) {
+            __m512 a = _mm512_mul_ps(qv[g][0], _mm512_loadu_ps(kt));
+            for (int c = 1; c < D / 16; c++)
+                a = _mm512_fmadd_ps(qv[g][c], _mm512_loadu_ps(kt + 16 * c), a);
+            scores[g * len + t] = _mm512_reduce_add_ps(a);
+        }
+    }
+    float inv[G];
+    for (int g = 0; g < G; g++)
+        inv[g] = 1.0f / softmax_numerators512(scores + g * len, len);
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < D / 16; c++)
+            acc[g][c] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < len; t++) {          /* pass 2: weighted values */
+        const float *vt = v_pool + table[t / block_size] * block_stride
+                          + (t % block_size) * token_stride + kh * D;
+        __m512 v[D / 16];
+        for (int c = 0; c < D / 16; c++)
+            v[c] = _mm512_loadu_ps(vt + 16 * c);
+        for (int g = 0; g < G; g++) {
+            const __m512 p = _mm512_set1_ps(scores[g * len + t]);
+            for (int c = 0; c < D / 16; c++)
+                acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < D / 16; c++)
+            _mm512_storeu_ps(o + g * D + 16 * c, _mm512_mul_ps(acc[g][c], _mm512_set1_ps(inv[g])));
+    free(scores);
+    return 0;
+}
+
+#define FIXED(G, D) attend_fixed(q, q_head, k_pool, v_pool, table, len, o, kh, kv_heads, \
+                                 block_size, scale, G, D)
+#define FIXED_G(D)                                                                              \
+    switch (group) {                                                                            \
+    case 1: return FIXED(1, D);                                                                 \
+    case 2: return FIXED(2, D);                                                                 \
+    case 3: return FIXED(3, D);                                                                 \
+    case 4: return FIXED(4, D);                                                                 \
+    case 5: return FIXED(5, D);                                                                 \
+    case 6: return FIXED(6, D);                                                                 \
+    case 7: return FIXED(7, D);                                                                 \
+    case 8: return FIXED(8, D);                                                                 \
+    }
+
+/* The fast path where it is compiled for the shape (returns 1 when it is not). */
+static int attend_fast(const float *q, int64_t q_head, const float *k_pool, const float *v_pool,
+                       const int64_t *table, int64_t len, float *o, int64_t kh, int64_t group,
+                       int64_t kv_heads, int64_t dim, int64_t block_size, float scale)
+{
+    if (dim == 64) { FIXED_G(64) }
+    if (dim == 128) { FIXED_G(128) }
+    return 1;
+}
+#endif
+
+/* One task: row b's KV heads [kh0, kh1). */
+static int attend_row(const float *q, int64_t q_head, const float *k_pool, const float *v_pool,
+                      int64_t num_blocks, const int64_t *table, int64_t width, int64_t len,
+                      float *out, int64_t kh0, int64_t kh1, int64_t group, int64_t kv_heads,
+                      int64_t dim, int64_t block_size, float scale)
+{
+    if (len <= 0) {
+        memset(out + kh0 * group * dim, 0, sizeof(float) * (kh1 - kh0) * group * dim);
+        return 0;
+    }
+    const int64_t nblocks = (len + block_size - 1) / block_size;
+    if (nblocks > width)
+        return -1;
+    for (int64_t j = 0; j < nblocks; j++)
+        if (table[j] < 0 || table[j] >= num_blocks)
+            return -1;
+#if defined(__AVX512F__)
+    int rc = 0;
+    for (int64_t kh = kh0; kh < kh1 && rc == 0; kh++)
+        rc = attend_fast(q + kh * group * q_head, q_head, k_pool, v_pool, table, len,
+                         out + kh * group * dim, kh, group, kv_heads, dim, block_size, scale);
+    if (rc != 1)
+        return rc;
+#endif
+    return attend_generic(q, q_head, k_pool, v_pool, table, len, out, kh0, kh1, group, kv_heads,
+                          dim, block_size, scale);
+}
+
+int paged_decode_f32(const float *q, int64_t q_row, int64_t q_head,
+                     const float *k_pool, const float *v_pool, int64_t num_blocks,
+                     const int64_t *block_tables, int64_t width, const int64_t *context_lens,
+                     float *out, int64_t n, int64_t heads, int64_t kv_heads, int64_t dim,
+                     int64_t block_size, float scale, int num_threads)
+{
+    const int64_t group = heads / kv_heads;
+    /* split each row's KV heads into spans only when rows alone leave threads idle */
+    int64_t spans = 1;
+    while (spans < kv_heads && n * spans < 2 * (int64_t)num_threads)
+        spans++;
+    const int64_t per_span = (kv_heads + spans - 1) / spans;
+    spans = (kv_heads + per_span - 1) / per_span;
+    int status = 0;
+
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(num_threads)
+    for (int64_t b = 0; b < n; b++) {
+        for (int64_t sp = 0; sp < spans; sp++) {
+            const int64_t kh0 = sp * per_span;
+            const int64_t kh1 = kh0 + per_span < kv_heads ? kh0 + per_span : kv_heads;
+            int rc = attend_row(q + b * q_row, q_head, k_pool, v_pool, num_blocks,
+                                block_tables + b * width, width, context_lens[b],
+                                out + b * heads * dim, kh0, kh1, group, kv_heads, dim,
+                                block_size, scale);
+            if (rc != 0) {
+#pragma omp atomic write
+                status = rc;
+            }
+        }
+    }
+    return status;
+}

@@ -1,0 +1,169 @@
+"""The CPU paged decode attention kernel (``minillm/kernels/paged_decode.c`` via
+``minillm.cpu_kernel``) and the "kernel"/"auto" backends: it equals attention computed the slow
+obvious way on every head layout (its fast paths and its generic one), reads nothing outside
+each row's context, refuses bad tables instead of reading outside the pool, and an engine
+using it gives the reference's tokens; "auto" falls back to the reference where the kernel
+cannot be built, and an explicit "kernel" there says why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minillm import LLM, SamplingParams, cpu_kernel
+from minillm.attention import NULL_BLOCK, resolve_backend
+from conftest import run_to_end
+
+pytestmark = pytest.mark.skipif(not cpu_kernel.available(),
+                                reason=f"the kernel cannot be built here: {cpu_kernel.unavailable_reason()}")
+
+
+def _naive(q, k_pool, v_pool, table, length, scale):
+    """One row's decode attention token by token, in float64."""
+    bs, kv_heads = k_pool.shape[1], k_pool.shape[2]
+    keys = torch.stack([k_pool[table[j // bs], j % bs] for j in range(length)]).double()
+    values = torch.stack([v_pool[table[j // bs], j % bs] for j in range(length)]).double()
+    per = q.shape[0] // kv_heads
+    keys, values = keys.repeat_interleave(per, 1), values.repeat_interleave(per, 1)
+    weights = torch.softmax(torch.einsum("hd,lhd->hl", q.double(), keys) * scale, -1)
+    return torch.einsum("hl,lhd->hd", weights, values).float()
+
+
+def _case(lengths, heads, kv_heads, dim, block_size, seed=0, extra_width=0):
+    g = torch.Generator().manual_seed(seed)
+    width = -(-max(lengths) // block_size) + extra_width
+    num_blocks = sum(-(-n // block_size) for n in lengths) + 2
+    k_pool = torch.randn(num_blocks, block_size, kv_heads, dim, generator=g)
+    v_pool = torch.randn(num_blocks, block_size, kv_heads, dim, generator=g)
+    free = (torch.randperm(num_blocks - 1, generator=g) + 1).tolist()
+    tables = [[free.pop() for _ in range(-(-n // block_size))] for n in lengths]
+    padded = torch.tensor([t + [NULL_BLOCK] * (width - len(t)) for t in tables])
+    q = torch.randn(len(lengths), heads, dim, generator=g) * 3  # sharp softmaxes too
+    return q, k_pool, v_pool, tables, padded, torch.tensor(lengths)
+
+
+# (heads, kv_heads, dim): the compiled fast paths (head size 64 or 128, 1-8 query heads per KV
+# head: SmolLM2's 9/3 of 64, the shipped model's 4/2), and shapes only the generic loop serves
+SHAPES = [(9, 3, 64), (4, 2, 64), (2, 2, 64), (8, 1, 64), (16, 2, 128), (12, 4, 128),
+          (6, 2, 8), (3, 1, 48), (20, 2, 64), (4, 4, 80)]
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim", SHAPES)
+@pytest.mark.parametrize("block_size", [1, 5, 16])
+def test_kernel_equals_naive_attention(heads, kv_heads, dim, block_size):
+    lengths = [1, 17, 40, 16, 3, 33]  # a tail of 1..15 tokens past a 16-lane chunk, and none
+    q, kp, vp, tables, padded, lens = _case(lengths, heads, kv_heads, dim, block_size, extra_width=2)
+    scale = dim ** -0.5
+    got = cpu_kernel.paged_decode(q, kp, vp, padded, lens, scale)
+    for i, (t, n) in enumerate(zip(tables, lengths)):
+        want = _naive(q[i], kp, vp, t, n, scale)
+        assert (got[i] - want).abs().max().item() < 1e-5, (i, n)  # float32 rounding
+    # nothing past a row's context is read: poison every block no row reaches
+    used = {b for t in tables for b in t}
+    for b in range(kp.shape[0]):
+        if b not in used:
+            kp[b], vp[b] = float("nan"), float("nan")
+    assert torch.equal(cpu_kernel.paged_decode(q, kp, vp, padded, lens, scale), got)
+
+
+def test_kernel_takes_strided_queries_and_any_thread_count():
+    q, kp, vp, tables, padded, lens = _case([30, 7, 64], 9, 3, 64, 16)
+    wide = torch.randn(3, 2 * 9 * 64)
+    strided = wide[:, :9 * 64].view(3, 9, 64)  # rows further apart than their heads
+    strided.copy_(q)
+    want = cpu_kernel.paged_decode(q, kp, vp, padded, lens, 0.125)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            assert torch.equal(cpu_kernel.paged_decode(strided, kp, vp, padded, lens, 0.125), want)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_kernel_refuses_tables_outside_the_pool_and_bad_inputs():
+    q, kp, vp, tables, padded, lens = _case([20, 9], 4, 2, 64, 16)
+    for bad in (kp.shape[0], -1, 10 ** 9):
+        t = padded.clone()
+        t[1, 0] = bad
+        with pytest.raises(ValueError, match="block id outside the KV pool"):
+            cpu_kernel.paged_decode(q, kp, vp, t, lens, 0.125)
+    with pytest.raises(ValueError, match="fewer blocks than a context needs"):
+        cpu_kernel.paged_decode(q, kp, vp, padded[:, :1], lens, 0.125)
+    with pytest.raises(ValueError, match="float32"):
+        cpu_kernel.paged_decode(q.double(), kp.double(), vp.double(), padded, lens, 0.125)
+    with pytest.raises(ValueError, match="int64"):
+        cpu_kernel.paged_decode(q, kp, vp, padded.int(), lens, 0.125)
+    with pytest.raises(ValueError, match="contiguous KV pool"):
+        cpu_kernel.paged_decode(q, kp.transpose(1, 2), vp, padded, lens, 0.125)
+    zero = cpu_kernel.paged_decode(q, kp, vp, padded, torch.tensor([0, 9]), 0.125)
+    assert (zero[0] == 0).all()  # an empty context attends nothing
+
+
+def _engine(tiny_llama, backend, **kw):
+    return LLM(str(tiny_llama[0]), "cpu", "float32", block_size=4, num_kv_blocks=48, max_num_seqs=8,
+               attention_backend=backend, **kw)
+
+
+def test_an_engine_on_the_kernel_gives_the_reference_tokens_through_preemption(tiny_llama):
+    """A pool too small for every request at once (preemptions, recomputation), a shared
+    prefix (cache hits), seeded sampling: the same tokens and logprobs as the reference."""
+    runs = {}
+    for backend in ("gather", "kernel", "auto"):
+        llm = _engine(tiny_llama, backend)
+        assert llm.attention_backend == ("kernel" if backend == "auto" else backend)
+        g = torch.Generator().manual_seed(3)
+        prefix = torch.randint(2, 320, (10,), generator=g).tolist()
+        reqs = [llm.add_request(prompt_token_ids=prefix + torch.randint(2, 320, (n,), generator=g).tolist(),
+                                params=SamplingParams(max_tokens=24, temperature=0.8 if i % 2 else 0,
+                                                      seed=i, logprobs=2, ignore_eos=True))
+                for i, n in enumerate((3, 25, 9, 14, 1, 30))]
+        run_to_end(llm)
+        assert llm.cache_stats().used_blocks == 0
+        assert any(e.kind == "step" and e.data["num_preempted"] for e in llm.trace), \
+            "the pool was meant to be too small"
+        runs[backend] = [(r.output_token_ids, [sorted(lp) for lp in r.logprobs]) for r in reqs]
+    assert runs["kernel"] == runs["gather"] == runs["auto"]
+
+
+def test_eager_decode_graphs_call_the_kernel(tiny_llama):
+    llm = _engine(tiny_llama, "kernel", decode_graphs="eager")
+    assert llm.runner.graphs.attention is llm.runner.attention
+    ref = _engine(tiny_llama, "gather")
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    outs = []
+    for engine in (llm, ref):
+        reqs = [engine.add_request(prompt_token_ids=list(range(2, 2 + n)), params=params) for n in (3, 11, 6)]
+        run_to_end(engine)
+        outs.append([r.output_token_ids for r in reqs])
+    assert outs[0] == outs[1]
+    assert sum(g.runs for g in llm.runner.graphs.graphs.values()) > 0
+
+
+def test_auto_falls_back_to_the_reference_where_the_kernel_cannot_run(monkeypatch, tmp_path):
+    assert resolve_backend("auto", "cpu", torch.bfloat16) == "gather"
+    assert resolve_backend("auto", "cuda", torch.float32) == "gather"
+    with pytest.raises(ValueError, match=r"attention_backend='kernel'.*float32 KV cache on the CPU"):
+        resolve_backend("kernel", "cpu", torch.bfloat16)
+    # no compiler: "auto" is the reference, "kernel" names what is missing
+    monkeypatch.setattr(cpu_kernel, "_lib", None)
+    monkeypatch.setattr(cpu_kernel, "_error", None)
+    monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setattr(cpu_kernel.shutil, "which", lambda name: None)
+    assert not cpu_kernel.available()
+    assert resolve_backend("auto", "cpu", torch.float32) == "gather"
+    with pytest.raises(ValueError, match="attention_backend='kernel' cannot be used here"):
+        resolve_backend("kernel", "cpu", torch.float32)
+
+
+def test_a_broken_build_is_reported_not_raised(monkeypatch, tmp_path):
+    source = tmp_path / "paged_decode.c"
+    source.write_text("this is not C\n")
+    monkeypatch.setattr(cpu_kernel, "SOURCE", source)
+    monkeypatch.setattr(cpu_kernel, "_lib", None)
+    monkeypatch.setattr(cpu_kernel, "_error", None)
+    monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(tmp_path / "cache"))
+    assert not cpu_kernel.available()
+    assert "building paged_decode.c failed" in cpu_kernel.unavailable_reason()
+    assert not list((tmp_path / "cache").glob("*.so"))  # no half-built library left to load
