@@ -139,7 +139,10 @@ static float softmax_numerators512(float *s, int64_t len)
 }
 
 /* One (row, KV head) task with G query heads of D floats (D a multiple of 16), G and D
- * constants after inlining: the G queries and the G x D accumulators live in registers. */
+ * constants after inlining: the G queries and the G x D accumulators live in registers.
+ * Block by block (no division per token); while a block is read, the same head's piece of the
+ * next block is prefetched (the hardware prefetcher cannot guess the jump between blocks:
+ * measured 1.2-1.4x, and at 2 threads the pool is then read at about the machine's bandwidth). */
 static inline __attribute__((always_inline)) int
 attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v_pool,
              const int64_t *table, int64_t len, float *o, int64_t kh, int64_t kv_heads,
@@ -153,14 +156,20 @@ attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v
     for (int g = 0; g < G; g++)
         for (int c = 0; c < D / 16; c++)
             qv[g][c] = _mm512_mul_ps(_mm512_loadu_ps(q + g * q_head + 16 * c), _mm512_set1_ps(scale));
-    for (int64_t t = 0; t < len; t++) {          /* pass 1: scores */
-        const float *kt = k_pool + table[t / block_size] * block_stride
-                          + (t % block_size) * token_stride + kh * D;
-        for (int g = 0; g < G; g++) {
-            __m512 a = _mm512_mul_ps(qv[g][0], _mm512_loadu_ps(kt));
-            for (int c = 1; c < D / 16; c++)
-                a = _mm512_fmadd_ps(qv[g][c], _mm512_loadu_ps(kt + 16 * c), a);
-            scores[g * len + t] = _mm512_reduce_add_ps(a);
+    for (int64_t t0 = 0, j = 0; t0 < len; t0 += block_size, j++) {   /* pass 1: scores */
+        const float *kb = k_pool + table[j] * block_stride + kh * D;
+        const int64_t ntok = t0 + block_size <= len ? block_size : len - t0;
+        const float *kn = t0 + block_size < len ? k_pool + table[j + 1] * block_stride + kh * D : kb;
+        for (int64_t i = 0; i < ntok; i++) {
+            const float *kt = kb + i * token_stride;
+            for (int c = 0; c < D / 16; c++)
+                _mm_prefetch((const char *)(kn + i * token_stride + 16 * c), _MM_HINT_T0);
+            for (int g = 0; g < G; g++) {
+                __m512 a = _mm512_mul_ps(qv[g][0], _mm512_loadu_ps(kt));
+                for (int c = 1; c < D / 16; c++)
+                    a = _mm512_fmadd_ps(qv[g][c], _mm512_loadu_ps(kt + 16 * c), a);
+                scores[g * len + t0 + i] = _mm512_reduce_add_ps(a);
+            }
         }
     }
     float inv[G];
@@ -169,16 +178,22 @@ attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v
     for (int g = 0; g < G; g++)
         for (int c = 0; c < D / 16; c++)
             acc[g][c] = _mm512_setzero_ps();
-    for (int64_t t = 0; t < len; t++) {          /* pass 2: weighted values */
-        const float *vt = v_pool + table[t / block_size] * block_stride
-                          + (t % block_size) * token_stride + kh * D;
-        __m512 v[D / 16];
-        for (int c = 0; c < D / 16; c++)
-            v[c] = _mm512_loadu_ps(vt + 16 * c);
-        for (int g = 0; g < G; g++) {
-            const __m512 p = _mm512_set1_ps(scores[g * len + t]);
+    for (int64_t t0 = 0, j = 0; t0 < len; t0 += block_size, j++) {   /* pass 2: weighted values */
+        const float *vb = v_pool + table[j] * block_stride + kh * D;
+        const int64_t ntok = t0 + block_size <= len ? block_size : len - t0;
+        const float *vn = t0 + block_size < len ? v_pool + table[j + 1] * block_stride + kh * D : vb;
+        for (int64_t i = 0; i < ntok; i++) {
+            const float *vt = vb + i * token_stride;
             for (int c = 0; c < D / 16; c++)
-                acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
+                _mm_prefetch((const char *)(vn + i * token_stride + 16 * c), _MM_HINT_T0);
+            __m512 v[D / 16];
+            for (int c = 0; c < D / 16; c++)
+                v[c] = _mm512_loadu_ps(vt + 16 * c);
+            for (int g = 0; g < G; g++) {
+                const __m512 p = _mm512_set1_ps(scores[g * len + t0 + i]);
+                for (int c = 0; c < D / 16; c++)
+                    acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
+            }
         }
     }
     for (int g = 0; g < G; g++)
