@@ -1,4 +1,5 @@
-"""Decode attention backends against each other: does reading the pool block by block pay?
+"""Decode attention backends against each other: does reading the pool block by block, or in
+place with the CPU kernel ("kernel", ``minillm/kernels/paged_decode.c``), pay?
 
     python benchmarks/attention_backends.py --rounds 5
     python benchmarks/attention_backends.py --model default --batch 32 --context 64,256 --rounds 3
@@ -21,7 +22,7 @@ of attending (``PREFIX_WAYS``: the boolean mask the engine used before, an addit
 merged by log-sum-exp), the SDPA kernel each one runs (``torch.profiler``), then whole prefill
 steps of an engine with the prefix cached, the shipped split against the boolean mask.
 
-1 thread (``OMP_NUM_THREADS=1`` is set for the process). Prints one JSON line per measurement
+1 thread unless ``--threads`` (``OMP_NUM_THREADS=1`` is set for the process). Prints one JSON line per measurement
 and a summary table; ``--json`` writes them to a file.
 """
 
@@ -275,6 +276,7 @@ def main(argv=None) -> int:
     ap.add_argument("--context", default="128,512", help="comma-separated context lengths")
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (the kernel's too)")
     ap.add_argument("--new-tokens", type=int, default=12, help="decode steps per engine round")
     ap.add_argument("--skip-steps", action="store_true", help="only the kernel measurement")
     ap.add_argument("--json", help="write the rows here")
@@ -283,7 +285,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prefix-len", type=int, default=1536)
     ap.add_argument("--suffix", type=int, default=512)
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     if args.prefix:
         return prefix_main(args)
     contexts = [int(c) for c in args.context.split(",")]
@@ -311,7 +313,7 @@ def main(argv=None) -> int:
             folder = model_folder(args.step_model, Path(tmp))
             llms = {b: LLM(None if folder is None else str(folder), "cpu", "float32", block_size=args.block_size,
                            num_kv_blocks=blocks, max_num_seqs=args.batch, enable_prefix_caching=False,
-                           attention_backend=b, num_threads=1) for b in names}
+                           attention_backend=b, num_threads=args.threads) for b in names}
             for context in [*contexts, f"mixed16-{max(contexts)}"]:
                 times = {b: [] for b in names}
                 for r in range(args.rounds):
@@ -330,7 +332,8 @@ def main(argv=None) -> int:
         print(f"{label:<28}" + "".join(f"{med[b]:>12.3f}" if b in med else f"{'-':>12}" for b in cols)
               + "".join(f"{speed[b]:>21.2f}x" if b in speed else f"{'-':>22}" for b in cols[1:]))
     if args.json:
-        Path(args.json).write_text(json.dumps({"load_average": load, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"load_average": load, "threads": args.threads, "rows": rows},
+                                              indent=1))
     return 0
 
 
@@ -382,7 +385,8 @@ def prefix_main(args) -> int:
         print(f"{row['kind']} ({row.get('model', args.model)}): " + ", ".join(
             f"{w} {row['median_ms'][w]:.2f} ms ({row['speedup_vs_bool_mask'][w]:.2f}x)" for w in row["median_ms"]))
     if args.json:
-        Path(args.json).write_text(json.dumps({"load_average": load, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"load_average": load, "threads": args.threads, "rows": rows},
+                                              indent=1))
     return 0
 
 
