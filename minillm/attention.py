@@ -14,8 +14,8 @@ is a backend's job, chosen when the runner is built (``LLM(attention_backend=...
 * ``PagedKernel`` ("kernel"): the same metadata, read truly in place by a page of C
   (``minillm/kernels/paged_decode.c``, built on first use by ``minillm.cpu_kernel``): each
   row's K/V are read block by block straight out of the pool, once, with no copy and no mask.
-  CPU and float32 only; ``"auto"`` picks it where it builds and the cache is float32 on the
-  CPU, else ``gather``.
+  CPU and float32 only; ``"auto"`` picks it where it builds, the cache is float32 on the CPU
+  and the model's heads have its vectorised path (``cpu_kernel.has_fast_path``), else ``gather``.
 
 A GPU kernel plugs in as a further backend with the same ``decode`` signature: FlexAttention's
 paged attention (``torch.nn.attention.flex_attention`` with a block mask built from
@@ -193,13 +193,14 @@ class PagedKernel(AttentionBackend):
     uses_mask = False
 
     def decode(self, q, k_pool, v_pool, batch, scale):
-        from . import cpu_kernel
+        from .cpu_kernel import paged_decode
 
+        if torch.compiler.is_compiling():  # a ctypes call cannot be traced into a graph
+            raise RuntimeError("the 'kernel' attention backend runs eagerly only; compiled decode graphs "
+                               "read the pool with PagedInPlace")
         meta: DecodeMeta = batch.decode_meta
         n, heads, dim = q.shape
-        # traced into a decode graph: the registered op; eager: the call itself (no dispatcher)
-        fn = cpu_kernel.paged_decode_op if torch.compiler.is_compiling() else cpu_kernel.paged_decode
-        return fn(q, k_pool, v_pool, meta.block_tables, meta.context_lens, scale).view(n, heads * dim)
+        return paged_decode(q, k_pool, v_pool, meta.block_tables, meta.context_lens, scale).view(n, heads * dim)
 
 
 BACKENDS = {"gather": GatherSDPA, "paged": PagedInPlace, "kernel": PagedKernel}
@@ -215,12 +216,20 @@ def kernel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
     return available()
 
 
-def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.dtype) -> str:
-    """The backend name an engine runs: "auto" becomes "kernel" where ``kernel_usable``, else
-    "gather"; an explicit "kernel" where it is not usable is a ValueError saying why."""
+def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.dtype,
+                    head_dim: int | None = None, group: int | None = None) -> str:
+    """The backend name an engine runs: "auto" becomes "kernel" where ``kernel_usable`` and
+    (given the model's ``head_dim`` and query heads per KV head ``group``) the kernel has its
+    vectorised path for that shape, else "gather"; an explicit "kernel" where it is not usable
+    is a ValueError saying why (any head shape is served: the generic loop is correct)."""
     name = DEFAULT_BACKEND if name is None else name
     if name == "auto":
-        return "kernel" if kernel_usable(device, dtype) else "gather"
+        if not kernel_usable(device, dtype):
+            return "gather"
+        from .cpu_kernel import has_fast_path
+
+        fast = head_dim is None or group is None or has_fast_path(head_dim, group)
+        return "kernel" if fast else "gather"
     if name == "kernel" and not kernel_usable(device, dtype):
         from .cpu_kernel import unavailable_reason
 

@@ -4,9 +4,10 @@ torch has no CPU op that attends a paged pool in place, and a Python loop over b
 slower than copying the context out (``benchmarks/attention_backends.py``). So the kernel is
 a page of C: built once per machine with the system's C compiler (``-O3 -march=native
 -fopenmp``, about a second) into ``~/.cache/minillm/kernels`` (``MINILLM_KERNEL_CACHE``
-overrides), keyed by the source, the flags, the compiler and the CPU, and called through
-``ctypes`` (which releases the GIL). It links the OpenMP runtime torch has already loaded
-(``libgomp.so.1``), so its threads are torch's, sized by ``torch.get_num_threads()``.
+overrides; the temporary directory where that cannot be written), keyed by the source, the
+flags, the compiler and the CPU, and called through ``ctypes`` (which releases the GIL). It
+links the OpenMP runtime torch has already loaded (``libgomp.so.1``), so its threads are
+torch's, sized by ``torch.get_num_threads()``.
 
 ``available()`` says whether it could be built here; ``paged_decode`` is the call.
 """
@@ -54,7 +55,13 @@ def _build() -> Path:
     target = _cache_dir() / f"paged_decode-{key}.so"
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: build into the temporary directory instead
+        target = Path(tempfile.gettempdir()) / "minillm-kernels" / target.name
+        if target.exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
         proc = subprocess.run([cc, *FLAGS, "-o", str(built), str(SOURCE), "-lm"],
@@ -75,6 +82,9 @@ def _load():
             fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64,
                            ctypes.c_float, ctypes.c_int]
             fn.restype = ctypes.c_int
+            fast = lib.paged_decode_fast_path
+            fast.argtypes, fast.restype = [i64, i64], ctypes.c_int
+            fn.fast_path = fast
             _lib = fn
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             _error = f"{type(exc).__name__}: {exc}"
@@ -84,6 +94,14 @@ def _load():
 def available() -> bool:
     """Whether the kernel is built and loaded on this machine (builds it on first call)."""
     return _load() is not None
+
+
+def has_fast_path(head_dim: int, group: int) -> bool:
+    """Whether this build runs heads of ``head_dim`` with ``group`` query heads per KV head on
+    its vectorised path (AVX-512, head size 64 or 128, 1-8 query heads per KV head); other
+    shapes run a plain C loop, correct but not measured faster than the gather."""
+    fn = _load()
+    return fn is not None and bool(fn.fast_path(head_dim, group))
 
 
 def unavailable_reason() -> str | None:
@@ -122,15 +140,3 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
         raise MemoryError("the paged kernel could not allocate its scores")
     return out
 
-
-@torch.library.custom_op("minillm::paged_decode", mutates_args=())
-def paged_decode_op(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
-                    context_lens: torch.Tensor, scale: float) -> torch.Tensor:
-    """``paged_decode`` as one opaque op for ``torch.compile`` (a decode graph traces through
-    it: it reads the pool after the step's K/V were written into it, as its data says)."""
-    return paged_decode(q, k_pool, v_pool, block_tables, context_lens, scale)
-
-
-@paged_decode_op.register_fake
-def _(q, k_pool, v_pool, block_tables, context_lens, scale):
-    return q.new_empty(q.shape)

@@ -148,7 +148,8 @@ class LLM(WholeGenerations):
                                 cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching,
                                 scratch_block=opts.decode_graphs is not None)
         #: the attention backend this engine runs ("auto" resolved)
-        self.attention_backend = resolve_backend(opts.attention_backend, self.device, self.dtype)
+        self.attention_backend = resolve_backend(opts.attention_backend, self.device, self.dtype, cfg.head_dim,
+                                                 cfg.num_attention_heads // cfg.num_key_value_heads)
         self.runner = ModelRunner(self.model, self.kv_cache, self.device, self.attention_backend)
         if opts.decode_graphs is not None:
             from .decode_graphs import DecodeGraphs

@@ -105,13 +105,31 @@ def _engine(tiny_llama, backend, **kw):
                attention_backend=backend, **kw)
 
 
-def test_an_engine_on_the_kernel_gives_the_reference_tokens_through_preemption(tiny_llama):
+@pytest.fixture(scope="module")
+def heads_of_64(tmp_path_factory):
+    """A random Llama whose heads (2 query / 1 KV of 64) take the kernel's vectorised path."""
+    from conftest import make_model
+
+    folder = tmp_path_factory.mktemp("heads64")
+    make_model(folder, "llama", hidden_size=128, num_attention_heads=2, num_key_value_heads=1)
+    return folder, None
+
+
+@pytest.mark.parametrize("model", ["tiny_llama", "heads_of_64"])
+def test_an_engine_on_the_kernel_gives_the_reference_tokens_through_preemption(model, request):
     """A pool too small for every request at once (preemptions, recomputation), a shared
-    prefix (cache hits), seeded sampling: the same tokens and logprobs as the reference."""
+    prefix (cache hits), seeded sampling: the same tokens and logprobs as the reference, on the
+    kernel's generic loop (heads of 16) and on its vectorised path (heads of 64)."""
+    folder = request.getfixturevalue(model)
+    fast = model == "heads_of_64"
+    if fast and not cpu_kernel.has_fast_path(64, 2):
+        pytest.skip("this CPU has no AVX-512: the kernel has no vectorised path here")
+    assert not cpu_kernel.has_fast_path(16, 2)
     runs = {}
     for backend in ("gather", "kernel", "auto"):
-        llm = _engine(tiny_llama, backend)
-        assert llm.attention_backend == ("kernel" if backend == "auto" else backend)
+        llm = _engine(folder, backend)
+        # "auto" takes the kernel only where its vectorised path serves the heads
+        assert llm.attention_backend == (("kernel" if fast else "gather") if backend == "auto" else backend)
         g = torch.Generator().manual_seed(3)
         prefix = torch.randint(2, 320, (10,), generator=g).tolist()
         reqs = [llm.add_request(prompt_token_ids=prefix + torch.randint(2, 320, (n,), generator=g).tolist(),
@@ -124,6 +142,14 @@ def test_an_engine_on_the_kernel_gives_the_reference_tokens_through_preemption(t
             "the pool was meant to be too small"
         runs[backend] = [(r.output_token_ids, [sorted(lp) for lp in r.logprobs]) for r in reqs]
     assert runs["kernel"] == runs["gather"] == runs["auto"]
+
+
+def test_the_shipped_model_runs_the_kernel_by_default():
+    if not cpu_kernel.has_fast_path(64, 2):
+        pytest.skip("this CPU has no AVX-512: the kernel has no vectorised path here")
+    llm = LLM(num_kv_blocks=16)
+    assert llm.attention_backend == "kernel" and llm.runner.attention.name == "kernel"
+    assert not cpu_kernel.has_fast_path(48, 2) and not cpu_kernel.has_fast_path(64, 9)
 
 
 def test_eager_decode_graphs_call_the_kernel(tiny_llama):
@@ -167,3 +193,26 @@ def test_a_broken_build_is_reported_not_raised(monkeypatch, tmp_path):
     assert not cpu_kernel.available()
     assert "building paged_decode.c failed" in cpu_kernel.unavailable_reason()
     assert not list((tmp_path / "cache").glob("*.so"))  # no half-built library left to load
+
+
+def test_a_read_only_cache_builds_into_the_temporary_directory(monkeypatch, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a cache "directory" below a file cannot be made
+    monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(blocked / "kernels"))
+    monkeypatch.setattr(cpu_kernel.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    built = cpu_kernel._build()
+    assert built.parent == tmp_path / "tmp" / "minillm-kernels" and built.is_file()
+
+
+def test_a_compiled_graph_cannot_trace_the_kernel_silently(tiny_llama):
+    """The kernel is a ctypes call: inside torch.compile it raises (compiled decode graphs use
+    the traced block reads instead, ``DecodeGraphs.attention``)."""
+    llm = LLM(str(tiny_llama[0]), "cpu", "float32", block_size=4, num_kv_blocks=16, attention_backend="kernel",
+              decode_graphs="compile")
+    assert llm.runner.graphs.attention.name == "paged"
+    from minillm.attention import PagedKernel
+    from unittest import mock
+
+    with mock.patch.object(torch.compiler, "is_compiling", return_value=True):
+        with pytest.raises(RuntimeError, match="runs eagerly only"):
+            PagedKernel().decode(torch.zeros(1, 2, 8), torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 8), None, 1.0)

@@ -78,6 +78,20 @@ def test_random_programs_keep_the_invariants_and_the_outputs(engine_factory):
     machine.TestCase().runTest()
 
 
+def test_random_programs_with_the_cpu_kernel(engine_factory):
+    """The same programs with decode attention in the CPU kernel (``attention_backend="kernel"``),
+    against the same reference (which runs the default backend)."""
+    from minillm import cpu_kernel
+
+    if not cpu_kernel.available():
+        pytest.skip(f"the kernel cannot be built here: {cpu_kernel.unavailable_reason()}")
+    make_llm, make_reference = engine_factory
+    machine = build_machine(lambda: make_llm(attention_backend="kernel"), make_reference)
+    machine.TestCase.settings = settings(max_examples=12, stateful_step_count=25, deadline=None,
+                                         suppress_health_check=list(HealthCheck), derandomize=True)
+    machine.TestCase().runTest()
+
+
 def test_random_programs_through_decode_graphs(engine_factory):
     """The same programs with decode-only steps through fixed-shape graphs (``decode_graphs="eager"``:
     padded buffers, scratch-block writes, paged reads), against the same plain reference."""

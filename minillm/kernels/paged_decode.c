@@ -31,6 +31,7 @@
 static inline float dot(const float *q, const float *k, int64_t dim)
 {
     float s = 0.0f;
+#pragma omp simd reduction(+ : s)
     for (int64_t d = 0; d < dim; d++)
         s += q[d] * k[d];
     return s;
@@ -254,6 +255,20 @@ static int attend_row(const float *q, int64_t q_head, const float *k_pool, const
 #endif
     return attend_generic(q, q_head, k_pool, v_pool, table, len, out, kh0, kh1, group, kv_heads,
                           dim, block_size, scale);
+}
+
+/* 1 when this build has the vectorised path for heads of dim floats, group query heads per KV
+ * head (what "auto" asks before choosing the kernel: the generic loop was not measured faster
+ * than gathering and SDPA), else 0. */
+int paged_decode_fast_path(int64_t dim, int64_t group)
+{
+#if defined(__AVX512F__)
+    return (dim == 64 || dim == 128) && group >= 1 && group <= 8;
+#else
+    (void)dim;
+    (void)group;
+    return 0;
+#endif
 }
 
 int paged_decode_f32(const float *q, int64_t q_row, int64_t q_head,
