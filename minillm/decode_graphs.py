@@ -13,9 +13,10 @@ made once per bucket and replayed (nano-vllm's ``capture_cudagraph``, vLLM's CUD
   (``KVCache(scratch_block=True)``: a block the allocator never hands out), so a padding row
   never touches a request's cache; their logits are dropped;
 * attention reads the pool through the block tables, traced into the graph
-  (``AttentionBatch.in_graph``): with ``PagedInPlace``, the padding mask made inside the graph
-  from the context lengths (in "eager" mode with the engine's "kernel" backend: the CPU
-  kernel, bounded by the context lengths, no mask).
+  (``AttentionBatch.in_graph``): compiled on the CPU as products and sums inductor fuses into
+  loops that read the pool in place (``PagedReductions``); captured on CUDA with
+  ``PagedInPlace``, the padding mask made inside the graph from the context lengths; in "eager"
+  mode with the engine's "kernel" backend, the CPU kernel (no mask).
 
 How a bucket's graph is made (``LLM(decode_graphs=...)``):
 
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import torch
 
-from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, PagedInPlace
+from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, PagedInPlace, PagedReductions
 from .models.llama import AttentionBatch
 
 MODES = ("eager", "compile", "cuda")
@@ -49,6 +50,7 @@ MAX_COMPILES = 1
 CPU_MAX_BATCH = 4
 
 _PAGED = PagedInPlace()
+_REDUCTIONS = PagedReductions()
 
 
 def buckets(limit: int) -> list[int]:
@@ -174,13 +176,18 @@ class DecodeGraphs:
             raise ValueError("decode graphs need a KV pool with a scratch block (KVCache(scratch_block=True)) "
                              "for their padding rows to write into")
         self.model, self.kv_cache, self.device, self.mode = model, kv_cache, device, mode
-        # "eager" graphs call the CPU kernel when it is the engine's backend (it reads block
-        # tables and needs no mask); compiled and captured graphs read the pool with
-        # PagedInPlace, traced in: from inductor's C++ wrapper the kernel is a call back into
-        # Python per layer, measured slower (shipped model, batch 1, 500-token context: 2.4 ms
-        # a step against 1.9)
-        kernel = attention is not None and attention.name == "kernel" and mode == "eager"
-        self.attention = attention if kernel else _PAGED
+        # how a graph's attention reads the pool: "compile" (the CPU) as products and sums that
+        # inductor fuses into loops reading the pool in place (PagedReductions; the kernel
+        # cannot be traced, and called back from inductor's C++ wrapper as a custom op it was
+        # measured slower: shipped model, batch 1, 500-token context, 2.4 ms a step against
+        # 1.9 with the traced block reads); "eager" with the CPU kernel when it is the engine's
+        # backend; otherwise, and for CUDA graphs, PagedInPlace's block reads
+        if mode == "compile":
+            self.attention = _REDUCTIONS
+        elif mode == "eager" and attention is not None and attention.name == "kernel":
+            self.attention = attention
+        else:
+            self.attention = _PAGED
         max_batch = min(max_num_seqs, CPU_MAX_BATCH) if mode == "compile" else max_num_seqs
         self.batch_sizes = buckets(max_batch)
         # widths from 2 blocks: a compiled graph's dynamic W must not be 1, which torch specialises
