@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from minillm import LLM, SamplingParams
-from minillm.attention import BACKENDS, NULL_BLOCK, DecodeMeta, GatherSDPA, PagedInPlace, PagedKernel, make_backend
+from minillm.attention import (BACKENDS, NULL_BLOCK, DecodeMeta, GatherSDPA, PagedInPlace, PagedKernel,
+                               PagedReductions, make_backend)
 from minillm.engine_args import ATTENTION_BACKENDS, check_engine_options
 from minillm.models.llama import AttentionBatch, DecodeGroup
 from conftest import run_to_end
@@ -69,11 +70,14 @@ def test_both_backends_equal_naive_attention_over_scattered_blocks(block_size):
     assert (got_ref - want).abs().max().item() < 1e-5
     assert (got_paged - want).abs().max().item() < 1e-5
     assert (got_kernel - want).abs().max().item() < 1e-5
+    # the compiled decode graphs' reads (products and sums over the block table), here eagerly
+    assert (PagedReductions().decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
     # what the null block holds does not leak into any row
     k_pool[NULL_BLOCK] = 1e4
     v_pool[NULL_BLOCK] = 1e4
     assert (PagedInPlace().decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
     assert (PagedKernel().decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
+    assert (PagedReductions().decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
 
 
 def _engine(tiny_llama, backend, **kw):

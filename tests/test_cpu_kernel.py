@@ -205,11 +205,11 @@ def test_a_read_only_cache_builds_into_the_temporary_directory(monkeypatch, tmp_
 
 
 def test_a_compiled_graph_cannot_trace_the_kernel_silently(tiny_llama):
-    """The kernel is a ctypes call: inside torch.compile it raises (compiled decode graphs use
-    the traced block reads instead, ``DecodeGraphs.attention``)."""
+    """The kernel is a ctypes call: inside torch.compile it raises (compiled decode graphs read
+    the pool with ``PagedReductions`` instead, ``DecodeGraphs.attention``)."""
     llm = LLM(str(tiny_llama[0]), "cpu", "float32", block_size=4, num_kv_blocks=16, attention_backend="kernel",
               decode_graphs="compile")
-    assert llm.runner.graphs.attention.name == "paged"
+    assert llm.runner.graphs.attention.name == "reductions"  # the compiled graphs' own in-place reads
     from minillm.attention import PagedKernel
     from unittest import mock
 
