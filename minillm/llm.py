@@ -76,7 +76,8 @@ class LLM(WholeGenerations):
             on CUDA and when OMP_NUM_THREADS is set. ``llm.num_threads`` is what was set
             (None: nothing was).
         attention_backend: how decode attention reads the paged KV pool (``minillm.attention``):
-            "auto" (default: "kernel" where it can run, else "gather"), "gather" (the readable
+            "auto" (default: "kernel" where it builds and has its vectorised path for the model's
+            heads, else "gather"), "gather" (the readable
             reference: gather each context, one SDPA), "paged" (whole blocks picked through
             fixed-shape block tables, one SDPA) or "kernel" (the CPU's C kernel reading the pool
             in place through the block tables; float32 on the CPU, built with the system's C
