@@ -10,10 +10,12 @@
  *   out           [n, heads, dim]
  *
  * One task per row and span of KV heads (the whole row when there are enough rows to keep
- * every thread busy): a token's keys for those heads are one contiguous run of the pool, read
- * once for all the query heads sharing them. Two passes over the context (scores, then the
- * weighted sum of values) with the softmax between them, all in float32; the task's scores
- * (query heads x context floats) are its only scratch.
+ * every thread busy; a row's heads split into spans when rows alone would leave threads idle).
+ * Each key and value vector is read once for all the query heads that share it. Two passes
+ * over the context (scores, then the weighted sum of values) with the softmax between them,
+ * all in float32; the scores (query heads x context floats) are a task's only scratch. Two
+ * versions: attend_fixed, vectorised (AVX-512) for the common head shapes, one KV head at a
+ * time with its queries and accumulators in registers; attend_generic, plain loops, any shape.
  *
  * Returns 0, or -1 when a block id lies outside the pool or a row has fewer blocks than its
  * context needs (nothing is read then), or -2 when scratch memory could not be had. Built and
