@@ -238,11 +238,17 @@ DEFAULT_BACKEND = "gather"
 
 def kernel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
     """Whether the "kernel" backend can serve a cache of ``dtype`` on ``device``."""
-    if torch.device(device).type != "cpu" or dtype != torch.float32:
-        return False
-    from .cpu_kernel import available
+    return _kernel_refusal(device, dtype) is None
 
-    return available()
+
+def _kernel_refusal(device: torch.device | str, dtype: torch.dtype) -> str | None:
+    """Why the kernel cannot serve a cache of ``dtype`` on ``device`` (None: it can)."""
+    kind = torch.device(device).type
+    if kind != "cpu" or dtype != torch.float32:
+        return f"it serves a float32 KV cache on the CPU, not {dtype} on {kind}"
+    from .cpu_kernel import available, unavailable_reason
+
+    return None if available() else unavailable_reason()
 
 
 def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.dtype,
@@ -259,13 +265,11 @@ def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.d
 
         fast = head_dim is None or group is None or has_fast_path(head_dim, group)
         return "kernel" if fast else "gather"
-    if name == "kernel" and not kernel_usable(device, dtype):
-        from .cpu_kernel import unavailable_reason
-
-        why = (f"it serves a float32 KV cache on the CPU, not {dtype} on {torch.device(device).type}"
-               if torch.device(device).type != "cpu" or dtype != torch.float32 else unavailable_reason())
-        raise ValueError(f"attention_backend='kernel' cannot be used here: {why}; "
-                         f"use 'auto', 'gather' or 'paged'")
+    if name == "kernel":
+        why = _kernel_refusal(device, dtype)
+        if why is not None:
+            raise ValueError(f"attention_backend='kernel' cannot be used here: {why}; "
+                             f"use 'auto', 'gather' or 'paged'")
     return name
 
 

@@ -38,6 +38,8 @@ DESCRIPTIONS = {
 
 
 def parse_args(argv):
+    from minillm.engine_args import ATTENTION_BACKENDS
+
     ap = argparse.ArgumentParser(prog="minillm bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="default",
                     help="default (the shipped model), 135m, all (default + 135m), tiny, or a local "
@@ -69,7 +71,7 @@ def parse_args(argv):
     ap.add_argument("--decode-graphs", action="store_true",
                     help="minillm with LLM(decode_graphs=True) (CUDA graphs on CUDA, inductor on the CPU for "
                          "batches up to 4; minillm.decode_graphs); with --peers: beside the eager engine")
-    ap.add_argument("--attention-backend", default="auto", choices=("auto", "gather", "paged", "kernel"),
+    ap.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS,
                     help="minillm's LLM(attention_backend=...) (default auto: the CPU kernel where it builds)")
     ap.add_argument("--allow-mismatch", action="store_true",
                     help="report differing greedy tokens instead of stopping (e.g. bfloat16 on CUDA, where "
