@@ -193,14 +193,18 @@ class PagedKernel(AttentionBackend):
     uses_mask = False
 
     def decode(self, q, k_pool, v_pool, batch, scale):
-        from .cpu_kernel import paged_decode
-
-        if torch.compiler.is_compiling():  # a ctypes call cannot be traced into a graph
-            raise RuntimeError("the 'kernel' attention backend runs eagerly only; compiled decode graphs "
-                               "read the pool with PagedInPlace")
         meta: DecodeMeta = batch.decode_meta
         n, heads, dim = q.shape
-        return paged_decode(q, k_pool, v_pool, meta.block_tables, meta.context_lens, scale).view(n, heads * dim)
+        if torch.compiler.is_compiling():
+            # a ctypes call cannot be traced: a compiled graph calls the same kernel as the
+            # operator torch.ops.minillm.paged_decode (``cpu_kernel.op_available``), which
+            # inductor's C++ wrapper reaches through the dispatcher
+            out = torch.ops.minillm.paged_decode(q, k_pool, v_pool, meta.block_tables, meta.context_lens, scale)
+        else:
+            from .cpu_kernel import paged_decode
+
+            out = paged_decode(q, k_pool, v_pool, meta.block_tables, meta.context_lens, scale)
+        return out.view(n, heads * dim)
 
 
 class PagedReductions(AttentionBackend):

@@ -10,6 +10,12 @@ links the OpenMP runtime torch has already loaded (``libgomp.so.1``), so its thr
 torch's, sized by ``torch.get_num_threads()``.
 
 ``available()`` says whether it could be built here; ``paged_decode`` is the call.
+
+Compiled decode graphs cannot trace a ``ctypes`` call, so the same kernel is also built as a
+torch operator, ``torch.ops.minillm.paged_decode`` (``kernels/paged_decode_op.cpp`` with the C
+source, against torch's header-only stable ABI: a few seconds more, on first use of a compiled
+graph only): inductor's C++ wrapper calls it through the dispatcher, without Python.
+``op_available()`` builds and loads it.
 """
 
 from __future__ import annotations
@@ -26,9 +32,12 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("kernels") / "paged_decode.c"
+OP_SOURCE = Path(__file__).with_name("kernels") / "paged_decode_op.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 _lib = None
 _error: str | None = None
+_op = None
+_op_error: str | None = None
 
 
 def _cache_dir() -> Path:
@@ -45,14 +54,13 @@ def _cpu_id() -> str:
         return platform.processor()
 
 
-def _build() -> Path:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise RuntimeError("no C compiler (cc/gcc) on PATH")
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_id(),
+def _compile(name: str, compiler: str, args: list[str], sources: list[Path]) -> Path:
+    """Build ``sources`` with ``compiler`` and ``args`` into the cache (once per source text,
+    flags, compiler version and CPU) and return the library's path."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256("\0".join([*(s.read_text() for s in sources), " ".join(args), version, _cpu_id(),
                                     platform.machine()]).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"paged_decode-{key}.so"
+    target = _cache_dir() / f"{name}-{key}.so"
     if target.exists():
         return target
     try:
@@ -64,12 +72,32 @@ def _build() -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
-        proc = subprocess.run([cc, *FLAGS, "-o", str(built), str(SOURCE), "-lm"],
-                              capture_output=True, text=True)
+        proc = subprocess.run([compiler, *args, "-o", str(built)], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"building {SOURCE.name} failed:\n{proc.stderr[-2000:]}")
+            raise RuntimeError(f"building {sources[-1].name} failed:\n{proc.stderr[-2000:]}")
         os.replace(built, target)  # atomic: a concurrent build leaves one whole file
     return target
+
+
+def _build() -> Path:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise RuntimeError("no C compiler (cc/gcc) on PATH")
+    return _compile("paged_decode", cc, [*FLAGS, str(SOURCE), "-lm"], [SOURCE])
+
+
+def _build_op() -> Path:
+    """The operator library: the C kernel and its C++ registration, linked with libtorch."""
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        raise RuntimeError("no C++ compiler (c++/g++) on PATH")
+    from torch.utils.cpp_extension import include_paths, library_paths
+
+    inc = [f"-I{p}" for p in include_paths()]
+    libs = library_paths()
+    args = [*FLAGS, "-std=c++17", *inc, "-x", "c", str(SOURCE), "-x", "c++", str(OP_SOURCE), "-x", "none",
+            *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-ltorch_cpu", "-lc10", "-lm"]
+    return _compile(f"paged_decode_op-torch{torch.__version__.replace('+', '_')}", cxx, args, [SOURCE, OP_SOURCE])
 
 
 def _load():
@@ -102,6 +130,31 @@ def has_fast_path(head_dim: int, group: int) -> bool:
     shapes run a plain C loop, correct but not measured faster than the gather."""
     fn = _load()
     return fn is not None and bool(fn.fast_path(head_dim, group))
+
+
+def op_available() -> bool:
+    """Whether ``torch.ops.minillm.paged_decode`` is built and loaded (builds it on first call)."""
+    global _op, _op_error
+    if _op is None and _op_error is None:
+        try:
+            if not hasattr(torch.ops.minillm, "paged_decode"):
+                torch.ops.load_library(str(_build_op()))
+                torch.library.register_fake("minillm::paged_decode")(_paged_decode_shape)
+            _op = torch.ops.minillm.paged_decode
+        except (OSError, RuntimeError, subprocess.SubprocessError, ImportError) as exc:
+            _op_error = f"{type(exc).__name__}: {exc}"
+    return _op is not None
+
+
+def _paged_decode_shape(q, k_pool, v_pool, block_tables, context_lens, scale):
+    """What the operator returns, for tracing: a new [n, heads, D] tensor like ``q``."""
+    return q.new_empty(q.shape)
+
+
+def op_unavailable_reason() -> str | None:
+    """Why ``op_available()`` is False (None when it is not)."""
+    op_available()
+    return _op_error
 
 
 def unavailable_reason() -> str | None:

@@ -204,15 +204,88 @@ def test_a_read_only_cache_builds_into_the_temporary_directory(monkeypatch, tmp_
     assert built.parent == tmp_path / "tmp" / "minillm-kernels" and built.is_file()
 
 
-def test_a_compiled_graph_cannot_trace_the_kernel_silently(tiny_llama):
-    """The kernel is a ctypes call: inside torch.compile it raises (compiled decode graphs read
-    the pool with ``PagedReductions`` instead, ``DecodeGraphs.attention``)."""
+needs_op = pytest.mark.skipif(not cpu_kernel.op_available(),
+                              reason=f"the kernel's torch operator cannot be built here: {cpu_kernel.op_unavailable_reason()}")
+
+
+@needs_op
+@pytest.mark.parametrize("heads,kv_heads,dim", SHAPES)
+def test_the_operator_is_the_kernel(heads, kv_heads, dim):
+    """``torch.ops.minillm.paged_decode`` (what compiled graphs call) gives the ctypes call's
+    output bit for bit, strided queries included, eagerly and traced."""
+    lengths = [1, 17, 40, 16, 3, 33]
+    q, kp, vp, tables, padded, lens = _case(lengths, heads, kv_heads, dim, 5, extra_width=1)
+    scale = dim ** -0.5
+    want = cpu_kernel.paged_decode(q, kp, vp, padded, lens, scale)
+    assert torch.equal(torch.ops.minillm.paged_decode(q, kp, vp, padded, lens, scale), want)
+    wide = torch.zeros(len(lengths), heads, 2 * dim)
+    wide[:, :, :dim] = q
+    assert torch.equal(torch.ops.minillm.paged_decode(wide[:, :, :dim], kp, vp, padded, lens, scale), want)
+    traced = torch.compile(lambda *a: torch.ops.minillm.paged_decode(*a, scale), fullgraph=True, backend="aot_eager")
+    assert torch.equal(traced(q, kp, vp, padded, lens), want)
+
+
+@needs_op
+def test_the_operator_refuses_bad_inputs():
+    q, kp, vp, tables, padded, lens = _case([20, 9], 4, 2, 64, 16)
+    op = torch.ops.minillm.paged_decode
+    t = padded.clone()
+    t[1, 0] = kp.shape[0]
+    with pytest.raises(RuntimeError, match="block id outside the KV pool"):
+        op(q, kp, vp, t, lens, 0.125)
+    with pytest.raises(RuntimeError, match="fewer blocks than a context needs"):
+        op(q, kp, vp, padded[:, :1].contiguous(), lens, 0.125)
+    with pytest.raises(RuntimeError, match="float32"):
+        op(q.double(), kp.double(), vp.double(), padded, lens, 0.125)
+    with pytest.raises(RuntimeError, match="int64"):
+        op(q, kp, vp, padded.int(), lens, 0.125)
+    strided = torch.zeros(*kp.shape[:3], 2 * kp.shape[3])[..., :kp.shape[3]]
+    with pytest.raises(RuntimeError, match="contiguous KV pool"):
+        op(q, strided, vp, padded, lens, 0.125)
+    with pytest.raises(RuntimeError, match="shapes do not match"):
+        op(q, kp, vp[:, :, :1], padded, lens, 0.125)
+    with pytest.raises(RuntimeError, match=r"contiguous \[n, W\]"):
+        op(q, kp, vp, padded[:1], lens, 0.125)
+
+
+@needs_op
+def test_compiled_decode_graphs_call_the_kernel_operator(tiny_llama):
+    """With the "kernel" backend a compiled graph's attention is the kernel itself (through
+    its operator), and its tokens are the eager reference's; with "gather" the graphs keep
+    their traced reads (``PagedReductions``)."""
+    kw = dict(block_size=4, num_kv_blocks=48, max_num_seqs=2, num_threads=1)
+    llm = LLM(str(tiny_llama[0]), "cpu", "float32", attention_backend="kernel", decode_graphs="compile", **kw)
+    assert llm.runner.graphs.attention is llm.runner.attention
+    other = LLM(str(tiny_llama[0]), "cpu", "float32", attention_backend="gather", decode_graphs="compile", **kw)
+    assert other.runner.graphs.attention.name == "reductions"
+    ref = _engine(tiny_llama, "gather")
+    params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+    outs = []
+    for engine in (llm, ref):
+        reqs = [engine.add_request(prompt_token_ids=list(range(2, 2 + n)), params=params) for n in (3, 13)]
+        run_to_end(engine)
+        outs.append([r.output_token_ids for r in reqs])
+    assert outs[0] == outs[1]
+    graphs = llm.runner.graphs
+    assert graphs.compiles == len({b for b, _ in graphs.graphs}) and graphs.compiler == "aot", graphs.aot_error
+    assert sum(g.runs for g in graphs.graphs.values()) >= 20
+
+
+def test_without_the_operator_compiled_graphs_keep_their_own_reads(monkeypatch, tiny_llama):
+    monkeypatch.setattr(cpu_kernel, "op_available", lambda: False)
     llm = LLM(str(tiny_llama[0]), "cpu", "float32", block_size=4, num_kv_blocks=16, attention_backend="kernel",
               decode_graphs="compile")
-    assert llm.runner.graphs.attention.name == "reductions"  # the compiled graphs' own in-place reads
-    from minillm.attention import PagedKernel
-    from unittest import mock
+    assert llm.runner.graphs.attention.name == "reductions"
 
-    with mock.patch.object(torch.compiler, "is_compiling", return_value=True):
-        with pytest.raises(RuntimeError, match="runs eagerly only"):
-            PagedKernel().decode(torch.zeros(1, 2, 8), torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 8), None, 1.0)
+
+def test_a_broken_operator_build_is_reported_not_raised(monkeypatch, tmp_path):
+    source = tmp_path / "paged_decode_op.cpp"
+    source.write_text("this is not C++\n")
+    monkeypatch.setattr(cpu_kernel, "OP_SOURCE", source)
+    monkeypatch.setattr(cpu_kernel, "_op", None)
+    monkeypatch.setattr(cpu_kernel, "_op_error", None)
+    monkeypatch.setattr(cpu_kernel.torch.ops, "minillm", object())  # as if never loaded
+    monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(tmp_path / "cache"))
+    assert not cpu_kernel.op_available()
+    assert "building paged_decode_op.cpp failed" in cpu_kernel.op_unavailable_reason()
+    assert not list((tmp_path / "cache").glob("*.so"))

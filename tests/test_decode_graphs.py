@@ -263,6 +263,7 @@ def test_compiled_buckets_on_the_cpu(pair):
     assert g.mode == "compile" and g.batch_sizes == [1, 2, CPU_MAX_BATCH]
     # warmup() makes one graph per batch bucket before any request, and leaves nothing behind
     assert compiled.warmup() == 3 == g.compiles
+    assert g.compiler == "aot", g.aot_error  # called without dynamo's per-call entry
     assert compiled.requests == {} and compiled.cache_stats().used_blocks == 0
     ref, _ = run(eager, (9, 40), max_tokens=20)
     got, steps = run(compiled, (9, 40), max_tokens=20)
@@ -275,6 +276,19 @@ def test_compiled_buckets_on_the_cpu(pair):
     assert g.compiles == 3  # nothing compiled after the warm-up: every width shares its batch's graph
     # batches above the CPU limit run eager
     assert compiled.runner.graphs.graph_for(CPU_MAX_BATCH + 1, 1) is None
+
+
+def test_where_ahead_of_time_compiling_fails_graphs_are_compiled_as_usual(monkeypatch, tiny_llama):
+    """``aot_compile`` needs inductor's caches; without them the graphs are the guarded
+    ``torch.compile`` ones, say why, and give the same tokens."""
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)
+    kw = dict(device="cpu", dtype="float32", num_threads=1, block_size=4, num_kv_blocks=32, max_num_seqs=1)
+    llm = LLM(str(tiny_llama[0]), decode_graphs="compile", **kw)
+    ref = LLM(str(tiny_llama[0]), **kw)
+    outs = [run(engine, (5,), max_tokens=12)[0] for engine in (llm, ref)]
+    assert outs[0] == outs[1]
+    g = llm.runner.graphs
+    assert g.compiler == "jit" and "force_disable_caches" in g.aot_error and g.compiles == 1
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
