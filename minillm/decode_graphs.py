@@ -12,23 +12,25 @@ made once per bucket and replayed (nano-vllm's ``capture_cudagraph``, vLLM's CUD
   block table of ``NULL_BLOCK`` only, and their K/V written to the pool's **scratch slot**
   (``KVCache(scratch_block=True)``: a block the allocator never hands out), so a padding row
   never touches a request's cache; their logits are dropped;
-* attention reads the pool through the block tables, traced into the graph
-  (``AttentionBatch.in_graph``): compiled on the CPU as products and sums inductor fuses into
-  loops that read the pool in place (``PagedReductions``); captured on CUDA with
-  ``PagedInPlace``, the padding mask made inside the graph from the context lengths; in "eager"
-  mode with the engine's "kernel" backend, the CPU kernel (no mask).
+* attention reads the pool through the block tables (``AttentionBatch.in_graph``): with the
+  engine's "kernel" backend, the CPU kernel itself, compiled graphs calling it as the operator
+  ``torch.ops.minillm.paged_decode`` (no mask, nothing read past a row's context); otherwise
+  traced into the graph, compiled on the CPU as products and sums inductor fuses into loops
+  over the whole bucket width (``PagedReductions``), captured on CUDA with ``PagedInPlace``
+  (the padding mask made inside the graph from the context lengths).
 
 How a bucket's graph is made (``LLM(decode_graphs=...)``):
 
 * ``"cuda"`` (``True`` on CUDA): captured as a ``torch.cuda.CUDAGraph`` on first use, after a
   warm-up run on a side stream; a step is then one replay instead of ~1,000 kernel launches.
   **Unverified**: written for CUDA, run only on the CPU here (see the README's GPU section).
-* ``"compile"`` (``True`` on the CPU): ``torch.compile`` (inductor with its C++ wrapper), so
-  the step's kernels are called from C++, not one Python call per op. One function per batch
-  bucket, with W dynamic, compiled on first use (measured cold: ~17 s for the shipped model,
-  ~70 s for SmolLM2-135M; inductor's disk cache makes a later process faster); only batches up
-  to ``CPU_MAX_BATCH`` use it: at larger batches the per-op cost is shared by many rows and the
-  step runs eager.
+* ``"compile"`` (``True`` on the CPU): inductor with its C++ wrapper, so the step's kernels
+  are called from C++, not one Python call per op, compiled ahead of time (``aot_compile``:
+  called as a plain function, no dynamo entry per step; the guarded ``torch.compile`` where
+  that fails). One function per batch bucket, with W dynamic, compiled on first use (measured
+  cold: ~17 s for the shipped model, ~70 s for SmolLM2-135M; inductor's disk cache makes a
+  later process faster); only batches up to ``CPU_MAX_BATCH`` use it: at larger batches the
+  per-op cost is shared by many rows and the step runs eager.
 * ``"eager"``: the same fixed-shape function run eagerly: the padding, buffers and paged reads
   without a compiler (what the tests check the others against).
 
@@ -54,11 +56,10 @@ _REDUCTIONS = PagedReductions()
 
 
 def _kernel_op() -> bool:
-    import os
-
+    """Whether the CPU kernel's torch operator is built (compiled graphs call it)."""
     from .cpu_kernel import op_available
 
-    return os.environ.get("MINILLM_GRAPH_OP", "1") == "1" and op_available()
+    return op_available()
 
 
 def buckets(limit: int) -> list[int]:
@@ -184,12 +185,12 @@ class DecodeGraphs:
             raise ValueError("decode graphs need a KV pool with a scratch block (KVCache(scratch_block=True)) "
                              "for their padding rows to write into")
         self.model, self.kv_cache, self.device, self.mode = model, kv_cache, device, mode
-        # how a graph's attention reads the pool: "compile" (the CPU) as products and sums that
-        # inductor fuses into loops reading the pool in place (PagedReductions; the kernel
-        # cannot be traced, and called back from inductor's C++ wrapper as a custom op it was
-        # measured slower: shipped model, batch 1, 500-token context, 2.4 ms a step against
-        # 1.9 with the traced block reads); "eager" with the CPU kernel when it is the engine's
-        # backend; otherwise, and for CUDA graphs, PagedInPlace's block reads
+        # how a graph's attention reads the pool: with the engine's CPU kernel, the kernel (a
+        # compiled graph calls it as a C++ operator through the dispatcher: a Python operator
+        # called back from inductor's wrapper had measured slower than the traced reads, 2.4
+        # against 1.9 ms a step); "compile" without it, products and sums inductor fuses into
+        # loops reading the pool in place (PagedReductions); otherwise, and for CUDA graphs,
+        # PagedInPlace's block reads
         kernel = attention is not None and attention.name == "kernel"
         if mode == "compile" and kernel and _kernel_op():
             self.attention = attention
@@ -206,6 +207,7 @@ class DecodeGraphs:
         self.graphs: dict[tuple[int, int], DecodeGraph] = {}
         self._compiled: dict[int, object] = {}
         self.compiles = 0  # graphs inductor made (compile mode): one per batch bucket used
+        self.aot = True  # compile ahead of time where torch can (False: always jit; for benchmarks)
         self.compiler: str | None = None  # "aot" or "jit": how they were made (``_compile``)
         self.aot_error: str | None = None  # why ahead-of-time compiling fell back, if it did
         self._pool = None
@@ -231,15 +233,18 @@ class DecodeGraphs:
         compiling fails, the usual ``torch.compile`` (guarded, past ``MAX_COMPILES`` torch
         raises instead of silently running eager); ``self.compiler`` says which ran."""
         options = {"cpp_wrapper": True}
-        try:
-            aot = torch.compile(forward, backend="inductor", dynamic=False, fullgraph=True,
-                                options={**options, "guard_filter_fn": torch.compiler.skip_all_guards_unsafe})
-            fn = aot.aot_compile((example, {}))
-            fn.disable_guard_check()
-            self.compiler = "aot"
-            return fn
-        except Exception as exc:  # noqa: BLE001 - an experimental path: fall back, say why
-            self.compiler, self.aot_error = "jit", f"{type(exc).__name__}: {exc}"
+        if not self.aot:
+            self.compiler = "jit"
+        else:
+            try:
+                aot = torch.compile(forward, backend="inductor", dynamic=False, fullgraph=True,
+                                    options={**options, "guard_filter_fn": torch.compiler.skip_all_guards_unsafe})
+                fn = aot.aot_compile((example, {}))
+                fn.disable_guard_check()
+                self.compiler = "aot"
+                return fn
+            except Exception as exc:  # noqa: BLE001 - an experimental path: fall back, say why
+                self.compiler, self.aot_error = "jit", f"{type(exc).__name__}: {exc}"
         return torch.compile(
             forward, backend="inductor", dynamic=False, fullgraph=True, recompile_limit=MAX_COMPILES,
             isolate_recompiles=True,

@@ -298,6 +298,7 @@ class KVCache:
         # times a NaN left in uninitialised memory would still be NaN
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self._total_bytes = sum(t.numel() * t.element_size() for t in self.k + self.v)
         self.allocator = BlockAllocator(num_blocks, block_size, enable_prefix_caching)
         self.bytes_per_token = kv_bytes_per_token(
             num_layers, num_kv_heads, head_dim, torch.empty((), dtype=dtype).element_size()
@@ -309,7 +310,7 @@ class KVCache:
 
     @property
     def total_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+        return self._total_bytes
 
     def stats(self) -> CacheStats:
         a = self.allocator

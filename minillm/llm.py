@@ -320,13 +320,13 @@ class LLM(WholeGenerations):
                         raise
                     self.scheduler.update_from_output(batch, token_ids, logprobs, errors)
                 if batch or batch.preempted or batch.context_full:
-                    stats = self.kv_cache.stats()
+                    kv, pool = self.kv_cache, self.kv_cache.allocator  # (stats() would build a snapshot)
                     self._emit(None, "step", num_prefill=len(batch.prefills), num_decode=len(batch.decodes),
                                num_tokens=batch.num_tokens, num_preempted=len(batch.preempted),
                                prefill_tokens={r.request_id: n for r, n in zip(batch.prefills, batch.prefill_chunks)},
-                               duration=time.monotonic() - t0, used_blocks=stats.used_blocks,
-                               total_blocks=stats.total_blocks, block_size=stats.block_size,
-                               bytes_per_token=stats.bytes_per_token, kv_blocks=self.scheduler.blocks_held())
+                               duration=time.monotonic() - t0, used_blocks=pool.num_used,
+                               total_blocks=pool.num_blocks, block_size=kv.block_size,
+                               bytes_per_token=kv.bytes_per_token, kv_blocks=self.scheduler.blocks_held())
         finally:
             self._step_events = None
         return events
