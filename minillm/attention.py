@@ -209,7 +209,8 @@ class PagedKernel(AttentionBackend):
 
 class PagedReductions(AttentionBackend):
     """Decode written as elementwise products and sums over the rows' blocks, for compiled
-    decode graphs on the CPU only (``minillm.decode_graphs``): ``k_pool[block_tables]`` is an
+    decode graphs on the CPU whose engine is not on the "kernel" backend (on it they call the
+    kernel's operator; ``minillm.decode_graphs``): ``k_pool[block_tables]`` is an
     indirect read that inductor fuses into the reduction loops consuming it, so the pool is
     read in place, without a gathered copy. Run eagerly it would materialise every product
     ([B, W, block, kv heads, group, D] floats), so it is no ``LLM`` option. Measured against the

@@ -278,14 +278,15 @@ def test_compiled_buckets_on_the_cpu(pair):
     assert compiled.runner.graphs.graph_for(CPU_MAX_BATCH + 1, 1) is None
 
 
-def test_where_ahead_of_time_compiling_fails_graphs_are_compiled_as_usual(monkeypatch, tiny_llama):
+def test_where_ahead_of_time_compiling_fails_graphs_are_compiled_as_usual(tiny_llama):
     """``aot_compile`` needs inductor's caches; without them the graphs are the guarded
     ``torch.compile`` ones, say why, and give the same tokens."""
-    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)
     kw = dict(device="cpu", dtype="float32", num_threads=1, block_size=4, num_kv_blocks=32, max_num_seqs=1)
     llm = LLM(str(tiny_llama[0]), decode_graphs="compile", **kw)
     ref = LLM(str(tiny_llama[0]), **kw)
-    outs = [run(engine, (5,), max_tokens=12)[0] for engine in (llm, ref)]
+    # (inductor's own patch: monkeypatch would delete the config entry when undoing)
+    with torch._inductor.config.patch(force_disable_caches=True):
+        outs = [run(engine, (5,), max_tokens=12)[0] for engine in (llm, ref)]
     assert outs[0] == outs[1]
     g = llm.runner.graphs
     assert g.compiler == "jit" and "force_disable_caches" in g.aot_error and g.compiles == 1
