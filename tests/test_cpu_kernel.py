@@ -183,15 +183,25 @@ def test_auto_falls_back_to_the_reference_where_the_kernel_cannot_run(monkeypatc
         resolve_backend("kernel", "cpu", torch.float32)
 
 
-def test_a_broken_build_is_reported_not_raised(monkeypatch, tmp_path):
-    source = tmp_path / "paged_decode.c"
+@pytest.mark.parametrize("part", ["kernel", "operator"])
+def test_a_broken_build_is_reported_not_raised(monkeypatch, tmp_path, part):
+    """A build that fails (the ctypes kernel, or the torch operator) makes ``available()`` /
+    ``op_available()`` False with the compiler's complaint, and leaves no library to load."""
+    name, source_attr, state, check, reason = {
+        "kernel": ("paged_decode.c", "SOURCE", ("_lib", "_error"), cpu_kernel.available,
+                   cpu_kernel.unavailable_reason),
+        "operator": ("paged_decode_op.cpp", "OP_SOURCE", ("_op", "_op_error"), cpu_kernel.op_available,
+                     cpu_kernel.op_unavailable_reason)}[part]
+    source = tmp_path / name
     source.write_text("this is not C\n")
-    monkeypatch.setattr(cpu_kernel, "SOURCE", source)
-    monkeypatch.setattr(cpu_kernel, "_lib", None)
-    monkeypatch.setattr(cpu_kernel, "_error", None)
+    monkeypatch.setattr(cpu_kernel, source_attr, source)
+    for attr in state:
+        monkeypatch.setattr(cpu_kernel, attr, None)
+    if part == "operator":
+        monkeypatch.setattr(cpu_kernel.torch.ops, "minillm", object())  # as if never loaded
     monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(tmp_path / "cache"))
-    assert not cpu_kernel.available()
-    assert "building paged_decode.c failed" in cpu_kernel.unavailable_reason()
+    assert not check()
+    assert f"building {name} failed" in reason()
     assert not list((tmp_path / "cache").glob("*.so"))  # no half-built library left to load
 
 
@@ -276,16 +286,3 @@ def test_without_the_operator_compiled_graphs_keep_their_own_reads(monkeypatch, 
     llm = LLM(str(tiny_llama[0]), "cpu", "float32", block_size=4, num_kv_blocks=16, attention_backend="kernel",
               decode_graphs="compile")
     assert llm.runner.graphs.attention.name == "reductions"
-
-
-def test_a_broken_operator_build_is_reported_not_raised(monkeypatch, tmp_path):
-    source = tmp_path / "paged_decode_op.cpp"
-    source.write_text("this is not C++\n")
-    monkeypatch.setattr(cpu_kernel, "OP_SOURCE", source)
-    monkeypatch.setattr(cpu_kernel, "_op", None)
-    monkeypatch.setattr(cpu_kernel, "_op_error", None)
-    monkeypatch.setattr(cpu_kernel.torch.ops, "minillm", object())  # as if never loaded
-    monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(tmp_path / "cache"))
-    assert not cpu_kernel.op_available()
-    assert "building paged_decode_op.cpp failed" in cpu_kernel.op_unavailable_reason()
-    assert not list((tmp_path / "cache").glob("*.so"))
