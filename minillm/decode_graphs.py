@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import torch
 
+from . import cpu_kernel
 from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, PagedInPlace, PagedReductions
 from .models.llama import AttentionBatch
 
@@ -53,13 +54,6 @@ CPU_MAX_BATCH = 4
 
 _PAGED = PagedInPlace()
 _REDUCTIONS = PagedReductions()
-
-
-def _kernel_op() -> bool:
-    """Whether the CPU kernel's torch operator is built (compiled graphs call it)."""
-    from .cpu_kernel import op_available
-
-    return op_available()
 
 
 def buckets(limit: int) -> list[int]:
@@ -192,7 +186,7 @@ class DecodeGraphs:
         # loops reading the pool in place (PagedReductions); otherwise, and for CUDA graphs,
         # PagedInPlace's block reads
         kernel = attention is not None and attention.name == "kernel"
-        if mode == "compile" and kernel and _kernel_op():
+        if mode == "compile" and kernel and cpu_kernel.op_available():  # (built on first use)
             self.attention = attention
         elif mode == "compile":
             self.attention = _REDUCTIONS
