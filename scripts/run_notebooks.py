@@ -33,10 +33,14 @@ def default_paths() -> list[Path]:
     return sorted(p for p in (ROOT / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
-def execute(path: Path, *, rerun: str | None = None, timeout: int = 600, kernel: str = "python3"):
+def execute(path: Path, *, rerun: str | None = None, timeout: int = 600, kernel: str = "python3",
+            after_round=None):
     """Run every cell of ``path`` in one kernel; return the executed notebook.
 
     ``rerun``: None (once), "all" (Run All twice) or "each" (every cell twice in a row).
+    ``after_round(round_index, nb)`` is called after each Run All, before the next one clears the
+    outputs: tests/test_notebooks_rerun.py compares the first round's outputs with the saved ones
+    there, so one kernel does both nbval's comparison and the re-run check.
     Raises ``nbclient.exceptions.CellExecutionError`` naming the cell that failed."""
     if rerun not in (None, "all", "each"):
         raise ValueError(f"rerun must be None, 'all' or 'each', got {rerun!r}")
@@ -54,6 +58,8 @@ def execute(path: Path, *, rerun: str | None = None, timeout: int = 600, kernel:
             for index, cell in enumerate(nb.cells):
                 for _again in range(2 if rerun == "each" else 1):
                     client.execute_cell(cell, index)
+            if after_round is not None:
+                after_round(_round, nb)
         client.set_widgets_metadata()
     return nb
 

@@ -3,6 +3,7 @@
 # plus every notebook under nbval (notebooks/, exercises/), in one pytest run.
 #   bash scripts/test.sh                 # everything
 #   bash scripts/test.sh -x -k stepper   # extra options go to pytest
+#   bash scripts/test.sh -m "not slow"  # a developer's loop: no browser, notebook, compile or GGUF tests
 #   MINILLM_TEST_WORKERS=0 bash scripts/test.sh   # one process (default: 2 pytest-xdist workers)
 # Screenshots from the browser tests go to $MINILLM_ARTIFACTS (default /tmp/minillm-artifacts).
 # Exits non-zero if anything fails, and also if pytest collected no test at all (exit code 5).
@@ -17,12 +18,14 @@ export PYTHONDONTWRITEBYTECODE=1
 mkdir -p "$MINILLM_ARTIFACTS"
 
 paths=(tests)
-for d in notebooks exercises; do [ -d "$d" ] && paths+=("$d"); done
+[ -d exercises ] && paths+=(exercises)
 
 set +e
-# One pytest run, so the output ends with one summary line. --nbval collects the notebooks
-# (.ipynb) under notebooks/ and exercises/; tests/solved/ holds a notebook that
-# tests/test_grading_notebook.py runs itself, so nbval leaves it alone.
+# One pytest run, so the output ends with one summary line. --nbval collects the exercises
+# notebook (exercises/); the course notebooks under notebooks/ are compared with their saved
+# outputs by tests/test_notebooks_rerun*.py in the same kernel that runs them twice (nbval's rules,
+# tests/notebook_outputs.py), so each is executed twice, not three times. tests/solved/ holds a
+# notebook that tests/test_grading_notebook.py runs itself, so nbval leaves it alone.
 # Two workers by default (MINILLM_TEST_WORKERS=0 runs in this process): most tests use one torch
 # thread and nbval waits on a kernel, so one process leaves a core idle. --dist loadfile keeps
 # each file on one worker: a notebook's cells run in order in one kernel, module fixtures are

@@ -216,3 +216,16 @@ def run_async():
         return box["value"]
 
     return run
+
+
+# The files a developer's quick loop (`bash scripts/test.sh -m "not slow"`) leaves to the full run:
+# a real browser, notebook executions, torch.compile and the 93 MB GGUF model.
+SLOW_FILES = ("browser/", "test_notebooks_rerun", "test_compile.py", "test_decode_graphs.py", "test_gguf.py",
+              "test_grading_notebook.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = str(Path(str(item.fspath)).relative_to(REPO)) if str(item.fspath).startswith(str(REPO)) else ""
+        if path.endswith(".ipynb") or any(part in path for part in SLOW_FILES):
+            item.add_marker(pytest.mark.slow)

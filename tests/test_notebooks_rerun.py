@@ -1,10 +1,14 @@
-"""Every course notebook survives Run All, twice, in one kernel.
+"""Every course notebook prints what it saved, and survives Run All twice, in one kernel.
 
 The course tells learners to change something and run it again, so each experiment makes what
 it needs (fresh request ids, or its own small engine) instead of assuming it runs once in a
 fresh kernel. This test executes every notebook under ``notebooks/`` twice in the same kernel
 (Run All, then Run All again): the second pass sees everything the first one left behind, its
 request ids, its finished and cancelled requests, its engines.
+
+The first Run All is also nbval's check: its outputs are compared with the ones saved in the
+file (``tests/notebook_outputs.py``, nbval's rules and sanitize patterns), so each notebook is
+executed twice in all, not three times (scripts/test.sh runs nbval on ``exercises/`` only).
 
 One kernel per notebook; the notebooks run one after the other in this process.
 (``scripts/run_notebooks.py --each-twice`` is the stricter check a cell author can run by hand:
@@ -18,7 +22,9 @@ import os
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
+from notebook_outputs import differences, saved_outputs
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
@@ -28,7 +34,7 @@ NOTEBOOKS = [p for p in ALL_NOTEBOOKS if p.relative_to(ROOT / "notebooks").parts
 
 pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 def _run_notebooks_module():
@@ -45,7 +51,17 @@ def test_there_are_notebooks():
 def run_all_twice(path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     run = _run_notebooks_module()
-    nb = run.execute(path, rerun="all", timeout=600)   # raises CellExecutionError naming the cell
+    saved = saved_outputs(nbformat.read(str(path), as_version=4))
+    first_round = []
+
+    def compare_first_round(round_index, nb):
+        if round_index == 0:
+            first_round.extend(differences(saved, nb))
+
+    # raises CellExecutionError naming the cell
+    nb = run.execute(path, rerun="all", timeout=600, after_round=compare_first_round)
+    assert not first_round, (f"{path.name}: outputs differ from the saved ones (rebuild with "
+                             f"scripts/run_notebooks.py):\n" + "\n".join(first_round))
     code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, f"{path.name}: a cell printed an error: {errors[0].get('ename')}: {errors[0].get('evalue')}"

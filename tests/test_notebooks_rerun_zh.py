@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from test_notebooks_rerun import ALL_NOTEBOOKS, ROOT, run_all_twice
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 ZH = ROOT / "notebooks" / "zh"
 NOTEBOOKS = [p for p in ALL_NOTEBOOKS if p.is_relative_to(ZH)]
