@@ -49,7 +49,7 @@ class LLM(WholeGenerations):
     Args:
         model: a local Hugging Face folder; None loads the model shipped in the package.
         device: "auto" (CUDA when available, else CPU), "cpu", "cuda", "cuda:N".
-        dtype: "auto" (bfloat16 on CUDA, float32 on CPU), "float32", "bfloat16", "float16".
+        dtype: "auto" (float32 on CPU; on CUDA bfloat16 where the GPU computes in it natively, else float16), "float32", "bfloat16", "float16".
         block_size: tokens per KV block.
         num_kv_blocks / kv_cache_tokens: the KV budget, in blocks or in tokens (give one).
             Default: room for ``max_num_seqs`` full contexts, capped at 256 MiB on CPU and at

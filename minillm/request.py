@@ -15,8 +15,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .params import SamplingParams
+
+if TYPE_CHECKING:  # annotations only: a request does not need torch or the detokenizer to exist
+    import torch
+
+    from .detokenizer import IncrementalDetokenizer
 
 
 class RequestState(str, enum.Enum):
@@ -92,8 +98,8 @@ class Request:
     released_time: float | None = None
     # prefix-cache hashes of this request's full blocks, in order (computed once per block)
     block_hashes: list[bytes] = field(default_factory=list, repr=False)
-    _detokenizer: object = field(default=None, repr=False)
-    _generator: object = field(default=None, repr=False)
+    _detokenizer: IncrementalDetokenizer | None = field(default=None, repr=False)
+    _generator: torch.Generator | None = field(default=None, repr=False)
 
     # --- state machine -------------------------------------------------------------------
     def move_to(self, new_state: RequestState) -> RequestState:

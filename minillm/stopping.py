@@ -2,7 +2,8 @@
 
 Checked after every sampled token, in this order: the model's end-of-sequence token (unless
 ``ignore_eos``) or one of ``stop_token_ids`` -> EOS; a stop string in the output text ->
-STOP_STRING; ``max_tokens`` reached -> MAX_TOKENS; prompt + output filling the model's
+STOP_STRING (found by the detokenizer, ``detokenizer.find_stop``, which
+sees the text as it grows); ``max_tokens`` reached -> MAX_TOKENS; prompt + output filling the model's
 context (``max_model_len``) -> CONTEXT_FULL. Cancellation (CANCELLED) comes from outside,
 through ``LLM.cancel``.
 """
@@ -11,17 +12,6 @@ from __future__ import annotations
 
 from .params import SamplingParams
 from .request import StopReason
-
-
-def find_stop_string(text: str, stop: list[str], search_from: int = 0) -> int:
-    """Index in ``text`` where the earliest stop string starts at or after ``search_from``, or -1.
-    Searching the whole tail lets a stop string split over two tokens still match."""
-    best = -1
-    for s in stop:
-        i = text.find(s, max(0, search_from))
-        if i != -1 and (best == -1 or i < best):
-            best = i
-    return best
 
 
 def check_stop(token_id: int, num_output_tokens: int, num_tokens: int, params: SamplingParams,

@@ -12,7 +12,8 @@ Event kinds and their ``data``:
   of a chunked prefill, with ``chunk_tokens`` and ``computed_tokens`` (already in the cache);
   ``rolled_back: True`` with ``blocks`` freed on PREFILL -> WAITING / PREEMPTED when a failed
   or interrupted step was undone);
-- ``"token"``: ``{"token_id", "index", "text"?, "logprob"?, "top"?}``;
+- ``"token"``: ``{"token_id", "index", "logprob"?, "top"?}`` (the text is the request's own,
+  ``req.output_text``: the detokenizer decides when a character is complete);
 - ``"step"``: ``{"num_prefill", "num_decode", "num_tokens", "num_preempted", "duration",
   "used_blocks", "total_blocks", "bytes_per_token", "block_size", "kv_blocks": {request_id:
   blocks}, "prefill_tokens": {request_id: tokens prefilled this step}}`` (request_id ``None``).

@@ -45,7 +45,7 @@ def parse_args(argv):
                     help="default (the shipped model), 135m, all (default + 135m), tiny, or a local "
                          "Hugging Face folder")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    ap.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16")
+    ap.add_argument("--dtype", default="auto", help="auto (float32 on CPU; bfloat16 on CUDA, float16 where bf16 is not native), float32, bfloat16")
     ap.add_argument("--runs", type=int, default=None, help="timed rounds per measurement (default: 5 for the default model, 3 for 135m; "
                          "2 with --quick)")
     ap.add_argument("--quick", action="store_true", help="small sizes, a couple of rounds: a smoke run")
