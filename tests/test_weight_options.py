@@ -17,7 +17,7 @@ from torch import nn
 
 from minillm import LLM, SamplingParams
 from minillm.engine_args import check_engine_options
-from minillm.models.weights import (LOGIT_TOLERANCE, Int8Linear, check_weight_dtype, cpu_has_bf16,
+from minillm.models.weights import (LOGIT_TOLERANCE, WEIGHT_LEVELS, Int8Linear, check_weight_dtype, cpu_has_bf16,
                                     quantize_weights, weight_bytes)
 from conftest import run_to_end
 
@@ -88,7 +88,7 @@ def test_int8_linear_is_per_output_channel_and_close_to_the_float_product():
         lin.weight[3] *= 100  # one large row must not coarsen the others' scales
     q = Int8Linear(lin)
     w = q.dequantized_weight()
-    step = lin.weight.detach().abs().amax(1, keepdim=True) / 127
+    step = lin.weight.detach().abs().amax(1, keepdim=True) / WEIGHT_LEVELS  # 127, or 63 without VNNI
     assert torch.all((w - lin.weight.detach()).abs() <= step / 2 + 1e-6)
     x = torch.randn(5, 64)
     ref = F.linear(x, lin.weight, lin.bias).detach()

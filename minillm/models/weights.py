@@ -30,7 +30,7 @@ from ..engine_args import WEIGHT_DTYPES, check_weight_dtype
 #: float32 logits' largest magnitude (tests/test_weight_options.py checks it on the shipped model)
 LOGIT_TOLERANCE = {"bfloat16": 0.05, "int8": 0.2}
 
-__all__ = ["LOGIT_TOLERANCE", "WEIGHT_DTYPES", "Int8Linear", "check_weight_dtype", "cpu_has_bf16", "quantize_weights", "weight_bytes"]
+__all__ = ["LOGIT_TOLERANCE", "WEIGHT_DTYPES", "WEIGHT_LEVELS", "Int8Linear", "check_weight_dtype", "cpu_has_bf16", "quantize_weights", "weight_bytes"]
 
 
 def cpu_has_vnni() -> bool:
@@ -43,9 +43,12 @@ def cpu_has_vnni() -> bool:
     return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
-#: 7-bit activations where the int8 kernel sums pairs of products in 16 bits (no VNNI), so
-#: they cannot saturate; with VNNI all 8 bits (measured: half the logit error of 7 bits)
-REDUCE_RANGE = not cpu_has_vnni()
+#: Without VNNI the int8 kernel multiplies uint8 activations by int8 weights and sums pairs of
+#: products in 16 bits, which saturates at full range (255 * 127 * 2 > 32767). Either side can
+#: give up a bit to avoid it; the weights give it up (levels +-63), because activations carry the
+#: outliers: measured on the shipped model, 7-bit weights with 8-bit activations have half the
+#: logit error of 8-bit weights with 7-bit activations (2.2 vs 4.5). With VNNI both keep 8 bits.
+WEIGHT_LEVELS = 127 if cpu_has_vnni() else 63
 
 
 def cpu_has_bf16() -> bool:
@@ -58,13 +61,13 @@ def cpu_has_bf16() -> bool:
 
 class Int8Linear(nn.Module):
     """``y = x @ (scale * q).T + bias`` with ``q`` int8 ``[out, in]`` and one float32 scale per
-    output row (symmetric: the row's largest |w| maps to 127). Input and output are float32."""
+    output row (symmetric: the row's largest |w| maps to ``WEIGHT_LEVELS``). Input and output are float32."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
         w = linear.weight.detach().float()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        scale = (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny).double()
+        scale = (w.abs().amax(dim=1) / WEIGHT_LEVELS).clamp_min(torch.finfo(torch.float32).tiny).double()
         with warnings.catch_warnings():  # quantized tensors are deprecated in favour of torchao,
             warnings.simplefilter("ignore")  # but this is the int8 matmul torch itself ships
             q = torch.quantize_per_channel(w, scale, torch.zeros_like(scale, dtype=torch.long), 0, torch.qint8)
@@ -73,7 +76,7 @@ class Int8Linear(nn.Module):
         self.weight_bytes = q.numel() + 4 * scale.numel() + (0 if bias is None else 4 * bias.numel())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic(x, self._packed, REDUCE_RANGE)
+        return torch.ops.quantized.linear_dynamic(x, self._packed, False)
 
     def dequantized_weight(self) -> torch.Tensor:
         """The float32 weight the int8 one stands for (for checks and the course)."""
