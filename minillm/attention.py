@@ -241,6 +241,12 @@ BACKENDS = {"gather": GatherSDPA, "paged": PagedInPlace, "kernel": PagedKernel}
 DEFAULT_BACKEND = "gather"
 
 
+def backends_for(device: torch.device | str, dtype: torch.dtype) -> tuple[str, ...]:
+    """The backends an engine on ``device`` with a cache of ``dtype`` can run (what the parity
+    tests parametrise over: "kernel" only where it serves, i.e. a float32 cache on the CPU)."""
+    return tuple(name for name in BACKENDS if name != "kernel" or kernel_usable(device, dtype))
+
+
 def kernel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
     """Whether the "kernel" backend can serve a cache of ``dtype`` on ``device``."""
     return _kernel_refusal(device, dtype) is None
