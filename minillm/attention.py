@@ -3,8 +3,8 @@
 The model computes q, k, v and writes the new keys and values into the pool; what happens next
 is a backend's job, chosen when the runner is built (``LLM(attention_backend=...)``):
 
-* ``GatherSDPA`` ("gather", the default): the readable reference. Each decode group's context
-  is gathered slot by slot out of the pool into one padded K/V tensor, then one
+* ``GatherSDPA`` ("gather"): the readable reference, and what "auto" falls back to. Each
+  decode group's context is gathered slot by slot out of the pool into one padded K/V tensor, then one
   ``scaled_dot_product_attention`` call. Shapes follow the step's contexts.
 * ``PagedInPlace`` ("paged"): reads the pool by whole blocks through fixed-shape metadata
   (``DecodeMeta``: ``block_tables[B, W]`` padded with a null block, ``context_lens[B]``,
