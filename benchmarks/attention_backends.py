@@ -226,7 +226,7 @@ def step_times(llm: LLM, batch: int, context: int | str, new_tokens: int, seed: 
     prompts (``"mixed16-N"``: lengths drawn from 16..N, the same draw for every backend)."""
     rng = random.Random(seed)
     vocab = llm.model_config.vocab_size
-    for i in range(batch):
+    for _ in range(batch):
         n = context if isinstance(context, int) else rng.randrange(16, int(context.split("-")[1]) + 1)
         llm.add_request(prompt_token_ids=[rng.randrange(3, vocab) for _ in range(n)],
                         params=SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True))

@@ -3,8 +3,8 @@
 The model computes q, k, v and writes the new keys and values into the pool; what happens next
 is a backend's job, chosen when the runner is built (``LLM(attention_backend=...)``):
 
-* ``GatherSDPA`` ("gather", the default): the readable reference. Each decode group's context
-  is gathered slot by slot out of the pool into one padded K/V tensor, then one
+* ``GatherSDPA`` ("gather"): the readable reference, and what "auto" falls back to. Each
+  decode group's context is gathered slot by slot out of the pool into one padded K/V tensor, then one
   ``scaled_dot_product_attention`` call. Shapes follow the step's contexts.
 * ``PagedInPlace`` ("paged"): reads the pool by whole blocks through fixed-shape metadata
   (``DecodeMeta``: ``block_tables[B, W]`` padded with a null block, ``context_lens[B]``,
@@ -239,6 +239,12 @@ class PagedReductions(AttentionBackend):
 
 BACKENDS = {"gather": GatherSDPA, "paged": PagedInPlace, "kernel": PagedKernel}
 DEFAULT_BACKEND = "gather"
+
+
+def backends_for(device: torch.device | str, dtype: torch.dtype) -> tuple[str, ...]:
+    """The backends an engine on ``device`` with a cache of ``dtype`` can run (what the parity
+    tests parametrise over: "kernel" only where it serves, i.e. a float32 cache on the CPU)."""
+    return tuple(name for name in BACKENDS if name != "kernel" or kernel_usable(device, dtype))
 
 
 def kernel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from minillm import LLM, SamplingParams
 from minillm.attention import (BACKENDS, NULL_BLOCK, DecodeMeta, GatherSDPA, PagedInPlace, PagedKernel,

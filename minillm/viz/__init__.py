@@ -59,7 +59,7 @@ _LAZY = {
     "LANGUAGES": "i18n",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [name for name in sorted(_LAZY)]
 
 try:  # plots (CacheMonitor, timelines) live in plots.py, added separately
     from .plots import *  # noqa: F401,F403
