@@ -103,6 +103,11 @@ def test_render_diagram_svg_and_fallback_without_dot(monkeypatch):
     svg = view._repr_svg_()
     assert svg.startswith("<svg") and 'style="max-width:100%;height:auto' in svg
     assert 'viewBox="' in svg and ">RELEASED</text>" in svg  # every state, the last one included
+    # JupyterLab draws a run cell's SVG as an <img> at its natural size: it must fit the output area
+    import re
+
+    width = int(re.search(r'<svg[^>]* width="(\d+)px"', svg).group(1))
+    assert 400 <= width <= 900
     assert "WAITING lit" in repr(view)
     assert view._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n" and view._repr_html_() is None
 
