@@ -50,6 +50,14 @@ OFFLINE_ARGS = (
     "--ServerApp.open_browser=False",
 )
 
+#: Each notebook's kernel holds the engine (~750 MB): closing a notebook shuts its kernel down
+#: (``kernelShutdown`` in the shipped settings), and a kernel left idle for 10 minutes with no
+#: notebook open on it is shut down by the server (a notebook still open keeps its kernel).
+KERNEL_CULLING_ARGS = (
+    "--MappingKernelManager.cull_idle_timeout=600",
+    "--MappingKernelManager.cull_interval=60",
+    "--MappingKernelManager.cull_connected=False",
+)
 
 #: Server options that make the course quiet and safe to hand to a learner:
 #: * JupyterLab settings shipped with the package (``assets/lab/settings/overrides.json``): the
@@ -144,7 +152,7 @@ def jupyter_command(*, port: int, notebook_dir: Path, ip: str = "127.0.0.1", def
            f"--ip={ip}", f"--port={port}", "--ServerApp.port_retries=0",
            f"--ServerApp.root_dir={notebook_dir}",
            f"--LabApp.default_url={default_url}",
-           *OFFLINE_ARGS, *course_args(lang), *kernel_transport_args()]
+           *OFFLINE_ARGS, *KERNEL_CULLING_ARGS, *course_args(lang), *kernel_transport_args()]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     if log_level:
