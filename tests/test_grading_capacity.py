@@ -48,3 +48,11 @@ def test_new_quiz_questions(ex_id, right, wrong, lang):
     assert letter == right and check(ex_id, (letter, why)).score == 2
     assert check(ex_id, (letter, "")).score == 1  # the letter without a why
     assert check(ex_id, (wrong, why)).score == 0
+
+
+def test_a_chinese_answer_of_the_wrong_shape_gets_chinese_feedback():
+    from minillm.grading import set_language
+
+    set_language("en")  # the English notebook: a bare "对" is still a Chinese answer
+    assert "应该是一个二元组" in str(check("pitfall3_one_lifecycle", "对"))
+    assert "should be a pair" in str(check("pitfall3_one_lifecycle", 5))

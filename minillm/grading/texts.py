@@ -185,13 +185,15 @@ def _as_text(answer, name: str) -> str:
 
 
 def _wrong_type(fn):
-    """A grader wrapper that turns a wrong answer type into feedback (in the notebook's language:
-    a value of the wrong type has no language of its own)."""
+    """A grader wrapper that turns a wrong answer type into feedback: in the answer's language when
+    it is text with Chinese in it (a bare "对" is a Chinese answer), else in the notebook's."""
 
     def grader(answer, m: Marks):
         try:
             fn(answer, m)
         except _TypeProblem as exc:
+            if isinstance(answer, str) and re.search(r"[\u4e00-\u9fff]", answer):
+                m.lang = "zh"
             m.wrong(exc.zh if m.lang == "zh" else str(exc))
 
     grader.__name__ = fn.__name__
