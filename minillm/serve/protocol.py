@@ -194,9 +194,17 @@ def parse_chat(body: dict, max_model_len: int, encode) -> ParsedRequest:
 # --- responses --------------------------------------------------------------------------
 def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error",
                code: int | None = None) -> dict:
+    """OpenAI's error object. The message is cut to ``MAX_ERROR_CHARS``, and the message and
+    param are made encodable (a lone surrogate the client sent becomes ``\\ud800``)."""
     if len(message) > MAX_ERROR_CHARS:
         message = f"{message[:MAX_ERROR_CHARS]}... ({len(message)} characters)"
+    message = _encodable(message)
+    param = None if param is None else _encodable(param)
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _encodable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
