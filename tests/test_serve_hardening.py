@@ -21,8 +21,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from minillm import LLM, SamplingParams  # noqa: E402
-from minillm.serve import EngineLoop, OpenAIServer  # noqa: E402
-from minillm.serve import guards  # noqa: E402
+from minillm.serve import EngineLoop, OpenAIServer, guards  # noqa: E402
 from minillm.serve.launch import ServerProcess  # noqa: E402
 
 JSON = {"content-type": "application/json"}
