@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from collections import deque
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 
