@@ -47,7 +47,6 @@ import os
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -148,7 +147,7 @@ def time_paths(paths: Paths, x: torch.Tensor, rounds: int, reps: int) -> dict[st
     for p in order:  # warm-up
         for i in range(len(paths.ws)):
             paths.run(p, x, i)
-    for r in range(rounds):
+    for _ in range(rounds):
         order = order[1:] + order[:1]  # rotate which path goes first
         for p in order:
             torch.set_num_threads(paths.threads)

@@ -103,7 +103,7 @@ def main(argv=None) -> int:
         for v in variants:  # warm-up, and each variant's greedy tokens
             tokens[v] = one_round(llms[v], ids, args.new_tokens)[1]
         order = list(variants)
-        for r in range(args.rounds):
+        for _ in range(args.rounds):
             order = order[1:] + order[:1]
             for v in order:
                 tpots[v].append(one_round(llms[v], ids, args.new_tokens)[0])

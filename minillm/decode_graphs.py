@@ -16,8 +16,9 @@ made once per bucket and replayed (nano-vllm's ``capture_cudagraph``, vLLM's CUD
   engine's "kernel" backend, the CPU kernel itself, compiled graphs calling it as the operator
   ``torch.ops.minillm.paged_decode`` (no mask, nothing read past a row's context); otherwise
   traced into the graph, compiled on the CPU as products and sums inductor fuses into loops
-  over the whole bucket width (``PagedReductions``), captured on CUDA with ``PagedInPlace``
-  (the padding mask made inside the graph from the context lengths).
+  over the whole bucket width (``PagedReductions``), captured on CUDA with the engine's "flex"
+  backend (its block mask made inside the graph) or else ``PagedInPlace`` (the padding mask
+  made inside the graph from the context lengths).
 
 How a bucket's graph is made (``LLM(decode_graphs=...)``):
 
@@ -192,6 +193,8 @@ class DecodeGraphs:
             self.attention = _REDUCTIONS
         elif mode == "eager" and kernel:
             self.attention = attention
+        elif mode in ("eager", "cuda") and attention is not None and attention.name == "flex":
+            self.attention = attention  # in place through the block mask, capturable
         else:
             self.attention = _PAGED
         max_batch = min(max_num_seqs, CPU_MAX_BATCH) if mode == "compile" else max_num_seqs

@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from collections import deque
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 
@@ -283,6 +283,29 @@ class LLM(WholeGenerations):
         req = self.new_request(prompt, params, prompt_token_ids=prompt_token_ids,
                                request_id=request_id, auto_release=auto_release)
         return self.enqueue(req)
+
+    def prepare_prompt(self, prompt: str | None = None, *, messages=None,
+                       prompt_token_ids: Sequence[int] | None = None) -> list[int]:
+        """The token ids a request would run, checked as ``add_request`` checks them (ids in
+        the vocabulary, shorter than ``max_model_len``, within the KV budget), *without* the
+        engine's lock. Tokenising a long prompt, or laying out a chat by its template, takes
+        time; done here, in the caller's thread, it delays no other request's step (the server
+        calls this from a worker thread, then adds the request by its ids). Give exactly one
+        of ``prompt``, ``messages`` (a conversation) and ``prompt_token_ids``; bad input
+        raises ``ValueError`` naming it."""
+        if sum(x is not None for x in (prompt, messages, prompt_token_ids)) != 1:
+            raise ValueError("give exactly one of prompt, messages and prompt_token_ids")
+        vocab = self.model_config.vocab_size
+        if messages is not None:
+            from .chat import encode_conversation
+
+            ids = encode_conversation(self.tokenizer, messages)
+        else:
+            ids = intake.check_prompt(prompt, prompt_token_ids, vocab)
+            if ids is None:
+                ids = self.tokenizer.encode(prompt)
+        return intake.check_fits(list(ids), prompt, vocab, self.max_model_len, self.kv_cache.num_blocks,
+                                 self.kv_cache.block_size)
 
     # --- one engine iteration ------------------------------------------------------------
     @_locked

@@ -63,7 +63,14 @@ LIVE_STATES = frozenset({S.NEW, S.WAITING, S.PREFILL, S.DECODE, S.PREEMPTED})
 
 
 class IllegalTransition(RuntimeError):
-    """Raised when code tries to move a request along an edge the state diagram does not have."""
+    """Raised when code tries to move a request along an edge the state diagram does not have.
+    ``request_id``, ``old`` and ``new`` say which request and which edge (the course's error
+    hook turns them into a sentence)."""
+
+    def __init__(self, message: str, request_id: str | None = None, old: RequestState | None = None,
+                 new: RequestState | None = None) -> None:
+        super().__init__(message)
+        self.request_id, self.old, self.new = request_id, old, new
 
 
 @dataclass(eq=False)  # a request is an identity, not a value: two requests are never "equal"
@@ -109,7 +116,8 @@ class Request:
             allowed = ", ".join(sorted(s.value for s in TRANSITIONS[old])) or "none"
             raise IllegalTransition(
                 f"request {self.request_id!r}: {old.value} -> {new_state.value} is not a legal "
-                f"transition (from {old.value} the allowed next states are: {allowed})"
+                f"transition (from {old.value} the allowed next states are: {allowed})",
+                self.request_id, old, new_state,
             )
         self.state = new_state
         return old

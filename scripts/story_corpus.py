@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import random
 import re
-import string
-from typing import Sequence
 
 __all__ = [
     "generate_stories",

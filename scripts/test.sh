@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the whole test suite: unit, parity, property, grading, widget and browser tests (tests/),
+# Lint with ruff, then run the whole test suite: unit, parity, property, grading, widget and browser tests (tests/),
 # plus every notebook under nbval (notebooks/, exercises/), in one pytest run.
 #   bash scripts/test.sh                 # everything
 #   bash scripts/test.sh -x -k stepper   # extra options go to pytest
@@ -20,7 +20,12 @@ mkdir -p "$MINILLM_ARTIFACTS"
 paths=(tests)
 [ -d exercises ] && paths+=(exercises)
 
+# Lint first (pyproject.toml's [tool.ruff]: pyflakes, pycodestyle errors, bugbear, complexity <= 30);
+# its findings are printed and fail the run, but the tests still run so one report shows both.
 set +e
+"$(dirname "$VPY")/ruff" check --quiet .
+lint_rc=$?
+[ "$lint_rc" != 0 ] && echo "test.sh: ruff check found problems (listed above)" >&2
 # One pytest run, so the output ends with one summary line. --nbval collects the exercises
 # notebook (exercises/); the course notebooks under notebooks/ are compared with their saved
 # outputs by tests/test_notebooks_rerun*.py in the same kernel that runs them twice (nbval's rules,
@@ -43,4 +48,5 @@ if [ "$rc" = 5 ]; then
     echo "test.sh: pytest collected no tests: treating that as a failure" >&2
     exit 1
 fi
+[ "$rc" = 0 ] && [ "$lint_rc" != 0 ] && exit 1
 exit "$rc"

@@ -97,6 +97,16 @@ TEST_DEVICE = os.environ.get("MINILLM_TEST_DEVICE", "cpu")
 LOGITS_ATOL = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}
 
 
+def backends_on_test_device() -> list[str]:
+    """The attention backends the engine can run on ``TEST_DEVICE`` (the parity tests
+    parametrise over these): on CUDA not the CPU-only "kernel", which would refuse the engine."""
+    from minillm.attention import backends_for
+
+    default = "float32" if TEST_DEVICE == "cpu" else "bfloat16"
+    dtype = getattr(torch, os.environ.get("MINILLM_TEST_DTYPE", default))
+    return sorted(backends_for(TEST_DEVICE, dtype))
+
+
 @pytest.fixture(scope="session")
 def device() -> str:
     if TEST_DEVICE.startswith("cuda") and not torch.cuda.is_available():
@@ -221,6 +231,7 @@ def run_async():
 # The files a developer's quick loop (`bash scripts/test.sh -m "not slow"`) leaves to the full run:
 # a real browser, notebook executions, torch.compile and the 93 MB GGUF model.
 SLOW_FILES = ("browser/", "test_notebooks_rerun", "test_compile.py", "test_decode_graphs.py", "test_gguf.py",
+              "test_flex_compiled.py",
               "test_grading_notebook.py")
 
 

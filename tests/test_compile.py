@@ -14,7 +14,6 @@ so, and these tests fail with that message (they are not skipped).
 from __future__ import annotations
 
 import pytest
-import torch
 from conftest import record_logits
 
 from minillm import LLM, SamplingParams

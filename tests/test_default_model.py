@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from minillm import LLM, SamplingParams, StopReason
+from minillm import SamplingParams, StopReason
 from conftest import DEFAULT_MODEL, REPO
 
 PROMPTS = [

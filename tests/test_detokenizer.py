@@ -286,7 +286,6 @@ def test_engine_hides_a_stop_tokens_text_unless_asked(tiny_llm):
 
 
 def test_engine_stop_string_with_and_without_include(tiny_llm):
-    tok = tiny_llm.tokenizer
     base = dict(max_tokens=10, temperature=0, ignore_eos=True)
     free = tiny_llm.generate(["the fox"], SamplingParams(**base))[0]
     text = free.text

@@ -63,7 +63,7 @@ def top_p_right(logits, top_p):
 
 def top_p_noisy(logits, top_p):  # correct, but chatty on stderr and full of warnings
     print("debug: filtering", file=sys.stderr)
-    warnings.warn("this is only a warning")
+    warnings.warn("this is only a warning", stacklevel=2)
     return top_p_right(logits, top_p)
 
 
@@ -126,11 +126,11 @@ def test_top_p_cases_match_the_engine_and_avoid_fragile_boundaries():
 # KV bytes per token
 # =============================================================================================
 def test_kv_bytes():
-    assert check("code_kv_bytes", lambda l, h, d, b: 2 * l * h * d * b).passed
-    assert check("code_kv_bytes", lambda l, h, d, b: float(2 * l * h * d * b)).passed
-    half = check("code_kv_bytes", lambda l, h, d, b: l * h * d * b)
+    assert check("code_kv_bytes", lambda layers, h, d, b: 2 * layers * h * d * b).passed
+    assert check("code_kv_bytes", lambda layers, h, d, b: float(2 * layers * h * d * b)).passed
+    half = check("code_kv_bytes", lambda layers, h, d, b: layers * h * d * b)
     assert half.score == 0 and "every token stores a key AND a value" in str(half)
-    elems = check("code_kv_bytes", lambda l, h, d, b: 2 * l * h * d)
+    elems = check("code_kv_bytes", lambda layers, h, d, b: 2 * layers * h * d)
     assert not elems.passed and "multiply by dtype_bytes" in str(elems)
     assert "return a number of bytes" in str(check("code_kv_bytes", lambda *a: "lots"))
 

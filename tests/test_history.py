@@ -20,7 +20,7 @@ def folder(model_factory):
 
 def test_generate_with_max_history_keeps_the_engine_small(folder):
     llm = LLM(folder, block_size=4, num_kv_blocks=64, max_history=5, trace_limit=200)
-    for i in range(30):
+    for _ in range(30):
         outs = llm.generate(["the fox", "Mia and her dog"], greedy(3))
         assert all(o.stop_reason == StopReason.MAX_TOKENS and o.metrics["ttft"] is not None for o in outs)
     assert len(llm.requests) <= 5 and len(llm.trace) <= 200

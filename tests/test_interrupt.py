@@ -146,7 +146,7 @@ def test_exceptions_inside_the_forward_pass_are_rolled_back(make_llm, reference,
         calls = {"n": 0}
         fail_at = set(rng.sample(range(1, 40), 5))
 
-        def wrap(layer_forward, index):
+        def wrap(layer_forward, index, calls=calls, fail_at=fail_at):
             def forward(*args, **kwargs):
                 calls["n"] += 1
                 if calls["n"] in fail_at:

@@ -18,8 +18,6 @@ each cell twice in a row; walkthrough cells that step one request on purpose do 
 from __future__ import annotations
 
 import importlib.util
-import os
-import sys
 from pathlib import Path
 
 import nbformat

@@ -3,7 +3,7 @@
 The engine runs on the ``device`` / ``dtype`` fixtures (CPU float32 unless
 ``MINILLM_TEST_DEVICE=cuda``); transformers stays the float32 CPU reference. In a lower
 precision a greedy token only has to be the reference's argmax up to ``logits_atol``.
-Every test runs once per attention backend (``minillm.attention``): both must match."""
+Every test runs once per attention backend the device can run (``minillm.attention``): all must match."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import torch
 
 from minillm import LLM, SamplingParams
 from minillm.attention import BACKENDS
-from conftest import make_model, run_to_end
+from conftest import backends_on_test_device, make_model, run_to_end
 
 
-@pytest.fixture(autouse=True, params=sorted(BACKENDS))
+@pytest.fixture(autouse=True, params=backends_on_test_device())
 def attention_backend(request, monkeypatch):
     """Every ``LLM(...)`` built by a test here uses this backend."""
     monkeypatch.setattr(sys.modules[__name__], "LLM", functools.partial(LLM, attention_backend=request.param))

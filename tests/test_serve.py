@@ -194,7 +194,7 @@ def test_dropped_stream_is_cancelled_and_frees_its_blocks(server, http):
     metrics = http.get("/metrics").text
     assert 'minillm_requests_finished_total{stop_reason="CANCELLED"} 1.0' in metrics
     time.sleep(0.2)  # the log line is written by the engine thread
-    line = next(l for l in server.log().splitlines() if f"{rid} client disconnected: cancelled in the engine" in l)
+    line = next(ln for ln in server.log().splitlines() if f"{rid} client disconnected: cancelled in the engine" in ln)
     late = int(line.split(" step(s) after it was asked for")[0].rsplit(" ", 1)[1])
     assert late <= 1, line  # the cancel lands at the next step boundary
 
@@ -282,7 +282,7 @@ def test_queue_limit_gives_503_with_retry_after(small_server, run_async):
         assert retry_after == "1" and "max-waiting" in err["error"]["message"]
     with _client(small_server.url) as c:
         c.headers.update(auth)
-        rejected = [l for l in c.get("/metrics").text.splitlines() if l.startswith("minillm_requests_rejected_total ")]
+        rejected = [ln for ln in c.get("/metrics").text.splitlines() if ln.startswith("minillm_requests_rejected_total ")]
         assert float(rejected[0].split()[1]) == codes.count(503)
         assert _wait_idle(c)["kv_cache"]["used_blocks"] == 0
 

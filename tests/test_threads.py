@@ -38,7 +38,7 @@ def test_two_threads_generating_on_one_engine_get_their_single_threaded_tokens(m
         got, errors = {}, []
         start = threading.Barrier(2)
 
-        def work(name):
+        def work(name, llm=llm, got=got, errors=errors, start=start):
             try:
                 start.wait()
                 got[name] = [o.token_ids for o in llm.generate(PROMPTS[name], _params(name))]

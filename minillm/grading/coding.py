@@ -37,7 +37,7 @@ def _engine_piece(m: Marks, fn, name: str, module: str, load):
     try:
         piece = load()
     except Exception as exc:
-        raise CannotGrade(m.t("code.cannot_import", module=module, error=f"{type(exc).__name__}: {exc}"))
+        raise CannotGrade(m.t("code.cannot_import", module=module, error=f"{type(exc).__name__}: {exc}")) from exc
     if not callable(fn):
         m.wrong(m.t("code.not_a_function", name=name, type=type(fn).__name__))
         return None
@@ -78,7 +78,6 @@ class _TopPCase:
 
 def _safe_margin(logits, top_p) -> bool:
     """True when no row's cumulative probability sits within 1e-4 of top_p (float-fragile)."""
-    import torch
 
     probs = logits.float().softmax(-1).sort(-1, descending=True).values
     cum = probs.cumsum(-1)
@@ -566,7 +565,7 @@ def grade_task3_bytes(answer, m: Marks) -> None:
     try:
         llm = engine()
     except Exception as exc:
-        raise CannotGrade(m.t("bytes.no_engine", error=f"{type(exc).__name__}: {exc}"))
+        raise CannotGrade(m.t("bytes.no_engine", error=f"{type(exc).__name__}: {exc}")) from exc
     for name, s in PRESSURE_SCENARIOS.items():
         v = values[name]
         if isinstance(v, safecall.Outcome):

@@ -18,11 +18,12 @@ may have an *inverted* part that counts only when negated. Each idea reports ``p
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, field
 
 from rapidfuzz import fuzz, process
 from rapidfuzz.distance import DamerauLevenshtein
+
+from .unicode_clean import clean
 
 CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK_RE = re.compile(f"[{CJK}]")
@@ -33,7 +34,8 @@ _I = re.IGNORECASE
 
 
 def normalize(text: str) -> str:
-    text = unicodedata.normalize("NFKC", str(text)).replace("’", "'")
+    """The text as a reader sees it (:func:`unicode_clean.clean`), one space between words."""
+    text = clean(text).replace("’", "'")
     return re.sub(r"\s+", " ", text).strip()
 
 

@@ -153,131 +153,133 @@ _HOLD_ATTRS = ("holds", "resources", "resource", "xlabel", "tooltip", "comment",
 
 def parse_dot(text: str) -> Diagram:
     """Nodes, edges (chains, ``a -> {b c}``), attributes; subgraphs are flattened."""
-    toks = _tokens(text)
-    i = 0
-    d = Diagram()
-    labels: dict[str, str] = {}
+    return _DotParser(_tokens(text)).parse()
 
-    def peek(k=0):
-        return toks[i + k] if i + k < len(toks) else ("eof", "", -1)
 
-    def expect(value):
-        nonlocal i
-        kind, v, line = peek()
+class _DotParser:
+    """A recursive-descent reader for the DOT subset a lifecycle diagram uses."""
+
+    def __init__(self, toks: list):
+        self.toks, self.i = toks, 0
+        self.d = Diagram()
+        self.labels: dict[str, str] = {}
+
+    def peek(self, k=0):
+        return self.toks[self.i + k] if self.i + k < len(self.toks) else ("eof", "", -1)
+
+    def expect(self, value):
+        kind, v, line = self.peek()
         if v != value:
             raise DiagramFormatError(f"could not read the DOT text: expected {value!r} at line {line}, got {v!r}")
-        i += 1
+        self.i += 1
 
-    def attrs() -> dict:
-        nonlocal i
+    def attrs(self) -> dict:
         out = {}
-        while peek()[1] == "[":
-            i += 1
-            while peek()[1] != "]":
-                kind, key, line = peek()
+        while self.peek()[1] == "[":
+            self.i += 1
+            while self.peek()[1] != "]":
+                kind, key, line = self.peek()
                 if kind == "eof":
                     raise DiagramFormatError("could not read the DOT text: an attribute list is not closed with ']'")
-                i += 1
-                if peek()[1] == "=":
-                    i += 1
-                    out[key.lower()] = peek()[1]
-                    i += 1
-                if peek()[1] in (",", ";"):
-                    i += 1
-            i += 1
+                self.i += 1
+                if self.peek()[1] == "=":
+                    self.i += 1
+                    out[key.lower()] = self.peek()[1]
+                    self.i += 1
+                if self.peek()[1] in (",", ";"):
+                    self.i += 1
+            self.i += 1
         return out
 
-    def operand() -> list[str]:
-        nonlocal i
-        kind, v, line = peek()
+    def operand(self) -> list[str]:
+        kind, v, line = self.peek()
         if v == "{" or v.lower() == "subgraph":
-            return statements_block()
+            return self.statements_block()
         if kind != "id":
             raise DiagramFormatError(f"could not read the DOT text: expected a state name at line {line}, got {v!r}")
-        i += 1
-        if peek()[1] == ":":  # port, e.g. a:n
-            i += 2
+        self.i += 1
+        if self.peek()[1] == ":":  # port, e.g. a:n
+            self.i += 2
         return [v]
 
-    def statements_block() -> list[str]:
-        nonlocal i
-        if peek()[1].lower() == "subgraph":
-            i += 1
-            if peek()[0] == "id" and peek()[1] != "{":
-                i += 1
-        expect("{")
-        names = statements("}")
-        expect("}")
+    def statements_block(self) -> list[str]:
+        if self.peek()[1].lower() == "subgraph":
+            self.i += 1
+            if self.peek()[0] == "id" and self.peek()[1] != "{":
+                self.i += 1
+        self.expect("{")
+        names = self.statements("}")
+        self.expect("}")
         return names
 
-    def statements(end: str) -> list[str]:
-        nonlocal i
+    def statements(self, end: str) -> list[str]:
         seen: list[str] = []
-        while peek()[1] != end and peek()[0] != "eof":
-            kind, v, line = peek()
+        while self.peek()[1] != end and self.peek()[0] != "eof":
+            kind, v, line = self.peek()
             if v in (";", ","):
-                i += 1
+                self.i += 1
                 continue
-            if kind == "id" and v.lower() in ("graph", "node", "edge") and peek(1)[1] == "[":
-                i += 1
-                attrs()
+            if kind == "id" and v.lower() in ("graph", "node", "edge") and self.peek(1)[1] == "[":
+                self.i += 1
+                self.attrs()
                 continue
-            if kind == "id" and peek(1)[1] == "=":  # graph attribute a = b
-                i += 3
+            if kind == "id" and self.peek(1)[1] == "=":  # graph attribute a = b
+                self.i += 3
                 continue
-            left = operand()
+            left = self.operand()
             chain = [left]
-            while peek()[0] == "arrow":
-                i += 1
-                chain.append(operand())
-            a = attrs()
+            while self.peek()[0] == "arrow":
+                self.i += 1
+                chain.append(self.operand())
+            a = self.attrs()
             if len(chain) == 1:
                 for name in left:
-                    d.add_state(name, "")
+                    self.d.add_state(name, "")
                     if len(left) == 1:
-                        _node_attrs(name, a)
+                        self._node_attrs(name, a)
             else:
                 label = a.get("label", a.get("xlabel", ""))
                 for src_group, dst_group in zip(chain, chain[1:]):
                     for s in src_group:
                         for t in dst_group:
-                            d.add_state(s, "")
-                            d.add_state(t, "")
-                            d.transitions.append((s, t, label))
+                            self.d.add_state(s, "")
+                            self.d.add_state(t, "")
+                            self.d.transitions.append((s, t, label))
             for group in chain:
                 seen.extend(group)
         return seen
 
-    def _node_attrs(name: str, a: dict) -> None:
+    def _node_attrs(self, name: str, a: dict) -> None:
         holds = next((a[k] for k in _HOLD_ATTRS if a.get(k)), "")
         label = a.get("label", "")
         if label:
             lines = _dot_lines(label)
             if lines:
-                labels[name] = lines[0]
+                self.labels[name] = lines[0]
                 if not holds and len(lines) > 1:
                     holds = "; ".join(lines[1:])
                 elif not holds and ":" in lines[0] and len(lines) == 1:
                     head, _, tail = lines[0].partition(":")
-                    labels[name], holds = head.strip(), tail.strip()
+                    self.labels[name], holds = head.strip(), tail.strip()
         if holds:
-            d.states[name] = holds.strip()
+            self.d.states[name] = holds.strip()
 
-    # header: [strict] (graph|digraph) [id] {
-    while peek()[0] == "id" and peek()[1].lower() in ("strict", "graph", "digraph"):
-        i += 1
-    if peek()[0] == "id" and peek()[1] != "{":
-        i += 1
-    if peek()[1] == "{":
-        i += 1
-        statements("}")
-        expect("}")
-    else:
-        statements("\0")
-    if peek()[0] != "eof":
-        raise DiagramFormatError(f"could not read the DOT text: unexpected {peek()[1]!r} at line {peek()[2]}")
-    d.labels = labels
-    return d
+    def parse(self) -> Diagram:
+        # header: [strict] (graph|digraph) [id] {
+        while self.peek()[0] == "id" and self.peek()[1].lower() in ("strict", "graph", "digraph"):
+            self.i += 1
+        if self.peek()[0] == "id" and self.peek()[1] != "{":
+            self.i += 1
+        if self.peek()[1] == "{":
+            self.i += 1
+            self.statements("}")
+            self.expect("}")
+        else:
+            self.statements("\0")
+        if self.peek()[0] != "eof":
+            raise DiagramFormatError(f"could not read the DOT text: unexpected {self.peek()[1]!r} at line {self.peek()[2]}")
+        self.d.labels = self.labels
+        return self.d
 
 
 def _dot_id(name: str) -> str:
@@ -512,6 +514,19 @@ def _grade_task1(d: Diagram, m: Marks) -> None:
     for key, fields in d.notes[:3]:
         m.info(m.t(key, **fields))
 
+    have, merged = _grade_states(d, g, m)
+    enq = have["enqueue"] or have["new"]
+    pre, dec, fin, rel = have["prefill"], have["decode"], have["finish"], have["release"]
+    terminal = ("finish", "release", "cancelled")
+
+    _grade_admission(g, m, enq, pre, dec, terminal)
+    _grade_loop(g, m, dec)
+    _grade_ending(g, m, dec, fin, rel, merged)
+    _grade_notes(d, m, have, dec, merged)
+    _grade_bonus(g, m, have, enq, pre, dec, rel, terminal)
+
+
+def _grade_states(d: Diagram, g: _Graph, m: Marks) -> tuple[dict, list]:
     # --- 1. the five states ------------------------------------------------------------------
     have = {r: g.with_role(r) for r in ROLES}
     merged = [s for s in d.states if {"finish", "release"} <= g.roles[s]]
@@ -531,10 +546,10 @@ def _grade_task1(d: Diagram, m: Marks) -> None:
         if not r:
             m.info(m.t("dia.unknown_state", name=s))
 
-    enq = have["enqueue"] or have["new"]
-    pre, dec, fin, rel = have["prefill"], have["decode"], have["finish"], have["release"]
-    terminal = ("finish", "release", "cancelled")
+    return have, merged
 
+
+def _grade_admission(g: _Graph, m: Marks, enq, pre, dec, terminal) -> None:
     # --- 2. enqueue -> prefill -> decode -----------------------------------------------------
     if enq and pre:
         if g.reach(enq, pre, avoid_roles=("decode",) + terminal):
@@ -551,6 +566,8 @@ def _grade_task1(d: Diagram, m: Marks) -> None:
         else:
             m.missing(m.t("dia.no_first_token", src=_names(pre), dst=_names(dec)))
 
+
+def _grade_loop(g: _Graph, m: Marks, dec) -> None:
     # --- 3. the decode loop ------------------------------------------------------------------
     if dec:
         looped = [s for s in dec if g.has_loop(s)]
@@ -559,6 +576,8 @@ def _grade_task1(d: Diagram, m: Marks) -> None:
         else:
             m.missing(m.t("dia.no_loop", names=_names(dec), d=dec[0]))
 
+
+def _grade_ending(g: _Graph, m: Marks, dec, fin, rel, merged) -> None:
     # --- 4. out of the loop to FINISHED, then RELEASED -----------------------------------------
     if dec and fin:
         if g.reach(dec, fin, avoid_roles=("release", "enqueue", "prefill")):
@@ -585,6 +604,8 @@ def _grade_task1(d: Diagram, m: Marks) -> None:
         if onward and s not in merged:
             m.warn(m.t("dia.rel_onward", name=s, names=_names(onward)))
 
+
+def _grade_notes(d: Diagram, m: Marks, have, dec, merged) -> None:
     # --- 5. resource notes -------------------------------------------------------------------
     bare = [s for s, h in d.states.items() if not h or h.strip(" .?…-") in ("", "TODO", "todo")]
     contradictions = _contradictions(d, have, dec, merged, m)
@@ -602,6 +623,8 @@ def _grade_task1(d: Diagram, m: Marks) -> None:
     elif dec:
         m.missing(m.t("dia.decode_no_kv", names=_names(dec)))
 
+
+def _grade_bonus(g: _Graph, m: Marks, have, enq, pre, dec, rel, terminal) -> None:
     # --- bonus: preemption and cancel --------------------------------------------------------
     live = dec + pre + have["sample"] + have["update"]
     pre_states = have["preempted"]

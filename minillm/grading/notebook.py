@@ -60,9 +60,9 @@ def read_notebook(path: str | os.PathLike):
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise ValueError(f"no such file: {path}")
+        raise ValueError(f"no such file: {path}") from None
     except OSError as exc:
-        raise ValueError(f"{path} cannot be read ({exc})")
+        raise ValueError(f"{path} cannot be read ({exc})") from exc
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(f"{path} is not a regular file")
     if st.st_size > MAX_NOTEBOOK_BYTES:
@@ -73,7 +73,7 @@ def read_notebook(path: str | os.PathLike):
             raise ValueError("no list of cells")
         return nb
     except Exception as exc:  # not JSON, not a notebook, unreadable
-        raise ValueError(f"{path} is not a readable notebook ({type(exc).__name__}: {exc})".strip())
+        raise ValueError(f"{path} is not a readable notebook ({type(exc).__name__}: {exc})".strip()) from exc
 
 
 def notebook_language(nb) -> str:
@@ -245,7 +245,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
     editor_file = path.resolve().parent / "ch04_task1_diagram.json"
     answers: dict = {}
     dynamic = []
-    for name, ex in names.items():
+    for name in names:
         kind, value = found.answers.get(name, (None, None))
         if kind == extract.LITERAL:
             answers[name] = value

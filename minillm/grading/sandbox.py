@@ -307,7 +307,7 @@ class Kernel:
             self._cmd.flush()
         except (BrokenPipeError, OSError):
             self.close()
-            raise KernelDied("the kernel closed its pipe")
+            raise KernelDied("the kernel closed its pipe") from None
 
     def _read(self, timeout: float, expect: str | None = None) -> dict:
         until = min(time.monotonic() + timeout, self.ends_at)
@@ -339,7 +339,7 @@ class Kernel:
             msg = json.loads(line)
         except ValueError:
             self.close()
-            raise KernelDied("the kernel sent something that is not a reply")
+            raise KernelDied("the kernel sent something that is not a reply") from None
         if not isinstance(msg, dict) or (expect and msg.get("op") != expect):
             self.close()
             raise KernelDied("the kernel sent an unexpected reply")

@@ -16,8 +16,9 @@ evidence is thin. The exercises notebook says so to the learner.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
+
+from .unicode_clean import clean
 
 CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK_RE = re.compile(f"[{CJK}]")
@@ -26,8 +27,9 @@ _FLAGS = re.IGNORECASE | re.UNICODE
 
 
 def normalize(text: str) -> str:
-    """NFKC (full-width letters and punctuation become ASCII), whitespace runs collapsed."""
-    text = unicodedata.normalize("NFKC", str(text))
+    """The text as a reader sees it (NFKC, invisible characters dropped, look-alike letters
+    mapped: :mod:`unicode_clean`), whitespace runs collapsed."""
+    text = clean(text)
     return re.sub(r"\s+", " ", text).strip()
 
 

@@ -122,7 +122,7 @@ NEXT_STEP_DEPENDS = idea(
         r"iterations?|forward|pass(es)?|generation|outputs?|predictions?|distributions?)",
         r"\b(path|trajectory|direction|course|branch)\b", r"autoregress\w*", r"feedback loop|feeds? back|loops? back",
         r"from then on|from that point|afterwards|thereafter|downstream|what comes (next|after)|everything after",
-        rf"\b(condition\w*|depend\w*|builds?\s+on|based on|relies on)\b",
+        r"\b(condition\w*|depend\w*|builds?\s+on|based on|relies on)\b",
         r"下一(轮|步|个|次)|后续|之后|以后|后面|接下来|路径|走向|轨迹|方向|自回归|依赖|基于",
     ],
     missing_hint="say that the next decode step is computed from that token, so the choice steers everything after it",

@@ -95,12 +95,12 @@ def decode(data, depth: int = 0):
         try:
             return int(v)
         except ValueError:
-            raise WireError("malformed int")
+            raise WireError("malformed int") from None
     if tag == "float" and type(v) is str and len(v) < 64:
         try:
             return float(v)
         except ValueError:
-            raise WireError("malformed float")
+            raise WireError("malformed float") from None
     if tag == "str" and type(v) is str:
         return v
     if tag in ("list", "tuple") and type(v) is list:
@@ -148,7 +148,7 @@ def _tensor(data: dict):
     try:
         buf = base64.b64decode(raw.encode("ascii"), validate=True)
     except Exception:
-        raise WireError("malformed tensor data")
+        raise WireError("malformed tensor data") from None
     n = math.prod(shape)
     np_dtype = np.int16 if dtype == "bfloat16" else np.dtype(dtype if dtype != "bool" else "bool")
     if n * np.dtype(np_dtype).itemsize != len(buf):

@@ -178,7 +178,7 @@ def _fallback_html(current_state, highlight_edge, **kwargs) -> str | None:
     try:
         import graphviz
     except ImportError:
-        return (f"<div class='minillm-diagram minillm-diagram-fallback'><p><em>"
+        return ("<div class='minillm-diagram minillm-diagram-fallback'><p><em>"
                 + phrase("diag.no_package", lang, state=html.escape(str(_state_name(current_state))))
                 + "</em></p></div>")
     try:

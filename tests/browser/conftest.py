@@ -26,7 +26,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error

@@ -71,7 +71,6 @@ def test_cache_monitor_add_request_and_step(jlab, lab):
     from playwright.sync_api import expect
 
     path = "notebooks/ch04/06_finish_and_release.ipynb"
-    page = jlab.page
     jlab.open(path)
     jlab.command("notebook:clear-all-cell-outputs")  # saved counts would hide the new run's
     jlab.wait_for(lambda s: all(c is None for c in s["counts"]), 30, "outputs to clear")
