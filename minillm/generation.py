@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
+from .intake import check_text
 from .params import SamplingParams
 from .request import RequestOutput, RequestState
 
@@ -29,6 +30,7 @@ class WholeGenerations:
         for p in prompts:  # validate every prompt before queueing any, so nothing is half-added
             if not isinstance(p, str) or not p:
                 raise ValueError(f"prompt must be a non-empty string, got {p!r}")
+            check_text("prompt", p)
         return self._run_all([{"prompt": p} for p in prompts], params)
 
     def chat(self, messages, params: SamplingParams | Sequence[SamplingParams] | None = None,
