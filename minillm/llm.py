@@ -468,9 +468,10 @@ class LLM(WholeGenerations):
     def next_token_logits(self, prompt: str | Sequence[int]) -> torch.Tensor:
         """Raw logits for the token after ``prompt`` (no request, no cache): for the
         sampling lessons, which look at one distribution many ways."""
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids:
-            raise ValueError("prompt must be a non-empty string or token id list")
+        if isinstance(prompt, str):
+            ids = self.prepare_prompt(prompt)
+        else:  # checked like a request's ids: ints in the vocabulary, shorter than max_model_len
+            ids = self.prepare_prompt(prompt_token_ids=prompt)
         return self.model.full_logits(ids)[-1]
 
     def __repr__(self) -> str:

@@ -437,3 +437,19 @@ def test_hardening_options_reach_uvicorn():
     assert allowed_hosts(wide) == ["api.example.com", "*.lan"]
     assert allowed_hosts(build_parser().parse_args(["--host", "0.0.0.0"])) == ["*"]
     assert build_parser().parse_args([]).max_body_bytes == 1 << 20
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda llm: llm.generate(123), "prompts must be a string or a list"),
+    (lambda llm: llm.generate(None), "prompts must be a string or a list"),
+    (lambda llm: llm.generate("x", params=5), "params must be a SamplingParams or a list"),
+    (lambda llm: llm.generate("x", params={"max_tokens": 2}), "params must be a SamplingParams or a list"),
+    (lambda llm: llm.next_token_logits(5), "prompt_token_ids"),
+    (lambda llm: llm.next_token_logits("a\ud800"), "lone surrogate"),
+    (lambda llm: llm.next_token_logits([10**9]), "prompt_token_ids"),
+    (lambda llm: llm.next_token_logits("fox " * 2000), "max_model_len"),
+], ids=range(8))
+def test_the_python_api_refuses_with_value_errors_not_type_or_index_errors(llm, call, needle):
+    with pytest.raises(ValueError, match=needle):
+        call(llm)
+    assert llm.cache_stats().used_blocks == 0
