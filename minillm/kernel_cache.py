@@ -103,7 +103,8 @@ def private_dir() -> tuple[Path, int]:
         try:
             return path, open_private_dir(path)
         except UnsafeCacheDir as exc:
-            warnings.warn(f"minillm: skipped an unsafe place for compiled kernels: {exc}", UntrustedLibrary, stacklevel=3)
+            warnings.warn(f"minillm: skipped an unsafe place for compiled kernels: {exc}", UntrustedLibrary,
+                          stacklevel=3)
             problems.append(str(exc))
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")
