@@ -77,12 +77,14 @@ class LLM(WholeGenerations):
             on CUDA and when OMP_NUM_THREADS is set. ``llm.num_threads`` is what was set
             (None: nothing was).
         attention_backend: how decode attention reads the paged KV pool (``minillm.attention``):
-            "auto" (default: "kernel" where it builds and has its vectorised path for the model's
-            heads, else "gather"), "gather" (the readable
+            "auto" (default: "flex" on CUDA; on the CPU "kernel" where it builds and has its
+            vectorised path for the model's heads, else "gather"), "gather" (the readable
             reference: gather each context, one SDPA), "paged" (whole blocks picked through
-            fixed-shape block tables, one SDPA) or "kernel" (the CPU's C kernel reading the pool
+            fixed-shape block tables, one SDPA), "kernel" (the CPU's C kernel reading the pool
             in place through the block tables; float32 on the CPU, built with the system's C
-            compiler on first use). ``llm.attention_backend`` is the one used.
+            compiler on first use) or "flex" (FlexAttention over the pool through the block
+            tables; compiled on CUDA, unverified there; eager and slow on the CPU).
+            ``llm.attention_backend`` is the one used.
         weight_dtype: None (weights in ``dtype``) or "int8": every projection stored as int8
             with per-output-channel scales, a quarter of the bytes a decode step reads
             (CPU, ``dtype="float32"`` only; ``minillm.models.weights``, with its documented
