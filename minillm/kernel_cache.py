@@ -4,8 +4,9 @@ Loading a shared library runs its code, so a library another user could have wri
 dangerous as running their program. The cache therefore trusts only what it can check:
 
 * the folder is the user's own (``~/.cache/minillm/kernels``, ``MINILLM_KERNEL_CACHE`` overrides;
-  ``$TMPDIR/minillm-kernels-<uid>`` when that cannot be made), created 0700, and refused when
-  it is a symlink, belongs to someone else, or can be written by the group or others;
+  ``$TMPDIR/minillm-kernels-<uid>`` when that cannot be made; a fresh folder for this process
+  alone when neither is safe), created 0700, and refused when it is a symlink, belongs to
+  someone else, or can be written by the group or others;
 * each library is recorded when it is built: a small manifest ``<name>-<key>.sha256`` (``key``
   hashes the source, compiler, flags and CPU) holds the SHA-256 of the library's bytes, and the
   library itself is ``<name>-<key>-<sha[:16]>.so``, so two concurrent builds never mix a
@@ -21,8 +22,10 @@ reason, removed when it is ours, and rebuilt.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
 import warnings
@@ -92,17 +95,26 @@ def open_private_dir(path: Path) -> int:
 
 
 def private_dir() -> tuple[Path, int]:
-    """The first usable cache folder and a descriptor of it; ``RuntimeError`` listing why none is."""
+    """The first usable cache folder and a descriptor of it. When every shared place is unsafe
+    (someone squats ``$TMPDIR/minillm-kernels-<uid>``), a fresh folder for this process alone
+    (rebuilt each run, removed at exit); ``RuntimeError`` listing why when not even that works."""
     problems = []
     for path in default_dirs():
         try:
             return path, open_private_dir(path)
         except UnsafeCacheDir as exc:
-            warnings.warn(f"minillm: not using {exc}", UntrustedLibrary, stacklevel=3)
+            warnings.warn(f"minillm: skipped an unsafe place for compiled kernels: {exc}", UntrustedLibrary,
+                          stacklevel=3)
             problems.append(str(exc))
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")
-    raise RuntimeError("no private folder for the kernel cache: " + "; ".join(problems))
+    try:
+        path = Path(tempfile.mkdtemp(prefix="minillm-kernels-", dir=tempfile.gettempdir()))  # 0700, new
+    except OSError as exc:
+        problems.append(f"a fresh temporary folder: {exc.strerror or exc}")
+        raise RuntimeError("no private folder for the kernel cache: " + "; ".join(problems)) from None
+    atexit.register(shutil.rmtree, path, True)  # the loaded library stays mapped
+    return path, open_private_dir(path)
 
 
 def sha256_fd(fd: int) -> str:

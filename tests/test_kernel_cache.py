@@ -140,3 +140,18 @@ def test_no_usable_folder_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(kernel_cache.tempfile, "gettempdir", lambda: str(blocked))
     with pytest.raises(RuntimeError, match="no private folder for the kernel cache"):
         kernel_cache.cached_library("answer-gggg", _compile(tmp_path, 1))
+
+
+def test_when_every_shared_folder_is_unsafe_a_fresh_private_one_is_used(cache, tmp_path):
+    """Someone squatting both the configured folder and ``$TMPDIR/minillm-kernels-<uid>`` only
+    costs a rebuild in a fresh per-process folder: the kernel still loads, never from theirs."""
+    squat = tmp_path / "tmp" / f"minillm-kernels-{os.geteuid()}"
+    for folder in (cache, squat):
+        folder.mkdir(mode=0o777)
+        os.chmod(folder, 0o777)
+    with pytest.warns(kernel_cache.UntrustedLibrary, match="can be written by other users"):
+        name = kernel_cache.cached_library("answer-hhhh", _compile(tmp_path, 12))
+    assert _answer(name) == 12
+    fresh = [p for p in (tmp_path / "tmp").iterdir() if p != squat]
+    assert len(fresh) == 1 and (fresh[0].stat().st_mode & 0o777) == 0o700
+    assert not list(squat.iterdir()) and not list(cache.iterdir())
