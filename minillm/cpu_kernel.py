@@ -3,9 +3,9 @@
 torch has no CPU op that attends a paged pool in place, and a Python loop over blocks is
 slower than copying the context out (``benchmarks/attention_backends.py``). So the kernel is
 a page of C: built once per machine with the system's C compiler (``-O3 -march=native
--fopenmp``, about a second) into ``~/.cache/minillm/kernels`` (``MINILLM_KERNEL_CACHE``
-overrides; the temporary directory where that cannot be written), keyed by the source, the
-flags, the compiler and the CPU, and called through ``ctypes`` (which releases the GIL). It
+-fopenmp``, about a second) into a private per-user cache (``kernel_cache``: owner, mode and
+content checked before every load), keyed by the source, the flags, the compiler and the CPU,
+and called through ``ctypes`` (which releases the GIL). It
 links the OpenMP runtime torch has already loaded (``libgomp.so.1``), so its threads are
 torch's, sized by ``torch.get_num_threads()``.
 
@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import platform
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
+
+from . import kernel_cache
 
 SOURCE = Path(__file__).with_name("kernels") / "paged_decode.c"
 OP_SOURCE = Path(__file__).with_name("kernels") / "paged_decode_op.cpp"
@@ -38,11 +40,6 @@ _lib = None
 _error: str | None = None
 _op = None
 _op_error: str | None = None
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("MINILLM_KERNEL_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "minillm" / "kernels"
 
 
 def _cpu_id() -> str:
@@ -54,39 +51,30 @@ def _cpu_id() -> str:
         return platform.processor()
 
 
-def _compile(name: str, compiler: str, args: list[str], sources: list[Path]) -> Path:
-    """Build ``sources`` with ``compiler`` and ``args`` into the cache (once per source text,
-    flags, compiler version and CPU) and return the library's path."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+def _compile(name: str, compiler: str, args: list[str], sources: list[Path]) -> str:
+    """Build ``sources`` with ``compiler`` and ``args`` into the private kernel cache (once per
+    source text, flags, compiler version and CPU) and return a verified name to load it by
+    (see ``kernel_cache``: owner, mode and recorded SHA-256 checked on the file loaded)."""
+    version = subprocess.run([compiler, "--version"], check=False, capture_output=True, text=True).stdout
     key = hashlib.sha256("\0".join([*(s.read_text() for s in sources), " ".join(args), version, _cpu_id(),
                                     platform.machine()]).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"{name}-{key}.so"
-    if target.exists():
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:  # a read-only home: build into the temporary directory instead
-        target = Path(tempfile.gettempdir()) / "minillm-kernels" / target.name
-        if target.exists():
-            return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        built = Path(tmp) / target.name
-        proc = subprocess.run([compiler, *args, "-o", str(built)], capture_output=True, text=True)
+
+    def build(out: Path) -> None:
+        proc = subprocess.run([compiler, *args, "-o", str(out)], check=False, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"building {sources[-1].name} failed:\n{proc.stderr[-2000:]}")
-        os.replace(built, target)  # atomic: a concurrent build leaves one whole file
-    return target
+
+    return kernel_cache.cached_library(f"{name}-{key}", build)
 
 
-def _build() -> Path:
+def _build() -> str:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise RuntimeError("no C compiler (cc/gcc) on PATH")
     return _compile("paged_decode", cc, [*FLAGS, str(SOURCE), "-lm"], [SOURCE])
 
 
-def _build_op() -> Path:
+def _build_op() -> str:
     """The operator library: the C kernel and its C++ registration, linked with libtorch."""
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if cxx is None:
@@ -104,7 +92,7 @@ def _load():
     global _lib, _error
     if _lib is None and _error is None:
         try:
-            lib = ctypes.CDLL(str(_build()))
+            lib = ctypes.CDLL(_build())
             fn = lib.paged_decode_f32
             i64, ptr = ctypes.c_int64, ctypes.c_void_p
             fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64,
@@ -138,7 +126,7 @@ def op_available() -> bool:
     if _op is None and _op_error is None:
         try:
             if not hasattr(torch.ops.minillm, "paged_decode"):
-                torch.ops.load_library(str(_build_op()))
+                torch.ops.load_library(_build_op())
                 torch.library.register_fake("minillm::paged_decode")(_paged_decode_shape)
             _op = torch.ops.minillm.paged_decode
         except (OSError, RuntimeError, subprocess.SubprocessError, ImportError) as exc:
@@ -171,25 +159,82 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     fn = _load()
     if fn is None:
         raise RuntimeError(f"the CPU paged attention kernel is unavailable: {_error}")
+    if not _plainly_valid(q, k_pool, v_pool, block_tables, context_lens, scale):
+        _check_args(q, k_pool, v_pool, block_tables, context_lens, scale)  # raises, naming the argument
     n, heads, dim = q.shape
     blocks, block_size, kv_heads, _ = k_pool.shape
-    if q.dtype != torch.float32 or k_pool.dtype != torch.float32 or v_pool.dtype != torch.float32:
-        raise ValueError(f"the paged kernel takes float32 queries and pool, got {q.dtype} / {k_pool.dtype}")
     if q.stride(2) != 1:
         q = q.contiguous()
-    if not (k_pool.is_contiguous() and v_pool.is_contiguous()):
-        raise ValueError("the paged kernel reads a contiguous KV pool")
     tables = block_tables.contiguous()
     lens = context_lens.contiguous()
-    if tables.dtype != torch.int64 or lens.dtype != torch.int64 or tables.shape[0] != n or lens.shape != (n,):
-        raise ValueError(f"block_tables must be int64 [{n}, W] and context_lens int64 [{n}]")
     out = torch.empty((n, heads, dim), dtype=torch.float32)
     status = fn(q.data_ptr(), q.stride(0), q.stride(1), k_pool.data_ptr(), v_pool.data_ptr(), blocks,
                 tables.data_ptr(), tables.shape[1], lens.data_ptr(), out.data_ptr(), n, heads,
                 kv_heads, dim, block_size, scale, torch.get_num_threads())
+    if status == -3:
+        raise ValueError("the paged kernel refused its arguments (a size below 1 or heads not a multiple of kv_heads)")
     if status == -1:
         raise ValueError("block_tables holds a block id outside the KV pool, or fewer blocks than a context needs")
     if status != 0:
         raise MemoryError("the paged kernel could not allocate its scores")
     return out
 
+
+
+_F32, _I64 = torch.float32, torch.int64
+
+
+def _plainly_valid(q, k_pool, v_pool, block_tables, context_lens, scale) -> bool:
+    """The common case in one expression (a few microseconds per layer): everything as the
+    engine passes it. Anything else goes to ``_check_args``, which names what is wrong."""
+    try:
+        return (q.dtype is _F32 and k_pool.dtype is _F32 and v_pool.dtype is _F32 and block_tables.dtype is _I64
+                and context_lens.dtype is _I64 and q.is_cpu and k_pool.is_cpu and v_pool.is_cpu
+                and block_tables.is_cpu and context_lens.is_cpu
+                and q.dim() == 3 and k_pool.dim() == 4 and v_pool.shape == k_pool.shape
+                and block_tables.dim() == 2 and context_lens.dim() == 1
+                and block_tables.shape[0] == context_lens.shape[0] == q.shape[0]
+                and k_pool.shape[3] == q.shape[2] and min(k_pool.shape) > 0 and q.shape[1] > 0 and q.shape[2] > 0
+                and q.shape[1] % k_pool.shape[2] == 0
+                and k_pool.is_contiguous() and v_pool.is_contiguous()
+                and type(scale) is float and math.isfinite(scale))
+    except AttributeError:  # not tensors
+        return False
+
+
+def _check_args(q, k_pool, v_pool, block_tables, context_lens, scale) -> None:
+    """Every shape, dtype, device and size the C code relies on, checked before it runs: a
+    mismatched pool or a zero size must be a ``ValueError`` here, not a crash in C."""
+    tensors = {"q": q, "k_pool": k_pool, "v_pool": v_pool, "block_tables": block_tables,
+               "context_lens": context_lens}
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+            raise ValueError(f"paged_decode: {name} must be a CPU tensor, got {type(t).__name__}"
+                             f"{'' if not isinstance(t, torch.Tensor) else ' on ' + str(t.device)}")
+    if q.dim() != 3 or k_pool.dim() != 4:
+        raise ValueError(f"paged_decode: q must be [n, heads, D] and k_pool [blocks, block_size, kv_heads, D], "
+                         f"got {tuple(q.shape)} and {tuple(k_pool.shape)}")
+    if v_pool.shape != k_pool.shape:
+        raise ValueError(f"paged_decode: v_pool has shape {tuple(v_pool.shape)}, k_pool {tuple(k_pool.shape)}: "
+                         f"they must match")
+    for name, t in (("q", q), ("k_pool", k_pool), ("v_pool", v_pool)):
+        if t.dtype != torch.float32:
+            raise ValueError(f"paged_decode: the paged kernel takes float32 queries and pool, {name} is {t.dtype}")
+    n, heads, dim = q.shape
+    blocks, block_size, kv_heads, pool_dim = k_pool.shape
+    for name, value in (("heads", heads), ("D", dim), ("blocks", blocks), ("block_size", block_size),
+                        ("kv_heads", kv_heads)):
+        if value < 1:
+            raise ValueError(f"paged_decode: {name} must be at least 1, got {value}")
+    if pool_dim != dim or heads % kv_heads:
+        raise ValueError(f"paged_decode: q has {heads} heads of {dim}, the pool {kv_heads} KV heads of {pool_dim}: "
+                         f"the sizes must match and heads be a multiple of kv_heads")
+    if not (k_pool.is_contiguous() and v_pool.is_contiguous()):
+        raise ValueError("paged_decode: the paged kernel reads a contiguous KV pool")
+    if (block_tables.dtype != torch.int64 or context_lens.dtype != torch.int64 or block_tables.dim() != 2
+            or block_tables.shape[0] != n or tuple(context_lens.shape) != (n,)):
+        raise ValueError(f"paged_decode: block_tables must be int64 [{n}, W] and context_lens int64 [{n}], got "
+                         f"{block_tables.dtype} {tuple(block_tables.shape)} and {context_lens.dtype} "
+                         f"{tuple(context_lens.shape)}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"paged_decode: scale must be a finite number, got {scale!r}")

@@ -63,7 +63,14 @@ LIVE_STATES = frozenset({S.NEW, S.WAITING, S.PREFILL, S.DECODE, S.PREEMPTED})
 
 
 class IllegalTransition(RuntimeError):
-    """Raised when code tries to move a request along an edge the state diagram does not have."""
+    """Raised when code tries to move a request along an edge the state diagram does not have.
+    ``request_id``, ``old`` and ``new`` say which request and which edge (the course's error
+    hook turns them into a sentence)."""
+
+    def __init__(self, message: str, request_id: str | None = None, old: RequestState | None = None,
+                 new: RequestState | None = None) -> None:
+        super().__init__(message)
+        self.request_id, self.old, self.new = request_id, old, new
 
 
 @dataclass(eq=False)  # a request is an identity, not a value: two requests are never "equal"
@@ -102,14 +109,17 @@ class Request:
     _generator: torch.Generator | None = field(default=None, repr=False)
 
     # --- state machine -------------------------------------------------------------------
-    def move_to(self, new_state: RequestState) -> RequestState:
-        """Move along one edge of the lifecycle diagram; returns the old state."""
+    def move_to(self, new_state: RequestState, transitions=None) -> RequestState:
+        """Move along one edge of the lifecycle diagram; returns the old state. ``transitions``:
+        the table that decides what is legal (default ``TRANSITIONS``; ``minillm.seams``)."""
         old = self.state
-        if new_state not in TRANSITIONS[old]:
-            allowed = ", ".join(sorted(s.value for s in TRANSITIONS[old])) or "none"
+        table = TRANSITIONS if transitions is None else transitions
+        if new_state not in table.get(old, ()):
+            allowed = ", ".join(sorted(str(s) for s in table.get(old, ()))) or "none"
             raise IllegalTransition(
                 f"request {self.request_id!r}: {old.value} -> {new_state.value} is not a legal "
-                f"transition (from {old.value} the allowed next states are: {allowed})"
+                f"transition (from {old.value} the allowed next states are: {allowed})",
+                self.request_id, old, new_state,
             )
         self.state = new_state
         return old

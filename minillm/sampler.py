@@ -313,8 +313,11 @@ class Sampler:
                                                                           dtype=torch.float32)
         return SampleResult(token_ids, logits, table)
 
-    def __init__(self):
+    def __init__(self, top_k_filter=None, top_p_filter=None):
+        """``top_k_filter(logits, k)`` / ``top_p_filter(logits, p)``: one-row filters to use
+        instead of the batched shared sort (``minillm.seams``: a learner's own)."""
         self.penalty_counts = PenaltyCounts()
+        self.row_filters = (top_k_filter, top_p_filter) if top_k_filter or top_p_filter else None
 
     def forget(self, req) -> None:
         """Drop what the sampler keeps for ``req`` (its penalty counts): call when it ends."""
@@ -366,13 +369,13 @@ class Sampler:
                 penalty = cols[:, _FREQ:_FREQ + 1] * counts + cols[:, _PRES:_PRES + 1]
                 x = torch.where(counts > 0, x - penalty, x)
             processed = finite_or_best(x, logits)
-        chosen = self._race(logits, processed, cols, params, requests, sampled, penalised)
+        chosen = self._race(logits, processed, cols, params, requests, sampled, penalised, self.row_filters)
         if any(penalised):
             state.bump(requests, penalised, row_ids, chosen)
         return chosen
 
     @staticmethod
-    def _race(logits, processed, cols, params, requests, sampled, penalised) -> torch.Tensor:
+    def _race(logits, processed, cols, params, requests, sampled, penalised, row_filters=None) -> torch.Tensor:
         """Temperature, the shared-sort filters and the exponential race over the sampled rows;
         greedy rows take the argmax of ``processed``."""
         if not any(sampled):
@@ -383,7 +386,9 @@ class Sampler:
         on = [p for p, s in zip(params, sampled) if s]
         use_k, use_p, use_min = (any(p.top_k > 0 for p in on), any(p.top_p < 1.0 for p in on),
                                  any(p.min_p > 0.0 for p in on))
-        if use_k or use_p or use_min:
+        if row_filters is not None:
+            x = _filter_rows(x, params, sampled, *row_filters)
+        elif use_k or use_p or use_min:
             x = sorted_filters(x, cols[:, _TOP_K] if use_k else None, cols[:, _TOP_P] if use_p else None,
                                cols[:, _MIN_P] if use_min else None)
         noise = torch.ones_like(x)
@@ -393,3 +398,17 @@ class Sampler:
         # a draw of exactly 0 would give -log 0 = inf (and NaN on a removed token)
         race = x - noise.clamp_(min=torch.finfo(noise.dtype).tiny).log()
         return torch.where(cols[:, _GREEDY:_GREEDY + 1] > 0, processed, race).argmax(dim=-1)
+
+
+def _filter_rows(x: torch.Tensor, params: list, sampled: list[bool], top_k, top_p) -> torch.Tensor:
+    """Top-k, top-p (each the given one-row function, or the engine's), then min-p, row by row."""
+    rows = []
+    for row, p, s in zip(x, params, sampled):
+        if s and p.top_k > 0:
+            row = (top_k or top_k_filter)(row.clone(), p.top_k)
+        if s and p.top_p < 1.0:
+            row = (top_p or top_p_filter)(row.clone(), p.top_p)
+        if s and p.min_p > 0.0:
+            row = min_p_filter(row, p.min_p)
+        rows.append(torch.as_tensor(row, dtype=x.dtype, device=x.device).reshape(x.shape[-1]))
+    return torch.stack(rows)

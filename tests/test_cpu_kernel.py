@@ -7,6 +7,8 @@ cannot be built, and an explicit "kernel" there says why."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -95,7 +97,8 @@ def test_kernel_refuses_tables_outside_the_pool_and_bad_inputs():
     with pytest.raises(ValueError, match="int64"):
         cpu_kernel.paged_decode(q, kp, vp, padded.int(), lens, 0.125)
     with pytest.raises(ValueError, match="contiguous KV pool"):
-        cpu_kernel.paged_decode(q, kp.transpose(1, 2), vp, padded, lens, 0.125)
+        strided = kp.transpose(1, 2).contiguous().transpose(1, 2)  # same shape, not contiguous
+        cpu_kernel.paged_decode(q, strided, strided, padded, lens, 0.125)
     zero = cpu_kernel.paged_decode(q, kp, vp, padded, torch.tensor([0, 9]), 0.125)
     assert (zero[0] == 0).all()  # an empty context attends nothing
 
@@ -168,7 +171,7 @@ def test_eager_decode_graphs_call_the_kernel(tiny_llama):
 
 def test_auto_falls_back_to_the_reference_where_the_kernel_cannot_run(monkeypatch, tmp_path):
     assert resolve_backend("auto", "cpu", torch.bfloat16) == "gather"
-    assert resolve_backend("auto", "cuda", torch.float32) == "gather"
+    assert resolve_backend("auto", "cuda", torch.float32) == "flex"  # the GPU's paged backend, not the kernel
     with pytest.raises(ValueError, match=r"attention_backend='kernel'.*float32 KV cache on the CPU"):
         resolve_backend("kernel", "cpu", torch.bfloat16)
     # no compiler: "auto" is the reference, "kernel" names what is missing
@@ -209,9 +212,36 @@ def test_a_read_only_cache_builds_into_the_temporary_directory(monkeypatch, tmp_
     blocked = tmp_path / "file"
     blocked.write_text("")  # a cache "directory" below a file cannot be made
     monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(blocked / "kernels"))
-    monkeypatch.setattr(cpu_kernel.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    monkeypatch.setattr(cpu_kernel.kernel_cache.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
     built = cpu_kernel._build()
-    assert built.parent == tmp_path / "tmp" / "minillm-kernels" and built.is_file()
+    private = tmp_path / "tmp" / f"minillm-kernels-{os.geteuid()}"
+    assert os.path.samefile(built, next(private.glob("paged_decode-*.so")))
+    assert (private.stat().st_mode & 0o777) == 0o700
+
+
+def test_the_kernel_refuses_impossible_arguments_before_running():
+    """Issue 26: a mismatched ``v_pool`` crashed the process, ``kv_heads=0`` or
+    ``block_size=0`` killed it with SIGFPE. Python names the problem; the C entry point
+    refuses the same arguments on its own (-3) if called directly."""
+    q, kp, vp, tables, padded, lens = _case([20, 9], 4, 2, 64, 16)
+    bad = {
+        "v_pool has shape": (q, kp, vp[:, :, :1].contiguous(), padded, lens),
+        "kv_heads must be at least 1": (q, kp[:, :, :0], vp[:, :, :0], padded, lens),
+        "block_size must be at least 1": (q, kp[:, :0], vp[:, :0], padded, lens),
+        "multiple of kv_heads": (q[:, :3].contiguous(), kp, vp, padded, lens),
+        "CPU tensor": (q, kp, vp, [[1]], lens),
+        r"block_tables must be int64 \[2, W\]": (q, kp, vp, padded[0], lens),
+    }
+    for match, args in bad.items():
+        with pytest.raises(ValueError, match=match):
+            cpu_kernel.paged_decode(*args, 0.125)
+    fn = cpu_kernel._load()
+    out = torch.empty_like(q)
+    for kv_heads, block_size in ((0, 16), (2, 0), (3, 16)):
+        assert fn(q.data_ptr(), q.stride(0), q.stride(1), kp.data_ptr(), vp.data_ptr(), kp.shape[0],
+                  padded.data_ptr(), padded.shape[1], lens.data_ptr(), out.data_ptr(), 2, 4, kv_heads, 64,
+                  block_size, 0.125, 1) == -3
+    assert fn(None, 0, 0, None, None, 1, None, 1, None, None, 2, 4, 2, 64, 16, 0.125, 1) == -3
 
 
 needs_op = pytest.mark.skipif(not cpu_kernel.op_available(),
@@ -256,6 +286,9 @@ def test_the_operator_refuses_bad_inputs():
         op(q, kp, vp[:, :, :1], padded, lens, 0.125)
     with pytest.raises(RuntimeError, match=r"contiguous \[n, W\]"):
         op(q, kp, vp, padded[:1], lens, 0.125)
+    for pools in ((kp[:, :, :0], vp[:, :, :0]), (kp[:, :0], vp[:, :0])):  # kv_heads 0, block_size 0
+        with pytest.raises(RuntimeError, match="shapes do not match|at least 1"):
+            op(q, *pools, padded, lens, 0.125)
 
 
 @needs_op

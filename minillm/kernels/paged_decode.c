@@ -18,7 +18,9 @@
  * time with its queries and accumulators in registers; attend_generic, plain loops, any shape.
  *
  * Returns 0, or -1 when a block id lies outside the pool or a row has fewer blocks than its
- * context needs (nothing is read then), or -2 when scratch memory could not be had. Built and
+ * context needs (nothing is read then), -2 when scratch memory could not be had, or -3 when an
+ * argument is impossible (a null pointer, a size below 1, heads not a multiple of kv_heads,
+ * a negative query stride): nothing is read then either. Built and
  * loaded by minillm/cpu_kernel.py. */
 
 #include <math.h>
@@ -279,6 +281,12 @@ int paged_decode_f32(const float *q, int64_t q_row, int64_t q_head,
                      float *out, int64_t n, int64_t heads, int64_t kv_heads, int64_t dim,
                      int64_t block_size, float scale, int num_threads)
 {
+    if (n < 0 || heads < 1 || kv_heads < 1 || dim < 1 || block_size < 1 || num_blocks < 1 || width < 0 ||
+        heads % kv_heads != 0 || q_head < 0 || q_row < 0 ||
+        (n > 0 && (!q || !k_pool || !v_pool || !block_tables || !context_lens || !out)))
+        return -3;
+    if (num_threads < 1)
+        num_threads = 1;
     const int64_t group = heads / kv_heads;
     /* split each row's KV heads into spans only when rows alone leave threads idle */
     int64_t spans = 1;

@@ -40,6 +40,10 @@ Tensor paged_decode(Tensor q, Tensor k_pool, Tensor v_pool, Tensor block_tables,
     STD_TORCH_CHECK(k_pool.size(3) == dim && v_pool.size(0) == blocks && v_pool.size(1) == block_size &&
                         v_pool.size(2) == kv_heads && v_pool.size(3) == dim && kv_heads > 0 && heads % kv_heads == 0,
                     "minillm::paged_decode: the pools' shapes do not match each other or q");
+    STD_TORCH_CHECK(heads > 0 && dim > 0 && blocks > 0 && block_size > 0,
+                    "minillm::paged_decode: heads, D, blocks and block_size must each be at least 1");
+    STD_TORCH_CHECK(q.is_cpu() && k_pool.is_cpu() && v_pool.is_cpu() && block_tables.is_cpu() && context_lens.is_cpu(),
+                    "minillm::paged_decode: every tensor must be on the CPU");
     STD_TORCH_CHECK(q.stride(2) == 1 && k_pool.is_contiguous() && v_pool.is_contiguous(),
                     "minillm::paged_decode reads a contiguous KV pool and queries whose head size is contiguous");
     STD_TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == n && block_tables.is_contiguous() &&
@@ -54,6 +58,7 @@ Tensor paged_decode(Tensor q, Tensor k_pool, Tensor v_pool, Tensor block_tables,
         kv_heads, dim, block_size, static_cast<float>(scale), static_cast<int>(torch::stable::get_num_threads()));
     STD_TORCH_CHECK(status != -1, "minillm::paged_decode: block_tables holds a block id outside the KV pool, "
                                   "or fewer blocks than a context needs");
+    STD_TORCH_CHECK(status != -3, "minillm::paged_decode: the kernel refused its sizes or strides");
     STD_TORCH_CHECK(status == 0, "minillm::paged_decode could not allocate its scores");
     return out;
 }

@@ -53,6 +53,8 @@ _LAZY = {
     "figure_fonts": "fonts",
     "find_cjk_font": "fonts",
     "add_cjk_fallback": "fonts",
+    # friendly_errors.py (a sentence instead of a traceback, in a notebook)
+    "explain": "friendly_errors",
     # i18n.py (the course-wide language)
     "set_language": "i18n",
     "get_language": "i18n",
@@ -67,6 +69,13 @@ try:  # plots (CacheMonitor, timelines) live in plots.py, added separately
 
     __all__ += [n for n in getattr(_plots, "__all__", []) if n not in __all__]
 except ImportError:  # plots.py not there (or its optional dependencies missing)
+    pass
+
+try:  # in a notebook: a repeated walkthrough cell (IllegalTransition) or Kernel -> Interrupt reads as a sentence
+    from .friendly_errors import install as _install_friendly_errors
+
+    _install_friendly_errors()
+except ImportError:  # pragma: no cover - the engine itself is missing
     pass
 
 

@@ -1,0 +1,157 @@
+"""The kernel library cache (``minillm.kernel_cache``) as an attacker would try it: a library
+planted in a shared folder, a folder others can write, a library changed after its build or
+swapped between the check and the load, a symlink in place of the folder or the library. Each
+is refused (with a warning naming why) and the real library is built and loaded instead.
+
+Uses a one-line C library (a fraction of a second to compile), not the real kernel."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from minillm import kernel_cache
+
+CC = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
+OTHER_UID = 65534  # "nobody"
+
+
+def _compile(tmp_path, value: int):
+    src = tmp_path / f"answer{value}.c"
+    src.write_text(f"int answer(void) {{ return {value}; }}\n")
+
+    def build(out):
+        subprocess.run([CC, "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+    return build
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path):
+    """A private cache folder and a private temporary folder, both under ``tmp_path``."""
+    monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(kernel_cache.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    return tmp_path / "cache"
+
+
+def _answer(name: str) -> int:
+    return ctypes.CDLL(name).answer()
+
+
+def test_a_build_is_recorded_and_loaded_from_its_own_descriptor(cache, tmp_path):
+    name = kernel_cache.cached_library("answer-aaaa", _compile(tmp_path, 41))
+    assert name.startswith(("/proc/self/fd/", "/dev/fd/"))
+    assert _answer(name) == 41
+    assert (cache.stat().st_mode & 0o777) == 0o700
+    sha = (cache / "answer-aaaa.sha256").read_text().strip()
+    lib = cache / f"answer-aaaa-{sha[:16]}.so"
+    assert lib.is_file() and (lib.stat().st_mode & 0o077) == 0
+    again = kernel_cache.cached_library("answer-aaaa", _compile(tmp_path, 99))  # cached: not rebuilt
+    assert _answer(again) == 41
+
+
+def test_a_modified_library_is_refused_and_rebuilt(cache, tmp_path):
+    kernel_cache.cached_library("answer-bbbb", _compile(tmp_path, 7))
+    sha = (cache / "answer-bbbb.sha256").read_text().strip()
+    lib = cache / f"answer-bbbb-{sha[:16]}.so"
+    with open(lib, "ab") as f:
+        f.write(b"\0planted")
+    with pytest.warns(kernel_cache.UntrustedLibrary, match="SHA-256.*modified after the build"):
+        name = kernel_cache.cached_library("answer-bbbb", _compile(tmp_path, 8))
+    assert _answer(name) == 8
+
+
+def test_a_library_owned_by_another_user_is_refused(cache, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    kernel_cache.cached_library("answer-cccc", _compile(tmp_path, 1))
+    sha = (cache / "answer-cccc.sha256").read_text().strip()
+    os.chown(cache / f"answer-cccc-{sha[:16]}.so", OTHER_UID, OTHER_UID)
+    with pytest.warns(kernel_cache.UntrustedLibrary, match=f"belongs to user id {OTHER_UID}"):
+        name = kernel_cache.cached_library("answer-cccc", _compile(tmp_path, 2))
+    assert _answer(name) == 2
+
+
+@pytest.mark.parametrize("attack", ["group-writable", "other-owner", "symlink"])
+def test_an_unsafe_folder_is_never_used(cache, tmp_path, attack):
+    """The issue's attack: a shared folder with a library of the expected name in it. The folder
+    is refused whole (with a warning), and the build goes to the per-user fallback instead."""
+    if attack == "other-owner" and os.geteuid() != 0:
+        pytest.skip("needs root to give a folder to another user")
+    planted = tmp_path / "shared"
+    planted.mkdir()
+    build = _compile(tmp_path, 666)
+    build(planted / "evil.so")
+    sha = kernel_cache.sha256_fd(os.open(planted / "evil.so", os.O_RDONLY))
+    (planted / "answer-dddd.sha256").write_text(sha + "\n")
+    os.replace(planted / "evil.so", planted / f"answer-dddd-{sha[:16]}.so")
+    if attack == "group-writable":
+        os.chmod(planted, 0o777)
+        os.replace(planted, cache)
+        match = "can be written by other users"
+    elif attack == "other-owner":
+        os.chown(planted, OTHER_UID, OTHER_UID)
+        os.replace(planted, cache)
+        match = f"belongs to user id {OTHER_UID}"
+    else:
+        os.symlink(planted, cache)
+        match = "symlink"
+    with pytest.warns(kernel_cache.UntrustedLibrary, match=match):
+        name = kernel_cache.cached_library("answer-dddd", _compile(tmp_path, 5))
+    assert _answer(name) == 5
+    fallback = tmp_path / "tmp" / f"minillm-kernels-{os.geteuid()}"
+    assert (fallback / "answer-dddd.sha256").is_file() and (fallback.stat().st_mode & 0o777) == 0o700
+
+
+def test_a_symlinked_library_is_refused(cache, tmp_path):
+    kernel_cache.cached_library("answer-eeee", _compile(tmp_path, 3))
+    sha = (cache / "answer-eeee.sha256").read_text().strip()
+    lib = cache / f"answer-eeee-{sha[:16]}.so"
+    os.replace(lib, tmp_path / "elsewhere.so")
+    os.symlink(tmp_path / "elsewhere.so", lib)
+    with pytest.warns(kernel_cache.UntrustedLibrary, match="cannot be opened safely"):
+        name = kernel_cache.cached_library("answer-eeee", _compile(tmp_path, 4))
+    assert _answer(name) == 4
+
+
+def test_what_is_loaded_is_what_was_checked(cache, tmp_path):
+    """A library swapped under its name after the check still cannot be what gets loaded."""
+    kernel_cache.cached_library("answer-ffff", _compile(tmp_path, 10))
+    dfd = os.open(cache, os.O_RDONLY)
+    try:
+        fd = kernel_cache.open_verified(dfd, "answer-ffff")
+    finally:
+        os.close(dfd)
+    sha = (cache / "answer-ffff.sha256").read_text().strip()
+    _compile(tmp_path, 666)(tmp_path / "swap.so")
+    os.replace(tmp_path / "swap.so", cache / f"answer-ffff-{sha[:16]}.so")
+    assert _answer(kernel_cache.loadable_path(fd)) == 10
+
+
+def test_no_usable_folder_is_a_clear_error(monkeypatch, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(blocked / "kernels"))
+    monkeypatch.setattr(kernel_cache.tempfile, "gettempdir", lambda: str(blocked))
+    with pytest.raises(RuntimeError, match="no private folder for the kernel cache"):
+        kernel_cache.cached_library("answer-gggg", _compile(tmp_path, 1))
+
+
+def test_when_every_shared_folder_is_unsafe_a_fresh_private_one_is_used(cache, tmp_path):
+    """Someone squatting both the configured folder and ``$TMPDIR/minillm-kernels-<uid>`` only
+    costs a rebuild in a fresh per-process folder: the kernel still loads, never from theirs."""
+    squat = tmp_path / "tmp" / f"minillm-kernels-{os.geteuid()}"
+    for folder in (cache, squat):
+        folder.mkdir(mode=0o777)
+        os.chmod(folder, 0o777)
+    with pytest.warns(kernel_cache.UntrustedLibrary, match="can be written by other users"):
+        name = kernel_cache.cached_library("answer-hhhh", _compile(tmp_path, 12))
+    assert _answer(name) == 12
+    fresh = [p for p in (tmp_path / "tmp").iterdir() if p != squat]
+    assert len(fresh) == 1 and (fresh[0].stat().st_mode & 0o777) == 0o700
+    assert not list(squat.iterdir()) and not list(cache.iterdir())
