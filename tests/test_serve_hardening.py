@@ -317,7 +317,7 @@ def test_an_ordinary_request_is_not_queued_behind_a_huge_one(llm, run_async, mon
 
     async def fn(c):
         a = asyncio.ensure_future(c.post("/v1/completions", json={"prompt": "fox " * 50_000}))
-        while not a_tokenising.is_set():
+        while not a_tokenising.is_set() and not a.done():
             await asyncio.sleep(0.005)
         b = await c.post("/v1/completions", json={"prompt": "the fox", "max_tokens": 3})
         b_answered.set()
