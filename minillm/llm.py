@@ -247,7 +247,7 @@ class LLM(WholeGenerations):
                     prompt_token_ids: Sequence[int] | None = None, request_id: str | None = None,
                     auto_release: bool = True) -> Request:
         """Validate and register a request in state NEW (not tokenized, not queued yet)."""
-        params = intake.check_params(params)
+        params = intake.check_params(params, self.model_config.vocab_size)
         ids = intake.check_prompt(prompt, prompt_token_ids, self.model_config.vocab_size)
         request_id = self._new_id(request_id)
         seed = params.seed if params.seed is not None else self._seed_rng.getrandbits(63)

@@ -32,6 +32,8 @@ import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from minillm.intake import check_params
+
 from . import guards
 from . import protocol as P
 from .engine_loop import EngineLoop, Overloaded, ShuttingDown, Stream
@@ -157,6 +159,14 @@ class OpenAIServer:
             lane = None
         return await anyio.to_thread.run_sync(self.parse_body, kind, raw, limiter=lane)
 
+    def _check_vocabulary(self, parsed: P.ParsedRequest) -> P.ParsedRequest:
+        """The engine's own check that the params' token ids (``logit_bias``) are in the vocabulary."""
+        try:
+            check_params(parsed.params, self.llm.model_config.vocab_size)
+        except ValueError as exc:
+            raise P.BadRequest(str(exc), P.param_of(str(exc))) from None
+        return parsed
+
     def parse_body(self, kind: str, raw: bytes) -> P.ParsedRequest:
         """In a worker thread: JSON -> a request whose prompt is token ids that fit."""
         yield_to_engine()
@@ -166,9 +176,9 @@ class OpenAIServer:
             raise guards.HTTPError(404, f"the model {model[:100]!r} does not exist; this server serves "
                                         f"{self.model_name!r}", param="model", kind="not_found_error")
         if kind == "chat":
-            return P.parse_chat(body, self.llm.max_model_len,
-                                lambda msgs: self.llm.prepare_prompt(messages=msgs))
-        parsed = P.parse_completion(body)
+            parsed = P.parse_chat(body, self.llm.max_model_len, lambda msgs: self.llm.prepare_prompt(messages=msgs))
+            return self._check_vocabulary(parsed)
+        parsed = self._check_vocabulary(P.parse_completion(body))
         try:
             ids = self.llm.prepare_prompt(parsed.prompt, prompt_token_ids=parsed.prompt_token_ids)
         except ValueError as exc:
@@ -180,8 +190,9 @@ class OpenAIServer:
                                     prompt_token_ids=parsed.prompt_token_ids)
         try:
             await stream.accepted
-        except ValueError as exc:  # the engine's verdict: a prompt that can never fit
-            raise P.BadRequest(str(exc), "messages" if kind == "chat" else "prompt") from None
+        except ValueError as exc:  # the engine's verdict: a prompt that can never fit, ...
+            raise P.BadRequest(str(exc), P.param_of(str(exc)) or ("messages" if kind == "chat" else "prompt")) \
+                from None
         return stream
 
     def _token_text(self, token_id: int) -> str:
