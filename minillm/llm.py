@@ -77,12 +77,14 @@ class LLM(WholeGenerations):
             on CUDA and when OMP_NUM_THREADS is set. ``llm.num_threads`` is what was set
             (None: nothing was).
         attention_backend: how decode attention reads the paged KV pool (``minillm.attention``):
-            "auto" (default: "kernel" where it builds and has its vectorised path for the model's
-            heads, else "gather"), "gather" (the readable
+            "auto" (default: "flex" on CUDA; on the CPU "kernel" where it builds and has its
+            vectorised path for the model's heads, else "gather"), "gather" (the readable
             reference: gather each context, one SDPA), "paged" (whole blocks picked through
-            fixed-shape block tables, one SDPA) or "kernel" (the CPU's C kernel reading the pool
+            fixed-shape block tables, one SDPA), "kernel" (the CPU's C kernel reading the pool
             in place through the block tables; float32 on the CPU, built with the system's C
-            compiler on first use). ``llm.attention_backend`` is the one used.
+            compiler on first use) or "flex" (FlexAttention over the pool through the block
+            tables; compiled on CUDA, unverified there; eager and slow on the CPU).
+            ``llm.attention_backend`` is the one used.
         weight_dtype: None (weights in ``dtype``) or "int8": every projection stored as int8
             with per-output-channel scales, a quarter of the bytes a decode step reads
             (CPU, ``dtype="float32"`` only; ``minillm.models.weights``, with its documented
@@ -245,7 +247,7 @@ class LLM(WholeGenerations):
                     prompt_token_ids: Sequence[int] | None = None, request_id: str | None = None,
                     auto_release: bool = True) -> Request:
         """Validate and register a request in state NEW (not tokenized, not queued yet)."""
-        params = intake.check_params(params)
+        params = intake.check_params(params, self.model_config.vocab_size)
         ids = intake.check_prompt(prompt, prompt_token_ids, self.model_config.vocab_size)
         request_id = self._new_id(request_id)
         seed = params.seed if params.seed is not None else self._seed_rng.getrandbits(63)
@@ -466,9 +468,10 @@ class LLM(WholeGenerations):
     def next_token_logits(self, prompt: str | Sequence[int]) -> torch.Tensor:
         """Raw logits for the token after ``prompt`` (no request, no cache): for the
         sampling lessons, which look at one distribution many ways."""
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids:
-            raise ValueError("prompt must be a non-empty string or token id list")
+        if isinstance(prompt, str):
+            ids = self.prepare_prompt(prompt)
+        else:  # checked like a request's ids: ints in the vocabulary, shorter than max_model_len
+            ids = self.prepare_prompt(prompt_token_ids=prompt)
         return self.model.full_logits(ids)[-1]
 
     def __repr__(self) -> str:
