@@ -51,15 +51,17 @@ def _uid() -> int:
     return os.geteuid() if hasattr(os, "geteuid") else -1
 
 
-def default_dirs() -> list[Path]:
-    """The folders tried in turn: the configured or per-user cache, then a per-user temporary one."""
+def default_dirs() -> list[tuple[Path, bool]]:
+    """The folders tried in turn, each with whether it is minillm's own by name (and so may be
+    tightened to 0700, see ``open_private_dir``): the configured or per-user cache, then a
+    per-user temporary one."""
     root = os.environ.get("MINILLM_KERNEL_CACHE")
     if root:
-        first = Path(root)
+        first = (Path(root), False)  # the user's choice: used as it is or refused, never changed
     else:
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        first = Path(base) / "minillm" / "kernels"
-    return [first, Path(tempfile.gettempdir()) / f"minillm-kernels-{_uid()}"]
+        first = (Path(base) / "minillm" / "kernels", True)
+    return [first, (Path(tempfile.gettempdir()) / f"minillm-kernels-{_uid()}", True)]
 
 
 def check_owned(st: os.stat_result, what: str, kind: Callable[[int], bool]) -> None:
@@ -72,8 +74,13 @@ def check_owned(st: os.stat_result, what: str, kind: Callable[[int], bool]) -> N
         raise UnsafeCacheDir(f"{what} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})")
 
 
-def open_private_dir(path: Path) -> int:
-    """A descriptor of ``path``, made 0700 if missing; ``UnsafeCacheDir`` if not this user's alone."""
+def open_private_dir(path: Path, tighten: bool = False) -> int:
+    """A descriptor of ``path``, made 0700 if missing; ``UnsafeCacheDir`` if not this user's alone.
+
+    ``tighten``: a folder of minillm's own name that this user owns but the group or others may
+    write (made by an older minillm under a umask of 002) is set to 0700 instead of refused. That
+    is safe because every file in it is checked on its own (owner, mode, hash): anything someone
+    else put there while it was open is theirs, and refused."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         os.mkdir(path, 0o700)
@@ -84,10 +91,14 @@ def open_private_dir(path: Path) -> int:
         fd = os.open(path, flags)
     except OSError:
         if os.path.islink(path):
-            raise UnsafeCacheDir(f"kernel cache folder {path} is a symlink") from None
+            raise UnsafeCacheDir(f"folder {path} is a symlink") from None
         raise
     try:
-        check_owned(os.fstat(fd), f"kernel cache folder {path}", stat.S_ISDIR)
+        st = os.fstat(fd)
+        if tighten and stat.S_ISDIR(st.st_mode) and st.st_uid == _uid() and st.st_mode & 0o022:
+            os.fchmod(fd, 0o700)
+            st = os.fstat(fd)
+        check_owned(st, f"folder {path}", stat.S_ISDIR)
     except BaseException:
         os.close(fd)
         raise
@@ -99,9 +110,9 @@ def private_dir() -> tuple[Path, int]:
     (someone squats ``$TMPDIR/minillm-kernels-<uid>``), a fresh folder for this process alone
     (rebuilt each run, removed at exit); ``RuntimeError`` listing why when not even that works."""
     problems = []
-    for path in default_dirs():
+    for path, tighten in default_dirs():
         try:
-            return path, open_private_dir(path)
+            return path, open_private_dir(path, tighten)
         except UnsafeCacheDir as exc:
             warnings.warn(f"minillm: skipped an unsafe place for compiled kernels: {exc}", UntrustedLibrary,
                           stacklevel=3)

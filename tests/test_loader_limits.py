@@ -122,10 +122,26 @@ def test_a_tokenizer_cache_others_can_write_is_not_used(tmp_path, monkeypatch):
     from minillm.models import gguf as mg
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert mg._private_cache_root() == tmp_path / "minillm" / "gguf-tokenizers"
-    assert (mg._private_cache_root().stat().st_mode & 0o777) == 0o700
-    os.chmod(tmp_path / "minillm" / "gguf-tokenizers", 0o777)
-    assert mg._private_cache_root() is None
+    root = tmp_path / "minillm" / "gguf-tokenizers"
+    assert mg._private_cache_root() == root and (root.stat().st_mode & 0o777) == 0o700
+    os.chmod(root, 0o775)  # made by an older minillm under umask 002: ours, so tightened
+    assert mg._private_cache_root() == root and (root.stat().st_mode & 0o777) == 0o700
+    entry = root / ("ab" * 32)
+    entry.mkdir(mode=0o700)
+    assert mg._private_entry(entry)
+    os.chmod(entry, 0o755)  # others may enter it: its chat template is not trusted
+    assert not mg._private_entry(entry)
+    if os.geteuid() == 0:
+        os.chmod(entry, 0o700)
+        os.chown(entry, 65534, 65534)  # planted by another user
+        assert not mg._private_entry(entry)
+        os.chown(root, 65534, 65534)  # the whole folder someone else's
+        assert mg._private_cache_root() is None
+    os.symlink(tmp_path, tmp_path / "link")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))
+    (tmp_path / "elsewhere" / "minillm").mkdir(parents=True)
+    os.symlink(tmp_path / "link", tmp_path / "elsewhere" / "minillm" / "gguf-tokenizers")
+    assert mg._private_cache_root() is None  # a symlink in place of the folder
 
 
 # --- Hugging Face folders -------------------------------------------------------------------
