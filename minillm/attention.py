@@ -17,11 +17,17 @@ is a backend's job, chosen when the runner is built (``LLM(attention_backend=...
   CPU and float32 only; ``"auto"`` picks it where it builds, the cache is float32 on the CPU
   and the model's heads have its vectorised path (``cpu_kernel.has_fast_path``), else ``gather``.
 
-A GPU kernel plugs in as a further backend with the same ``decode`` signature: FlexAttention's
-paged attention (``torch.nn.attention.flex_attention`` with a block mask built from
-``block_tables``/``context_lens``) or ``flash_attn_with_kvcache(q, k_pool, v_pool,
-cache_seqlens=context_lens, block_table=block_tables)``, which read the pool in place. None is
-shipped: nothing on this machine can verify CUDA code.
+* ``FlexPaged`` ("flex", what ``"auto"`` picks on CUDA): the same metadata turned into a
+  FlexAttention ``BlockMask`` (``paged_block_mask``) over the whole pool seen as one long
+  sequence: each row visits only its own blocks (the block table is the mask's list of KV
+  blocks) and the mask function only trims the last block to the context's length, so the
+  fused kernel reads each row's K/V in place, no copy, no padded blocks. On CUDA it runs
+  ``torch.compile(flex_attention)``; on the CPU it runs eagerly (torch's unfused reference,
+  which scores the whole pool: a test of the plumbing, slow on a real pool). **Unverified on a
+  GPU** (see the README's GPU section); ``scripts/gpu_check.sh`` checks it first.
+
+``flash_attn_with_kvcache(q, k_pool, v_pool, cache_seqlens=context_lens, block_table=block_tables)``
+would plug in the same way (not shipped: it is a separate package).
 
 The backends never import the model; ``batch`` is the model's ``AttentionBatch``.
 """
@@ -49,6 +55,7 @@ class DecodeMeta:
     width: int                    # W, on the host (the loop bound)
     mask: torch.Tensor | None = None  # [B, 1, 1, W * block_size] additive (the pool's dtype):
                                       # -inf past each context; None when no row is padded
+    flex_mask: object = None          # FlexPaged's BlockMask, made by the first layer, shared
 
 
 class AttentionBackend:
@@ -237,14 +244,108 @@ class PagedReductions(AttentionBackend):
         return out.reshape(n, heads * dim)
 
 
-BACKENDS = {"gather": GatherSDPA, "paged": PagedInPlace, "kernel": PagedKernel}
+def paged_block_mask(block_tables: torch.Tensor, context_lens: torch.Tensor, num_blocks: int, block_size: int,
+                     exact: bool):
+    """A FlexAttention ``BlockMask`` for B decode rows (one query each) over the pool seen as one
+    sequence of ``num_blocks * block_size`` slots: row b's KV blocks are its block table's first
+    ceil(context / block_size) entries (the fused kernel visits only those), and the mask
+    function keeps every slot of them but the last block's slots past the context.
+
+    The fused kernel trusts the block list; torch's eager reference ignores it and applies the
+    mask function to every slot of the pool, so with ``exact`` the function also checks that a
+    slot's block is one of the row's (a [B, num_blocks] table: fine for a test's pool, not for
+    a GPU's). Everything is tensor work on the device, so it can be captured in a CUDA graph.
+    The index list is padded to ``num_blocks`` columns: the kernel requires one entry per
+    block of the KV length (it reads only the first ``kv_num_blocks``)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    rows, width = block_tables.shape
+    lens = context_lens.to(torch.int32)
+    used = (lens + block_size - 1) // block_size                    # blocks each row visits
+    last = block_tables.gather(1, (used - 1).long().unsqueeze(1)).squeeze(1)
+    tail = lens - (used - 1) * block_size                           # slots of the last block in use
+    indices = torch.zeros((rows, 1, 1, num_blocks), dtype=torch.int32, device=block_tables.device)
+    indices[:, 0, 0, :width] = block_tables
+    owner = None
+    if exact:
+        live = torch.arange(width, device=block_tables.device) < used[:, None]
+        cols = torch.where(live, block_tables, num_blocks)            # dead entries: a spare column
+        owner = torch.zeros((rows, num_blocks + 1), dtype=torch.bool, device=block_tables.device)
+        owner.scatter_(1, cols, True)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        block = kv_idx // block_size
+        keep = (block != last[b]) | (kv_idx % block_size < tail[b])
+        return keep & owner[b, block] if owner is not None else keep
+
+    return BlockMask.from_kv_blocks(used.view(rows, 1, 1), indices, BLOCK_SIZE=(1, block_size), mask_mod=mask_mod,
+                                    seq_lengths=(1, num_blocks * block_size), compute_q_blocks=False)
+
+
+def flex_available() -> bool:
+    """Whether this torch has FlexAttention (``torch.nn.attention.flex_attention``)."""
+    try:
+        from torch.nn.attention.flex_attention import BlockMask, flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return hasattr(BlockMask, "from_kv_blocks")
+
+
+_COMPILED_FLEX = None
+
+
+def _compiled_flex():
+    """``torch.compile(flex_attention)``, made once: the fused kernel (B is the only shape that
+    changes between steps; torch marks it dynamic on its first recompile)."""
+    global _COMPILED_FLEX
+    if _COMPILED_FLEX is None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        _COMPILED_FLEX = torch.compile(flex_attention, fullgraph=True)
+    return _COMPILED_FLEX
+
+
+class FlexPaged(AttentionBackend):
+    """Decode through FlexAttention over the paged pool, read in place (``paged_block_mask``):
+    queries [B, heads, 1, D], keys and values the pool as one [1, kv_heads, slots, D] sequence
+    that every row shares (batch broadcast), GQA inside the kernel. ``compiled`` (default: on
+    CUDA) calls the fused kernel, which visits only the rows' blocks; otherwise torch's eager
+    reference, given the exact mask."""
+
+    name = "flex"
+    uses_block_tables = True
+    uses_mask = False
+
+    def __init__(self, compiled: bool | None = None):
+        self.compiled = compiled
+
+    def decode(self, q, k_pool, v_pool, batch, scale):
+        meta: DecodeMeta = batch.decode_meta
+        n, heads, dim = q.shape
+        blocks, bs, kv_heads = k_pool.shape[0], k_pool.shape[1], k_pool.shape[2]
+        compiled = q.device.type == "cuda" if self.compiled is None else self.compiled
+        if meta.flex_mask is None:  # once per step: every layer reads the same tables
+            meta.flex_mask = paged_block_mask(meta.block_tables, meta.context_lens, blocks, bs, exact=not compiled)
+        keys = k_pool.view(1, blocks * bs, kv_heads, dim).transpose(1, 2)
+        values = v_pool.view(1, blocks * bs, kv_heads, dim).transpose(1, 2)
+        if compiled:
+            attend = _compiled_flex()
+        else:
+            from torch.nn.attention.flex_attention import flex_attention as attend
+        out = attend(q.view(n, heads, 1, dim), keys, values, block_mask=meta.flex_mask, scale=scale,
+                     enable_gqa=heads != kv_heads)
+        return out.reshape(n, heads * dim)
+
+
+BACKENDS = {"gather": GatherSDPA, "paged": PagedInPlace, "kernel": PagedKernel, "flex": FlexPaged}
 DEFAULT_BACKEND = "gather"
 
 
 def backends_for(device: torch.device | str, dtype: torch.dtype) -> tuple[str, ...]:
     """The backends an engine on ``device`` with a cache of ``dtype`` can run (what the parity
     tests parametrise over: "kernel" only where it serves, i.e. a float32 cache on the CPU)."""
-    return tuple(name for name in BACKENDS if name != "kernel" or kernel_usable(device, dtype))
+    usable = {"kernel": lambda: kernel_usable(device, dtype), "flex": flex_available}
+    return tuple(name for name in BACKENDS if usable.get(name, lambda: True)())
 
 
 def kernel_usable(device: torch.device | str, dtype: torch.dtype) -> bool:
@@ -264,12 +365,17 @@ def _kernel_refusal(device: torch.device | str, dtype: torch.dtype) -> str | Non
 
 def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.dtype,
                     head_dim: int | None = None, group: int | None = None) -> str:
-    """The backend name an engine runs: "auto" becomes "kernel" where ``kernel_usable`` and
-    (given the model's ``head_dim`` and query heads per KV head ``group``) the kernel has its
-    vectorised path for that shape, else "gather"; an explicit "kernel" where it is not usable
+    """The backend name an engine runs: "auto" becomes "flex" on CUDA (where torch has it),
+    "kernel" where ``kernel_usable`` and (given the model's ``head_dim`` and query heads per KV
+    head ``group``) the kernel has its vectorised path for that shape, else "gather"; an explicit "kernel" where it is not usable
     is a ValueError saying why (any head shape is served: the generic loop is correct)."""
     name = DEFAULT_BACKEND if name is None else name
+    if name == "flex" and not flex_available():
+        raise ValueError("attention_backend='flex' needs torch.nn.attention.flex_attention (torch >= 2.5); "
+                         "use 'auto', 'gather' or 'paged'")
     if name == "auto":
+        if torch.device(device).type == "cuda" and flex_available():
+            return "flex"
         if not kernel_usable(device, dtype):
             return "gather"
         from .cpu_kernel import has_fast_path

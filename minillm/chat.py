@@ -14,6 +14,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .intake import check_text
+
+try:  # every error a Jinja template can raise: a refusal (raise_exception), a sandbox block, a syntax error
+    from jinja2 import TemplateError
+except ImportError:  # no jinja2: transformers cannot render a template either
+    TemplateError = ()
+
 # Used only when the tokenizer has no chat template of its own.
 FALLBACK_CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
@@ -34,6 +41,7 @@ def validate_messages(messages) -> list[dict]:
             raise ValueError(f"messages[{i}]['role'] must be one of {ROLES}, got {m['role']!r}")
         if not isinstance(m["content"], str):
             raise ValueError(f"messages[{i}]['content'] must be a string, got {type(m['content']).__name__}")
+        check_text(f"messages[{i}]['content']", m["content"])
         out.append({"role": m["role"], "content": m["content"]})
     return out
 
@@ -43,11 +51,19 @@ def has_chat_template(tokenizer) -> bool:
 
 
 def render_conversation(tokenizer, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
-    """The conversation as the text the model reads (template applied, not tokenised)."""
+    """The conversation as the text the model reads (template applied, not tokenised).
+
+    A template may refuse a conversation on purpose (``raise_exception("...")``, say for a
+    system message it has no place for) or fail in its sandbox; either is the caller's
+    ``ValueError``, carrying the template's own message."""
     messages = validate_messages(messages)
     template = None if has_chat_template(tokenizer) else FALLBACK_CHAT_TEMPLATE
-    return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
-                                         add_generation_prompt=add_generation_prompt)
+    try:
+        return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                             add_generation_prompt=add_generation_prompt)
+    except TemplateError as exc:
+        raise ValueError(f"messages: the model's chat template refused this conversation "
+                         f"({type(exc).__name__}: {exc})") from None
 
 
 def encode_conversation(tokenizer, messages: Sequence[dict], add_generation_prompt: bool = True) -> list[int]:

@@ -29,7 +29,7 @@ DEVICE_TYPES = ("cpu", "cuda")
 SCHEDULING = ("continuous", "static")
 #: names of ``minillm.attention.BACKENDS`` (kept here so checking options imports no model code),
 #: and "auto": the CPU kernel where it builds for a float32 cache, else "gather"
-ATTENTION_BACKENDS = ("gather", "paged", "kernel", "auto")
+ATTENTION_BACKENDS = ("gather", "paged", "kernel", "flex", "auto")
 #: values of ``weight_dtype`` (``minillm.models.weights``): None keeps the weights in ``dtype``;
 #: "int8" stores the projections as int8 with per-output-channel scales (CPU, float32 only)
 WEIGHT_DTYPES = (None, "int8")

@@ -80,6 +80,16 @@ else
     warn "graphviz's \`dot\` is missing: diagrams fall back to DOT text. For pictures: $(manual_hint graphviz)"
 fi
 
+# bubblewrap: the jail `minillm grade` runs a submission's code in (own user, mount, PID and network
+# namespaces). Without it the grader falls back to util-linux `unshare`, then refuses unless --unjailed.
+if command -v bwrap >/dev/null 2>&1; then
+    say "bubblewrap: ok ($(command -v bwrap))"
+elif apt_install bubblewrap; then
+    say "bubblewrap: installed ($(command -v bwrap))"
+else
+    warn "bubblewrap's \`bwrap\` is missing: \`minillm grade\` jails code with \`unshare\` where user namespaces allow it, else refuses unless --unjailed. To install: $(manual_hint bubblewrap)"
+fi
+
 CHROMIUM="${MINILLM_CHROMIUM:-/usr/bin/chromium}"
 if [ "$WITH_BROWSER" = 1 ]; then
     if [ -x "$CHROMIUM" ]; then

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from minillm import LLM, SamplingParams
-from minillm.attention import (BACKENDS, NULL_BLOCK, DecodeMeta, GatherSDPA, PagedInPlace, PagedKernel,
-                               PagedReductions, make_backend)
+from minillm.attention import (BACKENDS, NULL_BLOCK, DecodeMeta, FlexPaged, GatherSDPA, PagedInPlace,
+                               PagedKernel, PagedReductions, make_backend)
 from minillm.engine_args import ATTENTION_BACKENDS, check_engine_options
 from minillm.models.llama import AttentionBatch, DecodeGroup
 from conftest import run_to_end
@@ -69,6 +69,7 @@ def test_both_backends_equal_naive_attention_over_scattered_blocks(block_size):
     assert (got_ref - want).abs().max().item() < 1e-5
     assert (got_paged - want).abs().max().item() < 1e-5
     assert (got_kernel - want).abs().max().item() < 1e-5
+    assert (FlexPaged(compiled=False).decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
     # the compiled decode graphs' reads (products and sums over the block table), here eagerly
     assert (PagedReductions().decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
     # what the null block holds does not leak into any row
@@ -77,6 +78,8 @@ def test_both_backends_equal_naive_attention_over_scattered_blocks(block_size):
     assert (PagedInPlace().decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
     assert (PagedKernel().decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
     assert (PagedReductions().decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
+    paged_batch.decode_meta.flex_mask = None  # (made once per step: this is a new pool's step)
+    assert (FlexPaged(compiled=False).decode(q, k_pool, v_pool, paged_batch, scale) - want).abs().max().item() < 1e-5
 
 
 def _engine(tiny_llama, backend, **kw):
@@ -170,7 +173,7 @@ def test_attention_backend_option_is_checked():
     assert check_engine_options(attention_backend="paged").attention_backend == "paged"
     assert check_engine_options().attention_backend == "auto"
     for bad in ("flash", "", None, 3):
-        with pytest.raises(ValueError, match=r"attention_backend must be one of \('gather', 'paged', 'kernel', 'auto'\)"):
+        with pytest.raises(ValueError, match=r"attention_backend must be one of \('gather', 'paged', 'kernel', 'flex', 'auto'\)"):
             check_engine_options(attention_backend=bad)
         with pytest.raises(ValueError, match="attention_backend"):
             make_backend(bad if bad is not None else 3)
@@ -257,3 +260,13 @@ def test_prefill_after_a_cached_prefix_runs_the_fused_kernel_on_the_cpu():
     ops = {e.key for e in prof.key_averages()}
     assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops
     assert not any("math" in op for op in ops), ops
+
+
+def test_auto_picks_flex_on_cuda_and_never_on_the_cpu():
+    from minillm.attention import backends_for, flex_available, resolve_backend
+
+    assert flex_available()  # the pinned torch has FlexAttention
+    assert resolve_backend("auto", "cuda", torch.bfloat16) == "flex"
+    assert resolve_backend("auto", "cpu", torch.float32, 64, 2) in ("kernel", "gather")
+    assert "kernel" not in backends_for("cuda", torch.bfloat16) and "flex" in backends_for("cuda", torch.bfloat16)
+    assert "kernel" not in backends_for("cpu", torch.bfloat16)

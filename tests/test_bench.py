@@ -250,3 +250,43 @@ def test_peers_table_without_the_mixed_workload():
     text = peers.peers_markdown([{"model": "m", "new_tokens": 8, "rounds": 1, "threads": {"1": entry},
                                   "peers_not_run": {}}])
     assert "batch-1 TPOT, minillm / llama.cpp x F32: 1.00×" in text and "--workload-runs 0" in text
+
+
+def test_peers_result_names_the_machine_its_bandwidth_and_cpu_time(tiny_model, monkeypatch):
+    """Whatever peers are installed, the result records the CPU, the read bandwidth at each
+    thread count (before and after), the weights' bytes, and CPU time beside every wall time;
+    the table prints them with the weight-streaming floor."""
+    from minillm.bench import peers
+    from minillm.bench.models import param_count
+
+    monkeypatch.setattr(peers, "available_peers", lambda: {"ctranslate2": "not installed (test)",
+                                                           "llama.cpp": "not installed (test)"})
+    monkeypatch.setattr("minillm.bench.harness.read_bandwidth", lambda threads, **kw: 10.0 * threads)
+    r = peers.bench_peers("tiny", tiny_model, threads_list=(1,), rounds=1, prompt_lens=(8,), new_tokens=5,
+                          num_requests=3, log=lambda m: None)
+    m = r["machine"]
+    assert m["cpu"] and m["read_gbs_start"] == {"1": 10.0} and m["read_gbs_end"] == {"1": 10.0}
+    assert r["weight_bytes"] == 4 * param_count(tiny_model)
+    e = r["threads"]["1"]
+    row = e["latency"][0]
+    assert row["cpu_per_token"]["minillm"]["median"] > 0  # this process computed those tokens
+    assert e["workload"]["cpu_per_token"]["minillm"]["median"] > 0
+    text = peers.peers_markdown([r])
+    assert "Machine: " in text and "1 thread(s) 10.0 → 10.0" in text
+    assert "CPU time per output token" in text and "Weight-streaming floor at 1 thread(s)" in text
+    floor = r["weight_bytes"] / 10e9
+    assert f"{floor / row['tpot']['minillm']['median']:.0%}" in text
+
+
+def test_read_bandwidth_and_the_cpu_clock():
+    import time
+
+    from minillm.bench.harness import CpuClock, read_bandwidth
+
+    assert read_bandwidth(1, nbytes=8 << 20, repeats=2) > 0
+    with CpuClock() as asleep:
+        time.sleep(0.05)
+    assert asleep.wall >= 0.05 and asleep.cpu < asleep.wall  # sleeping costs no CPU
+    with CpuClock() as busy:
+        sum(i * i for i in range(200_000))
+    assert busy.cpu > 0

@@ -121,7 +121,7 @@ def bench_model(name: str, path: Path, args, settings) -> dict:
     import torch
 
     from . import workloads as W
-    from .harness import _loadavg, load_engines, machine_info
+    from .harness import _loadavg, bandwidth_by_threads, load_engines, machine_info
     from .models import model_shape, param_count
 
     t0 = time.perf_counter()
@@ -145,15 +145,18 @@ def bench_model(name: str, path: Path, args, settings) -> dict:
                        "whole workload), requests given as token ids",
         },
     }
+    if eng.device.type == "cpu":  # the read bandwidth a core and two get, in this run
+        result["machine"]["read_gbs_start"] = bandwidth_by_threads((1, 2))
     only = args.only or list(WORKLOADS)
     print(f"[{label}] {result['model']['parameters'] / 1e6:.1f}M parameters, {result['model']['dtype']} on "
           f"{eng.device}, {result['machine']['torch_threads']} threads", flush=True)
     def timed(section, fn):
         meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": settings.runs,
                 "torch_threads": torch.get_num_threads(), "load_average_start": _loadavg()}
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         result[section] = fn()
-        meta.update(seconds=round(time.perf_counter() - t1, 1), load_average_end=_loadavg())
+        meta.update(seconds=round(time.perf_counter() - t1, 1), load_average_end=_loadavg(),
+                    cpu_seconds=round(time.process_time() - c1, 1))
         result[section]["meta"] = meta
 
     if "latency" in only:
@@ -165,6 +168,8 @@ def bench_model(name: str, path: Path, args, settings) -> dict:
     if "kv_cache" in only:
         timed("kv_cache", lambda: W.kv_cache(eng, settings))
     result["machine"]["load_average_end"] = machine_info(eng.device)["load_average_start"]
+    if eng.device.type == "cpu":
+        result["machine"]["read_gbs_end"] = bandwidth_by_threads((1, 2))
     result["wall_s"] = time.perf_counter() - t0
     return result
 

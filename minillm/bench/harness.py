@@ -293,6 +293,46 @@ def machine_info(device: torch.device) -> dict:
     return info
 
 
+def read_bandwidth(threads: int, nbytes: int = 256 << 20, repeats: int = 5) -> float:
+    """GB/s one sum over ``nbytes`` of float32 reads from memory at ``threads`` torch threads
+    (best of ``repeats``): the floor a batch-1 decode step cannot beat, since it reads every
+    weight once. Measured in the same run as the engines, because a shared core's bandwidth
+    moves with its neighbours' load."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        x = torch.ones(nbytes // 4)
+        x.sum()  # touch the pages once
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            x.sum()
+            best = min(best, time.perf_counter() - t0)
+        return nbytes / best / 1e9
+    finally:
+        torch.set_num_threads(before)
+
+
+def bandwidth_by_threads(threads_list) -> dict[str, float]:
+    """{"1": GB/s, "2": GB/s, ...}: ``read_bandwidth`` at each thread count, rounded."""
+    return {str(t): round(read_bandwidth(t), 2) for t in threads_list}
+
+
+class CpuClock:
+    """Wall and CPU seconds of a block: ``time.process_time`` counts every thread of this
+    process (torch's, CTranslate2's and llama.cpp's pools alike), so CPU time beside wall time
+    shows what a second thread costs and whether a shared machine starved the run."""
+
+    def __enter__(self):
+        self.wall0, self.cpu0 = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.wall0
+        self.cpu = time.process_time() - self.cpu0
+        return False
+
+
 def _loadavg():
     try:
         return [round(x, 2) for x in os.getloadavg()]

@@ -245,7 +245,7 @@ class LlamaCppEngine:
     workload through ``LlamaCppBatcher``, a continuous-batching loop over the low-level API
     (the Python binding has no batched generation of its own), at a few sequence limits."""
 
-    batch_sizes = (16, 64)
+    batch_sizes = (8, 16, 32, 64)
 
     def __init__(self, gguf_f32: Path, threads: int, n_ctx: int):
         import llama_cpp
@@ -397,10 +397,16 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
                 decode_graphs: bool = False, attention_backend: str = "auto") -> dict:
     """minillm beside CTranslate2 and llama.cpp (those installed) at each thread count; with
     ``decode_graphs`` also ``LLM(decode_graphs=True)``, whose graphs are compiled in the untimed
-    check runs (each engine's first run of a prompt or of the workload)."""
+    check runs (each engine's first run of a prompt or of the workload).
+
+    The result names the machine: CPU model and features, the read bandwidth one core and two
+    get (measured before and after the engines, in this process), the load average, and the
+    weights' bytes, so each batch-1 TPOT can be set against the weight-streaming floor (bytes
+    over bandwidth). Beside every wall time it records CPU time per output token."""
     import torch
 
-    from .harness import _loadavg
+    from .harness import _loadavg, bandwidth_by_threads, machine_info
+    from .models import param_count
 
     status = available_peers()
     if status["llama.cpp"] is None and llama_cpp_gguf is None:
@@ -408,9 +414,12 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
             llama_cpp_gguf = llama_cpp_gguf_for(folder)
         except Exception as exc:  # noqa: BLE001 - report it, run the other peers
             status["llama.cpp"] = f"no float32 GGUF (give one with --llama-cpp-gguf): {exc}"
+    machine = machine_info(torch.device("cpu"))
+    machine["read_gbs_start"] = bandwidth_by_threads(threads_list)
     result = {"model": model, "folder": str(folder), "rounds": rounds, "new_tokens": new_tokens,
               "peers_not_run": {k: v for k, v in status.items() if v}, "threads": {},
-              "load_average_start": _loadavg(), "torch": torch.__version__}
+              "load_average_start": _loadavg(), "torch": torch.__version__, "machine": machine,
+              "weight_bytes": 4 * param_count(folder)}
     rng = random.Random(seed + 2)
     plens = [rng.randint(16, 256) for _ in range(num_requests)]
     olens = [rng.randint(16, 256) for _ in range(num_requests)]
@@ -427,82 +436,109 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
             lens = [p for p in prompt_lens if p + new_tokens <= engines[0].llm.max_model_len]
             prompts = random_prompts(tok, vocab, lens, seed=seed + 1)
             work = random_prompts(tok, vocab, plens, seed=seed + 3)
-            if status["ctranslate2"] is None:
-                engines.append(CTranslate2Engine(folder, threads))
-            if status["llama.cpp"] is None:
-                try:
-                    engines.append(LlamaCppEngine(llama_cpp_gguf, threads, n_ctx=max(lens) + new_tokens + 16))
-                except ValueError as exc:  # llama.cpp could not load the converted file
-                    status["llama.cpp"] = f"llama.cpp could not load {llama_cpp_gguf.name}: {exc}"
-                    result["peers_not_run"]["llama.cpp"] = status["llama.cpp"]
+            _add_peers(engines, folder, status, result, threads, llama_cpp_gguf, n_ctx=max(lens) + new_tokens + 16)
             entry = {"latency": [], "workload": {}, "engines": [e.name for e in engines], "rounds": rounds,
                      "load_average_start": _loadavg()}
-            # batch-1 latency: check tokens, then rounds with the order rotating
             for plen, prompt in zip(lens, prompts):
-                ref = None
-                row = {"prompt": plen, "checks": {}, "ttft": {}, "tpot": {}}
-                for e in engines:
-                    _, _, out = e.latency(prompt, new_tokens)
-                    if ref is None:
-                        ref = out
-                    else:
-                        div = first_divergence(ref, out)
-                        row["checks"][e.name] = {"identical": div is None, "first_divergence": div}
-                order = list(engines)
-                ttft = {e.name: [] for e in engines}
-                tpot = {e.name: [] for e in engines}
-                for _ in range(rounds):
-                    order = order[1:] + order[:1]
-                    for e in order:
-                        a, b, _ = e.latency(prompt, new_tokens)
-                        ttft[e.name].append(a)
-                        tpot[e.name].append(b)
-                row["ttft"] = {k: _spread(v) for k, v in ttft.items()}
-                row["tpot"] = {k: _spread(v) for k, v in tpot.items()}
+                row = _latency_row(engines, plen, prompt, new_tokens, rounds)
                 entry["latency"].append(row)
                 log(f"  [{model}] {threads} thread(s), prompt {plen}: TPOT ms " +
                     ", ".join(f"{k} {1e3 * v['median']:.2f}" for k, v in row["tpot"].items()) +
                     f" checks {row['checks']}")
             if workload_rounds == 0:  # batch-1 latency only
                 entry["workload"] = None
-                entry["load_average_end"] = _loadavg()
-                result["threads"][str(threads)] = entry
-                del engines
-                continue
-            # the mixed workload: each peer's best static batch size, then timed rounds
-            wanted = sum(olens)
-            ref_out = engines[0].workload(work, olens)[1]
-            best = {engines[0].name: None}
-            for e in engines[1:]:
-                if isinstance(e, MinillmEngine):  # one untimed run: its graphs compile here
-                    entry["workload"].setdefault("checks", {})[e.name] = _token_check(ref_out, e.workload(work, olens)[1])
-                    best[e.name] = None
-                    continue
-                rates = {}
-                for bsz in batch_sizes or e.batch_sizes:
-                    seconds, out = e.workload(work, olens, bsz)
-                    rates[bsz] = wanted / seconds
-                    entry["workload"].setdefault("checks", {})[f"{e.name} batch {bsz}"] = _token_check(ref_out, out)
-                best[e.name] = max(rates, key=rates.get)
-                entry["workload"].setdefault("batch_rates", {})[e.name] = rates
-            rates = {e.name: [] for e in engines}
-            order = list(engines)
-            for _ in range(workload_rounds or rounds):
-                order = order[1:] + order[:1]
-                for e in order:
-                    seconds, _ = e.workload(work, olens, best[e.name]) if best[e.name] else e.workload(work, olens)
-                    rates[e.name].append(wanted / seconds)
-            entry["workload"].update(rounds=workload_rounds or rounds, requests=num_requests, wanted_tokens=wanted, best_batch=best,
-                                     tokens_per_s={k: _spread(v) for k, v in rates.items()})
-            log(f"  [{model}] {threads} thread(s), mixed workload tok/s: " +
-                ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in rates.items()))
+            else:
+                entry["workload"] = _workload(engines, work, olens, workload_rounds or rounds, batch_sizes)
+                log(f"  [{model}] {threads} thread(s), mixed workload tok/s: " +
+                    ", ".join(f"{k} {v['median']:.0f}" for k, v in entry["workload"]["tokens_per_s"].items()))
             entry["load_average_end"] = _loadavg()
             result["threads"][str(threads)] = entry
             del engines
     finally:
         torch.set_num_threads(before)
+    machine["read_gbs_end"] = bandwidth_by_threads(threads_list)
     result["load_average_end"] = _loadavg()
     return result
+
+
+def _add_peers(engines: list, folder: Path, status: dict, result: dict, threads: int, llama_cpp_gguf, n_ctx: int) -> None:
+    """Append the installed peers to ``engines`` (a peer that cannot load is reported, not fatal)."""
+    if status["ctranslate2"] is None:
+        engines.append(CTranslate2Engine(folder, threads))
+    if status["llama.cpp"] is None:
+        try:
+            engines.append(LlamaCppEngine(llama_cpp_gguf, threads, n_ctx=n_ctx))
+        except ValueError as exc:  # llama.cpp could not load the converted file
+            status["llama.cpp"] = f"llama.cpp could not load {llama_cpp_gguf.name}: {exc}"
+            result["peers_not_run"]["llama.cpp"] = status["llama.cpp"]
+
+
+def _latency_row(engines: list, plen: int, prompt: list[int], new_tokens: int, rounds: int) -> dict:
+    """Batch-1 latency of one prompt: check every engine's tokens against the first engine's,
+    then ``rounds`` timed runs with the order rotating. CPU time is per output token over the
+    whole request (prefill included), all of the process's threads."""
+    from .harness import CpuClock
+
+    ref = None
+    row = {"prompt": plen, "checks": {}}
+    for e in engines:
+        _, _, out = e.latency(prompt, new_tokens)
+        if ref is None:
+            ref = out
+        else:
+            div = first_divergence(ref, out)
+            row["checks"][e.name] = {"identical": div is None, "first_divergence": div}
+    order = list(engines)
+    ttft, tpot, cpu = ({e.name: [] for e in engines} for _ in range(3))
+    for _ in range(rounds):
+        order = order[1:] + order[:1]
+        for e in order:
+            with CpuClock() as clock:
+                a, b, out = e.latency(prompt, new_tokens)
+            ttft[e.name].append(a)
+            tpot[e.name].append(b)
+            cpu[e.name].append(clock.cpu / max(1, len(out)))
+    row["ttft"] = {k: _spread(v) for k, v in ttft.items()}
+    row["tpot"] = {k: _spread(v) for k, v in tpot.items()}
+    row["cpu_per_token"] = {k: _spread(v) for k, v in cpu.items()}
+    return row
+
+
+def _workload(engines: list, work, olens, rounds: int, batch_sizes) -> dict:
+    """The mixed workload: each peer's best static batch size screened first (as its users
+    would), token checks against minillm, then timed rounds with the order rotating."""
+    from .harness import CpuClock
+
+    out = {}
+    wanted = sum(olens)
+    ref_out = engines[0].workload(work, olens)[1]
+    best = {engines[0].name: None}
+    for e in engines[1:]:
+        if isinstance(e, MinillmEngine):  # one untimed run: its graphs compile here
+            out.setdefault("checks", {})[e.name] = _token_check(ref_out, e.workload(work, olens)[1])
+            best[e.name] = None
+            continue
+        rates = {}
+        for bsz in batch_sizes or e.batch_sizes:
+            seconds, got = e.workload(work, olens, bsz)
+            rates[bsz] = wanted / seconds
+            out.setdefault("checks", {})[f"{e.name} batch {bsz}"] = _token_check(ref_out, got)
+        best[e.name] = max(rates, key=rates.get)
+        out.setdefault("batch_rates", {})[e.name] = rates
+    rates = {e.name: [] for e in engines}
+    cpu = {e.name: [] for e in engines}
+    order = list(engines)
+    for _ in range(rounds):
+        order = order[1:] + order[:1]
+        for e in order:
+            with CpuClock() as clock:
+                seconds, _ = e.workload(work, olens, best[e.name]) if best[e.name] else e.workload(work, olens)
+            rates[e.name].append(wanted / seconds)
+            cpu[e.name].append(clock.cpu / wanted)
+    out.update(rounds=rounds, requests=len(work), wanted_tokens=wanted, best_batch=best,
+               tokens_per_s={k: _spread(v) for k, v in rates.items()},
+               cpu_per_token={k: _spread(v) for k, v in cpu.items()})
+    return out
 
 
 def peers_markdown(results: list[dict]) -> str:
@@ -510,6 +546,7 @@ def peers_markdown(results: list[dict]) -> str:
     for r in results:
         lines.append(f"### Peers on `{r['model']}` (float32, greedy, same token ids; batch-1 TPOT over "
                      f"{r['new_tokens']} new tokens; medians of alternating rounds, range in brackets)\n")
+        lines.extend(_machine_lines(r))
         for t, e in r["threads"].items():
             la0, la1 = e["load_average_start"], e["load_average_end"]
             names = e["engines"]
@@ -523,6 +560,7 @@ def peers_markdown(results: list[dict]) -> str:
                 checks = "; ".join(f"{n}: " + ("identical" if c["identical"] else f"first differs at {c['first_divergence']}")
                                    for n, c in row["checks"].items()) or "-"
                 lines.append(f"| {row['prompt']} | " + " | ".join(cells) + f" | {checks} |")
+            lines.extend(_cost_lines(r, t, e))
             w = e["workload"]
             lines.append("")
             if w is None:  # --workload-runs 0: batch-1 only
@@ -539,6 +577,9 @@ def peers_markdown(results: list[dict]) -> str:
                              f"{n} {w['tokens_per_s'][n]['median']:.0f} [{w['tokens_per_s'][n]['min']:.0f}–"
                              f"{w['tokens_per_s'][n]['max']:.0f}]" + _batching(n, w['best_batch'].get(n))
                              for n in names))
+            if "cpu_per_token" in w:
+                lines.append("; CPU ms per output token: " + "; ".join(
+                    f"{n} {1e3 * w['cpu_per_token'][n]['median']:.2f}" for n in names))
             peers = [n for n in names if not is_minillm(n)]
             best_peer = max(peers, key=lambda n: w["tokens_per_s"][n]["median"], default=None)
             prompts = " (prompts " + " / ".join(str(row["prompt"]) for row in e["latency"]) + ")"
@@ -559,6 +600,38 @@ def peers_markdown(results: list[dict]) -> str:
             lines.append(f"- {peer} was not run: {why}.")
         lines.append("")
     return "\n".join(lines)
+
+
+def _machine_lines(r: dict) -> list[str]:
+    """The machine the figures come from (results written before it was recorded have none)."""
+    m = r.get("machine")
+    if not m:
+        return ["Machine: not recorded with this result.\n"]
+    bw0, bw1 = m.get("read_gbs_start", {}), m.get("read_gbs_end", {})
+    bw = ", ".join(f"{t} thread(s) {bw0[t]:.1f}" + (f" → {bw1[t]:.1f}" if t in bw1 else "") for t in bw0)
+    return [f"Machine: {m.get('cpu')} ({', '.join(m.get('cpu_features', [])) or 'no AVX2'}), "
+            f"{m.get('logical_cpus')} logical CPUs; read bandwidth GB/s (before → after the engines): {bw}; "
+            f"torch {m.get('torch')}.\n"]
+
+
+def _cost_lines(r: dict, t: str, e: dict) -> list[str]:
+    """Below a latency table: CPU time per output token, and TPOT against the weight-streaming
+    floor (the weights' bytes over the read bandwidth measured at this thread count)."""
+    lines = []
+    names = e["engines"]
+    if all("cpu_per_token" in row for row in e["latency"]):
+        lines.append("\nCPU time per output token (ms, whole request, every thread of the process), by prompt: " +
+                     "; ".join(f"{n} " + " / ".join(f"{1e3 * row['cpu_per_token'][n]['median']:.1f}"
+                                                   for row in e["latency"]) for n in names))
+    bw = (r.get("machine") or {}).get("read_gbs_start", {}).get(t)
+    if bw and r.get("weight_bytes"):
+        floor = r["weight_bytes"] / (bw * 1e9)
+        lines.append(f"\nWeight-streaming floor at {t} thread(s): {1e3 * floor:.2f} ms "
+                     f"({r['weight_bytes'] / 2**20:.0f} MiB of float32 weights at {bw:.1f} GB/s); share of the "
+                     "floor reached (floor / TPOT), by prompt: " +
+                     "; ".join(f"{n} " + " / ".join(f"{floor / row['tpot'][n]['median']:.0%}" for row in e["latency"])
+                               for n in names))
+    return lines
 
 
 def _batching(name: str, size) -> str:

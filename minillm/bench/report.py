@@ -39,7 +39,8 @@ def _meta(section: dict) -> str:
         return ""
     load = m.get("load_average_start"), m.get("load_average_end")
     load = "" if None in load else f", load average {load[0][0]:.1f} → {load[1][0]:.1f}"
-    return f" — median of {m['runs']} rounds, {m['torch_threads']} threads, {m['started']}{load}"
+    cpu = f", {m['cpu_seconds']} s CPU in {m['seconds']} s wall" if "cpu_seconds" in m else ""
+    return f" — median of {m['runs']} rounds, {m['torch_threads']} threads, {m['started']}{load}{cpu}"
 
 
 def _ms(x) -> str:
@@ -124,11 +125,21 @@ def machine_markdown(results: list[dict]) -> str:
     rows = [("CPU", f"{m['cpu']} ({', '.join(m.get('cpu_features', [])) or 'features unknown'})"),
             ("cores / threads", f"{m['logical_cpus']} logical CPUs; torch threads {m['torch_threads']}"),
             ("memory", f"{m['memory_gib']} GiB"),
+            ("read bandwidth", _bandwidth(m)),
             ("device", m["device"] + (f" ({m['gpu']})" if m.get("gpu") else "")),
             ("software", f"Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}"),
             ("OS", m["platform"])]
     out = ["| machine | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
     return "\n".join(out) + "\n"
+
+
+def _bandwidth(m: dict) -> str:
+    """GB/s one float32 sum reads at 1 and 2 threads, before and after the run (CPU runs)."""
+    start, end = m.get("read_gbs_start"), m.get("read_gbs_end") or {}
+    if not start:
+        return "not measured in this run"
+    return "; ".join(f"{t} thread(s) {v:.1f} GB/s" + (f" → {end[t]:.1f}" if t in end else "")
+                     for t, v in start.items()) + " (before → after)"
 
 
 def summary_markdown(results: list[dict]) -> str:

@@ -77,8 +77,13 @@ def main() -> None:
             _reply(out, {"op": "error", "error": "unknown op"})
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """:func:`main`, ending quietly on any error: the grader sees a closed pipe and reports that the kernel died."""
     try:
         main()
-    except BaseException:  # the grader sees a closed pipe and reports that the kernel died
+    except BaseException:
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    run()

@@ -2,7 +2,7 @@
 
     minillm grade NOTEBOOK [--json REPORT]         one submission, a table and a JSON report
     minillm grade FOLDER/ [--out DIR]             every notebook in it: gradebook.csv + gradebook.json
-    minillm grade --review REPORT_OR_GRADEBOOK    the answers flagged for a human to read
+    minillm grade --review REPORT_OR_GRADEBOOK    accept or override the flagged answers (review.py)
 
 How a submission is graded (the threat model is in the README):
 
@@ -10,22 +10,29 @@ How a submission is graded (the threat model is in the README):
    diagrams never need the student's code to run;
 2. only when an answer is code (a function) or computed, the submission's code cells run in a
    sandboxed kernel (:mod:`sandbox`: own process group, resource limits, per-cell and overall
-   deadlines, SIGKILL); the functions are then called there with the grader's test inputs,
-   and only the returned *values* come back (:mod:`wire`);
+   deadlines, SIGKILL) inside a jail (:mod:`jail`: own user, mount, PID and network namespaces;
+   no ``tests/``, no model answers, no network, the grader invisible); the functions are then
+   called there with the grader's test inputs, and only the returned *values* come back (:mod:`wire`);
 3. every grader runs here, in this process, with code imported before the kernel started;
    nothing the kernel prints is read;
 4. the kernel and everything it spawned are killed, any change it made to the installed
    package is undone and reported (:mod:`integrity`), and the report is written atomically
    (:mod:`report`).
 
+A folder is graded one notebook per child process; each row is written to the gradebook as soon
+as its notebook is done, so a notebook that ends or stops its grader costs only its own row,
+which then says what happened.
+
 Exit status: 0 when grading ran, whatever the score; 2 when a notebook or report path is
-unusable; 3 when grading itself failed (no report is left behind).
+unusable; 3 when grading itself failed (no report is left behind), e.g. when no jail can be
+built here and ``--unjailed`` was not given.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 import stat
 import sys
@@ -33,11 +40,14 @@ import time
 from pathlib import Path
 
 from . import extract, safecall
+from . import jail as jails
+from .peeking import UNKNOWN, solution_lookups
 from .report import as_json, gradebook_csv, remove_stale, safe_text, write_atomic
 
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 DEFAULT_CELL_TIMEOUT = 60
 DEFAULT_DEADLINE = 600
+CHILD_GRACE = 120  # a folder run's grader process gets its notebook's deadline plus this, then is killed
 _CONTROL_CALLS = {"check", "summary", "check_all", "show_solution", "show_scenarios"}
 
 
@@ -93,7 +103,7 @@ def _is_control_cell(source: str) -> bool:
 class Session:
     """The submission's code cells in a sandboxed kernel, restarted when a deadline killed it."""
 
-    def __init__(self, nb, cell_timeout: float, ends_at: float, files: dict | None = None):
+    def __init__(self, nb, cell_timeout: float, ends_at: float, files: dict | None = None, jail=None):
         self.cells = []
         for i, cell in enumerate(nb.cells, start=1):
             if cell.get("cell_type") == "code":
@@ -104,6 +114,7 @@ class Session:
         self.cell_timeout = cell_timeout
         self.ends_at = ends_at
         self.files = files or {}
+        self.jail = jail
         self.kernel = None
         self.skipped: set[int] = set()
         self.cell_errors: list[str] = []
@@ -115,7 +126,7 @@ class Session:
         from .sandbox import Deadline, Kernel, KernelDied
 
         while time.monotonic() < self.ends_at - 1:
-            k = Kernel(self.ends_at - time.monotonic(), self.cell_timeout, self.files)
+            k = Kernel(self.ends_at - time.monotonic(), self.cell_timeout, self.files, jail=self.jail)
             try:
                 k.start()
             except KernelDied as exc:
@@ -214,8 +225,10 @@ def _answer_text(value) -> str:
 
 
 def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_TIMEOUT,
-                   deadline: float = DEFAULT_DEADLINE, nb=None) -> dict:
-    """Grade one submission; returns the report (a dict). Raises ``ValueError`` for an unreadable notebook."""
+                   deadline: float = DEFAULT_DEADLINE, nb=None, unjailed: bool = False) -> dict:
+    """Grade one submission; returns the report (a dict). Raises ``ValueError`` for an unreadable
+    notebook, and :class:`jail.NoJail` when its code must run but no jail can be built here
+    (unless ``unjailed``: then the code runs in the weaker mode, and the report says so)."""
     from . import EXERCISES
     from .integrity import Snapshot
     from .messages import msg
@@ -247,6 +260,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
             answers[name] = extract.STUB
         elif kind == extract.DYNAMIC:
             dynamic.append(name)
+    jail = jails.choose(allow_unjailed=unjailed) if dynamic else None
     _prepare(need_engine="task3_kv_bytes" in dynamic)
     snapshot = Snapshot()
     session = None
@@ -255,7 +269,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
             files = {}
             if editor_file.is_file() and editor_file.stat().st_size < 2**20:
                 files[editor_file.name] = editor_file.read_bytes()
-            session = Session(nb, cell_timeout, ends_at, files)
+            session = Session(nb, cell_timeout, ends_at, files, jail=jail)
             for name in dynamic:
                 ok, value, is_callable = session.get(name)
                 if ok:
@@ -280,9 +294,9 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
         # only a kernel without the read-only view could have written here; otherwise a change is
         # someone else's (an editor, a package upgrade) and is not the submission's to undo
         tampered = snapshot.restore() if session is not None and not session.isolated else []
-    viewed = sorted(v for v in found.solutions_viewed if v)
-    for r in results:
-        if r.exercise_id in viewed or any(v != "?" and r.exercise_id.startswith(v) for v in viewed):
+    viewed = sorted(v for v in found.solutions_viewed | solution_lookups(nb) if v)
+    for r in results:  # "?": a model answer was asked for and we cannot tell which: a person reads them all
+        if r.exercise_id in viewed or any(v == UNKNOWN or r.exercise_id.startswith(v) for v in viewed):
             r.needs_human_review = True
             r.feedback.append(Feedback("warn", msg("grade.solution_viewed", lang)))
     if tampered:
@@ -304,14 +318,22 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
         "bonus_total": sum(r.bonus for r in results),
         "needs_review": [r.exercise_id for r in results if r.needs_human_review],
         "solutions_viewed": viewed,
-        "sandbox": ("not needed (every answer was read as data)" if session is None else
-                    "ran, with a read-only view of the file system" if session.isolated else
-                    "ran (no read-only view on this platform: the grader's files were checked and restored)"),
+        "sandbox": _sandbox_line(session, jail),
+        "jail": jail.mode if jail is not None else None,
         "cell_errors": session.cell_errors if session else [],
         "problems": (session.problems if session else []) + [
             f"the submission modified the grader's files (restored): {c}" for c in tampered[:20]],
     })
     return report
+
+
+def _sandbox_line(session, jail) -> str:
+    if session is None:
+        return "not needed (every answer was read as data)"
+    where = "" if jail is None else f", {jail.describe()}"
+    if session.isolated:
+        return "ran, with a read-only view of the file system" + where
+    return "ran (no read-only view on this platform: the grader's files were checked and restored)" + where
 
 
 def grader_version(snapshot=None) -> str:
@@ -344,6 +366,8 @@ def format_table(report: dict) -> str:
 
 
 def _print_report(report: dict) -> None:
+    if report.get("jail") == "none":
+        print(f"WARNING: {safe_text(report.get('sandbox'))}", file=sys.stderr)
     print(format_table(report))
     for title, key in (("Cells that raised an error or were stopped (execution went on)", "cell_errors"),
                        ("Problems", "problems")):
@@ -368,22 +392,6 @@ def review_lines(report: dict) -> list[str]:
     return out
 
 
-def _review(path: Path) -> int:
-    import json
-
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise OSError("not a regular file")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        print(f"minillm grade: cannot read {safe_text(path)}: {safe_text(exc)}", file=sys.stderr)
-        return 2
-    reports = data.get("reports", [data]) if isinstance(data, dict) else []
-    lines = [line for r in reports if isinstance(r, dict) for line in review_lines(r)]
-    print("\n".join(lines) if lines else "nothing is flagged for review")
-    return 0
-
-
 def _progress(i: int, n: int, name: str) -> None:
     width = 24
     done = int(width * i / max(n, 1))
@@ -391,31 +399,128 @@ def _progress(i: int, n: int, name: str) -> None:
     sys.stderr.flush()
 
 
+def _child_command(nb_path: Path, report_path: Path, args) -> list[str]:
+    argv = [sys.executable, "-m", "minillm.grading.notebook", str(nb_path), "--json", str(report_path),
+            "--timeout", f"{args.timeout:g}", "--deadline", f"{args.deadline:g}"]
+    return argv + (["--unjailed"] if args.unjailed else [])
+
+
+def _child_limit(nb_path: Path, args) -> float:
+    """How long one notebook's grader process may take before it is killed (stopped or hung)."""
+    return args.deadline + CHILD_GRACE
+
+
+def _failed_row(nb_path: Path, status: str, problem: str) -> dict:
+    return {"notebook": str(nb_path), "status": status, "problems": [problem], "exercises": {}}
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [x for x in path.read_text(encoding="utf-8", errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:500] if lines else ""
+
+
+def _kill_strays(known: set[int]) -> None:
+    """SIGKILL every child of this process that it did not have before (orphans reparented here)."""
+    import signal
+
+    from .sandbox import _children_of
+
+    for pid in _children_of(os.getpid()):
+        if pid not in known:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+
+
+def grade_in_child(nb_path: Path, args, work: Path) -> dict:
+    """One notebook graded by a separate grader process (its own session); always returns a row,
+    which says so when that process was killed, stopped, or failed."""
+    import signal
+    import subprocess
+
+    from .jail import package_dir
+
+    report_path, err_path = work / "report.json", work / "stderr.txt"
+    for p in (report_path, err_path):
+        p.unlink(missing_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_dir().parent), env.get("PYTHONPATH")]))
+    limit = _child_limit(nb_path, args)
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(_child_command(nb_path, report_path, args), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, env=env)
+        try:
+            rc = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+    if rc is None:
+        return _failed_row(nb_path, "grader stopped", f"its grader did not finish within {limit:g} s "
+                           f"(stopped or hung) and was killed; no score")
+    if rc < 0:
+        return _failed_row(nb_path, "grader killed", f"its grader was ended by signal "
+                           f"{signal.Signals(-rc).name if -rc in signal.valid_signals() else -rc}; no score")
+    if rc == 2:
+        return _failed_row(nb_path, "unreadable", _last_line(err_path) or "the notebook cannot be read")
+    try:
+        report = json.loads(report_path.read_text(encoding="utf-8")) if rc == 0 else None
+    except (OSError, ValueError):
+        report = None
+    if not isinstance(report, dict) or "exercises" not in report:
+        return _failed_row(nb_path, "grader failed", _last_line(err_path) or f"its grader exited with status {rc}")
+    return report
+
+
+def _write_gradebook(csv_path: Path, json_path: Path, reports: list[dict], done: bool) -> None:
+    from . import ORDER
+
+    from .copies import mark_shared_answers
+    from .review import apply, load
+
+    # answers two students share go to a person; an instructor's overrides are kept across regrades
+    reports = apply(mark_shared_answers(reports), load(json_path.parent))
+    write_atomic(csv_path, gradebook_csv(reports, ORDER))
+    write_atomic(json_path, as_json({"grader_version": grader_version(), "complete": done, "reports": reports}))
+
+
 def _grade_folder(folder: Path, out: Path, args) -> int:
+    import tempfile
+
+    from .sandbox import _become_subreaper, _children_of
+
     notebooks = sorted(p for p in folder.iterdir() if p.suffix == ".ipynb" and not p.name.startswith("."))
     if not notebooks:
         print(f"minillm grade: no .ipynb files in {safe_text(folder)}", file=sys.stderr)
         return 2
-    from . import ORDER
-
+    try:
+        jails.choose(allow_unjailed=args.unjailed)
+    except jails.NoJail as exc:
+        print(f"minillm grade: {safe_text(exc)}", file=sys.stderr)
+        return 3
     csv_path, json_path = out / "gradebook.csv", out / "gradebook.json"
     for p in (csv_path, json_path):
         remove_stale(p)
-    reports = []
-    for i, nb_path in enumerate(notebooks):
-        _progress(i, len(notebooks), nb_path.name)
-        try:
-            reports.append(grade_notebook(nb_path, args.timeout, args.deadline))
-        except ValueError as exc:
-            reports.append({"notebook": str(nb_path), "status": "unreadable", "problems": [str(exc)],
-                            "exercises": {}})
-        except Exception as exc:  # one broken submission must not stop the class
-            reports.append({"notebook": str(nb_path), "status": "grader failed",
-                            "problems": [f"{type(exc).__name__}: {exc}"], "exercises": {}})
+    _become_subreaper()
+    known = set(_children_of(os.getpid()))
+    reports: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="minillm-gradebook-") as work:
+        for i, nb_path in enumerate(notebooks):
+            _progress(i, len(notebooks), nb_path.name)
+            reports.append(grade_in_child(nb_path, args, Path(work)))
+            _kill_strays(known)
+            _write_gradebook(csv_path, json_path, reports, done=i + 1 == len(notebooks))
     _progress(len(notebooks), len(notebooks), "done")
     sys.stderr.write("\n")
-    write_atomic(csv_path, gradebook_csv(reports, ORDER))
-    write_atomic(json_path, as_json({"grader_version": grader_version(), "reports": reports}))
     for r in reports:
         print(f"{safe_text(Path(r['notebook']).name)}: {r.get('total_score', '-')}/{r.get('total_max', '-')}"
               f"{'  (' + safe_text(r['status']) + ')' if r['status'] != 'graded' else ''}"
@@ -432,20 +537,30 @@ def cli_grade(argv: list[str]) -> int:
     parser.add_argument("notebook", nargs="?", help="a .ipynb file, or a folder of them")
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH (one notebook)")
     parser.add_argument("--out", metavar="DIR", help="where a folder's gradebook goes (default: the folder)")
+    parser.add_argument("--accept", metavar="NOTEBOOK:EXERCISE", action="append",
+                        help="with --review: accept the automatic score of a flagged answer")
+    parser.add_argument("--set", metavar="NOTEBOOK:EXERCISE=SCORE", action="append",
+                        help="with --review: override a score (needs --reason); stored in overrides.json")
+    parser.add_argument("--reason", metavar="TEXT", help="with --accept/--set: why")
     parser.add_argument("--review", metavar="REPORT", nargs="?", const="", default=None,
-                        help="list the answers flagged for a human (from a report or gradebook JSON, "
-                             "or from this run)")
+                        help="go through the answers flagged for a human (a report or gradebook JSON; "
+                             "interactive on a terminal): accept or override each, with a reason (overrides.json)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_CELL_TIMEOUT, metavar="SECONDS",
                         help=f"time limit per cell (default {DEFAULT_CELL_TIMEOUT}); each call of a student "
                              f"function has {safecall.DEFAULT_TIMEOUT:g} s")
     parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE, metavar="SECONDS",
                         help=f"time limit for the whole submission (default {DEFAULT_DEADLINE})")
+    parser.add_argument("--unjailed", action="store_true",
+                        help="where no jail (bubblewrap or unshare) can be built, run the code anyway as a "
+                             "limited process of your user, which can read your files (weaker; the report says so)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or bad arguments: argparse has printed why
         return int(exc.code or 0)
     if args.review:
-        return _review(Path(args.review))
+        from .review import run
+
+        return run(Path(args.review), args.accept, args.set, args.reason or "")
     if not args.notebook:
         print("minillm grade: give a notebook or a folder (or --review REPORT)", file=sys.stderr)
         return 2
@@ -475,7 +590,10 @@ def cli_grade(argv: list[str]) -> int:
     print(f"Grading {safe_text(target)} (answers read as data; code in a sandbox, "
           f"{args.timeout:g} s per cell, {args.deadline:g} s in all)…", file=sys.stderr)
     try:
-        report = grade_notebook(target, args.timeout, args.deadline, nb=nb)
+        report = grade_notebook(target, args.timeout, args.deadline, nb=nb, unjailed=args.unjailed)
+    except jails.NoJail as exc:
+        print(f"minillm grade: {safe_text(exc)}; no report was written", file=sys.stderr)
+        return 3
     except Exception as exc:
         print(f"minillm grade: grading failed ({safe_text(type(exc).__name__)}: {safe_text(exc)}); "
               f"no report was written", file=sys.stderr)
@@ -485,6 +603,9 @@ def cli_grade(argv: list[str]) -> int:
         print("\n" + ("\n".join(review_lines(report)) or "nothing is flagged for review"))
     if args.json:
         try:
+            from .review import apply, load
+
+            report = apply([report], load(Path(args.json).resolve().parent))[0]
             write_atomic(args.json, as_json(report))
         except OSError as exc:
             print(f"minillm grade: cannot write the report to {safe_text(args.json)}: {safe_text(exc)}",

@@ -8,6 +8,11 @@ function — has a deadline, and the whole run has one more; when either passes,
 goes wrong, the process group is sent SIGKILL, which a cell cannot ignore, and C code holding
 the GIL cannot outlive. The grader makes itself a *child subreaper* so that processes which
 escape the group (``setsid``, double fork) are reparented to it and killed too.
+
+The kernel starts inside the jail of :mod:`jail` (bubblewrap, else ``unshare``): its own user,
+mount, PID and network namespaces, a read-only view of only what Python needs, no ``tests/`` and
+no model answers. Where a ``pids`` cgroup can be made, it also caps the kernel's tasks (a fork
+bomb stops there even for root, whom ``RLIMIT_NPROC`` does not bind).
 """
 
 from __future__ import annotations
@@ -20,10 +25,10 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
+from . import jail as jails
 from . import wire
 
 MAX_REPLY = 32 * 2**20
@@ -31,6 +36,7 @@ MEMORY_LIMIT = 4 * 2**30
 FILE_SIZE_LIMIT = 64 * 2**20
 EXTRA_PROCESSES = 256
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 
 
 class KernelDied(RuntimeError):
@@ -112,9 +118,18 @@ def _read_only_view(scratch: str) -> None:
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
-def _limits(cpu_seconds: int, nproc: int | None, scratch: str | None = None):
+def _limits(cpu_seconds: int, nproc: int | None, scratch: str | None = None, cgroup: str | None = None):
     def apply() -> None:
         os.umask(0o077)
+        try:  # if the grader dies, so does the kernel (and the jail it is in)
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except Exception:
+            pass
+        if cgroup is not None:
+            try:
+                _write(os.path.join(cgroup, "cgroup.procs"), str(os.getpid()))
+            except OSError:
+                pass
         if scratch is not None:
             try:
                 _read_only_view(scratch)
@@ -148,10 +163,39 @@ def _user_tasks() -> int:
     return n
 
 
+_CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
+
+
+def _make_task_cgroup(limit: int) -> str | None:
+    """A fresh ``pids`` cgroup allowing ``limit`` tasks, or None where this process may not make one."""
+    for base in _CGROUP_ROOTS:
+        if not os.path.isfile(os.path.join(base, "cgroup.procs")) or \
+                (base == "/sys/fs/cgroup" and not os.path.isfile(os.path.join(base, "cgroup.controllers"))):
+            continue
+        path = tempfile.mkdtemp(prefix="minillm-grade-", dir=base) if os.access(base, os.W_OK) else None
+        if path is None:
+            continue
+        try:
+            _write(os.path.join(path, "pids.max"), str(limit))
+            return path
+        except OSError:
+            _remove_cgroup(path)
+    return None
+
+
+def _remove_cgroup(path: str | None) -> None:
+    if path:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
 class Kernel:
     """One sandboxed kernel. Use as a context manager; :meth:`close` always kills everything."""
 
-    def __init__(self, overall_deadline: float, cell_timeout: float, files: dict[str, bytes] | None = None):
+    def __init__(self, overall_deadline: float, cell_timeout: float, files: dict[str, bytes] | None = None,
+                 jail: jails.Jail | None = None):
         self.ends_at = time.monotonic() + overall_deadline
         self.cell_timeout = cell_timeout
         self.proc: subprocess.Popen | None = None
@@ -161,6 +205,8 @@ class Kernel:
                 f.write(data)
         self._buf = b""
         self.isolated = False
+        self.jail = jail if jail is not None else jails.Jail("none", "no jail was asked for")
+        self.cgroup: str | None = None
 
     # --- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -168,24 +214,28 @@ class Kernel:
         self._known_children = set(_children_of(os.getpid()))
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        home = os.path.join(self.scratch, "home")
-        os.makedirs(home, exist_ok=True)
+        inside = jails.JAIL_SCRATCH if self.jail.isolated else self.scratch
+        os.makedirs(os.path.join(self.scratch, "home"), exist_ok=True)
+        home = os.path.join(inside, "home")
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "IPYTHONDIR": os.path.join(home, "ipy"),
                "MPLCONFIGDIR": os.path.join(home, "mpl"), "MPLBACKEND": "Agg", "TQDM_DISABLE": "1",
                "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LANG": "C.UTF-8",
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
                "MINILLM_GRADER_FDS": f"{cmd_r},{rep_w}"}
         for key in ("MINILLM_MODEL", "MINILLM_DEVICE"):
             if key in os.environ:
                 env[key] = os.environ[key]
         remaining = max(1, int(self.ends_at - time.monotonic()) + 2)
         nproc = _user_tasks() + (EXTRA_PROCESSES if os.getuid() != 0 else 4 * EXTRA_PROCESSES)
+        self.cgroup = _make_task_cgroup(EXTRA_PROCESSES)
+        argv = jails.command(self.jail, os.path.realpath(self.scratch), ["-I", "-B", "-X", "utf8"])
+        unjailed_view = None if self.jail.isolated else os.path.realpath(self.scratch)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", "-X", "utf8", "-m", "minillm.grading._worker"], cwd=self.scratch, env=env,
+                argv, cwd=self.scratch, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(cmd_r, rep_w), start_new_session=True, preexec_fn=_limits(remaining, nproc, os.path.realpath(self.scratch)),
-                close_fds=True)
+                pass_fds=(cmd_r, rep_w), start_new_session=True,
+                preexec_fn=_limits(remaining, nproc, unjailed_view, self.cgroup), close_fds=True)
         finally:
             os.close(cmd_r)
             os.close(rep_w)
@@ -233,6 +283,8 @@ class Kernel:
             except (OSError, AttributeError):
                 pass
             self.proc = None
+        _remove_cgroup(self.cgroup)
+        self.cgroup = None
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def __enter__(self) -> "Kernel":

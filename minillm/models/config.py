@@ -19,6 +19,19 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
 }
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+#: The largest value each size field may have: far above any published model (Llama-3.1-405B:
+#: 126 layers, hidden 16384; Gemma: vocabulary 262144), low enough that a file claiming more is
+#: refused before anything is allocated for it (a 10**6-layer claim once cost 63 s and 2.9 GB).
+SIZE_LIMITS = {
+    "vocab_size": 1 << 21,
+    "hidden_size": 1 << 16,
+    "intermediate_size": 1 << 18,
+    "num_hidden_layers": 1 << 10,
+    "num_attention_heads": 1 << 10,
+    "num_key_value_heads": 1 << 10,
+    "head_dim": 1 << 11,
+    "max_position_embeddings": 1 << 27,
+}
 
 
 @dataclass
@@ -144,6 +157,9 @@ def _positive_int(cfg: dict, name: str, source: str, default: int | None = None)
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{source}: {name} must be a positive integer, got {value!r}")
+    limit = SIZE_LIMITS.get(name)
+    if limit is not None and value > limit:
+        raise ValueError(f"{source}: {name} is {value}, above the limit {limit} (SIZE_LIMITS)")
     return value
 
 

@@ -21,12 +21,15 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..kernel_cache import open_private_dir
+from . import gguf_header
 from .config import ModelConfig
 
 GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -51,16 +54,27 @@ def _gguf():
 
 @functools.lru_cache(maxsize=1)
 def _reader_for(path: str, mtime_ns: int, size: int):
+    header = gguf_header.scan(Path(path))  # limits and truncation, before the package allocates anything
     try:
-        return _gguf().GGUFReader(path)
+        return _gguf().GGUFReader(path), header
     except (ValueError, OSError, IndexError, KeyError) as exc:  # the reader's own errors on bad files
         raise ValueError(f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from None
 
 
-def reader(path: Path):
-    """One parse per file (parsing the tokenizer arrays takes seconds): config and weights share it."""
+def _read(path: Path):
     st = Path(path).stat()
     return _reader_for(str(path), st.st_mtime_ns, st.st_size)
+
+
+def reader(path: Path):
+    """One parse per file (parsing the tokenizer arrays takes seconds): config and weights share it.
+    The header is checked first (``gguf_header.scan``): absurd sizes and truncation are refused."""
+    return _read(path)[0]
+
+
+def header(path: Path) -> gguf_header.GGUFHeader:
+    """The checked header of ``path`` (its SHA-256 keys the tokenizer cache)."""
+    return _read(path)[1]
 
 
 def metadata(path: Path) -> dict:
@@ -169,24 +183,51 @@ def read_gguf_tensors(path: Path, config: ModelConfig) -> dict[str, torch.Tensor
     return out
 
 
+def tokenizer_cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minillm" / "gguf-tokenizers"
+
+
 def tokenizer_cache_dir(path: Path) -> Path:
-    """Where the tokenizer built from ``path`` is kept (keyed by name, size and mtime)."""
-    st = path.stat()
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minillm" / "gguf-tokenizers"
-    return root / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}"
+    """Where the tokenizer built from ``path`` is kept: keyed by the SHA-256 of the file's header
+    (every metadata value, tokenizer and chat template included), so two different files never
+    share an entry whatever their names, sizes and times."""
+    return tokenizer_cache_root() / header(path).sha256
+
+
+def _private_cache_root() -> Path | None:
+    """The cache folder when it is this user's alone (made 0700, or tightened to it when this user
+    owns it), else None (no cache used)."""
+    root = tokenizer_cache_root()
+    try:
+        os.close(open_private_dir(root, tighten=True))
+    except OSError:
+        return None
+    return root
+
+
+def _private_entry(cached: Path) -> bool:
+    """Whether a cache entry is a folder of this user's that no one else can enter (as
+    ``mkdtemp`` made it): only then are its files (the chat template among them) trusted."""
+    try:
+        st = os.lstat(cached)
+    except OSError:
+        return False
+    uid = os.geteuid() if hasattr(os, "geteuid") else st.st_uid
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077
 
 
 def load_gguf_tokenizer(path: Path):
     """The tokenizer (and chat template) transformers builds from the GGUF's metadata.
 
     Building it means parsing ~50k tokens and merges in Python (tens of seconds on a busy
-    machine), so the result is saved once as an ordinary tokenizer folder in the user's cache
-    and read from there afterwards; a cache that cannot be written is simply not used."""
+    machine), so the result is saved once as an ordinary tokenizer folder in the user's private
+    cache and read from there afterwards; a cache another user could write is not used."""
     _gguf()
     from transformers import AutoTokenizer
 
     cached = tokenizer_cache_dir(path)
-    if (cached / "tokenizer.json").is_file():
+    root = _private_cache_root()
+    if root is not None and _private_entry(cached) and (cached / "tokenizer.json").is_file():
         try:
             return AutoTokenizer.from_pretrained(str(cached), local_files_only=True, trust_remote_code=False)
         except Exception:  # noqa: BLE001 - a damaged cache entry: rebuild it below
@@ -196,13 +237,19 @@ def load_gguf_tokenizer(path: Path):
     except Exception as exc:  # noqa: BLE001 - name the file whatever the converter raised
         raise ValueError(f"{path}: could not build the tokenizer from the GGUF metadata "
                          f"({type(exc).__name__}: {exc})") from None
+    if root is not None:
+        _save(tokenizer, cached)
+    return tokenizer
+
+
+def _save(tokenizer, cached: Path) -> None:
+    """Write the folder next to its final place, then rename it there in one step: a reader
+    never sees a half-written folder; a cache that cannot be written is simply not used."""
     tmp = None
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=cached.parent, prefix=".building-"))
         tokenizer.save_pretrained(str(tmp))
-        os.replace(tmp, cached)  # atomic: a reader never sees a half-written folder
+        os.replace(tmp, cached)
     except OSError:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    return tokenizer

@@ -3,7 +3,13 @@
 Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions`` (both
 streaming as server-sent events, as the OpenAI API defines them), ``GET /v1/engine/requests``
 (every live request: state, tokens so far, blocks held), ``GET /metrics`` (Prometheus) and
-``GET /health``. With an API key, every ``/v1`` route needs ``Authorization: Bearer <key>``.
+``GET /health``. With an API key, every ``/v1`` route needs ``Authorization: Bearer <key>``,
+and so does the schema (``/openapi.json``; the ``/docs`` and ``/redoc`` pages are then off).
+
+A body goes through ``guards`` (Host, content type, size, arrival time, JSON shape), then is
+parsed and its prompt tokenised (or its chat laid out by the template) in a worker thread,
+never in the engine's thread: the engine only ever receives token ids that fit, so a
+client's megabyte prompt costs other clients' streams no step.
 
 What happens when a client goes away is one method, ``OpenAIServer.client_gone``: it cancels
 the request in the engine. The course's notebook overrides it with the bug the chapter warns
@@ -13,9 +19,12 @@ about (stop sending, keep generating) to show the memory that is then never give
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
+import os
+import threading
 import uuid
 from contextlib import asynccontextmanager
 
@@ -23,13 +32,22 @@ import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from minillm.chat import encode_conversation
+from minillm.intake import check_params
 
+from . import guards
 from . import protocol as P
 from .engine_loop import EngineLoop, Overloaded, ShuttingDown, Stream
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
 
 log = logging.getLogger("minillm.serve")
+
+#: Largest body (bytes) a request may send, unless the server is told otherwise.
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+#: Bodies beyond this many bytes are parsed and tokenised in a lane of their own (one thread),
+#: so that huge prompts wait for each other, never in front of ordinary ones.
+LARGE_BODY_BYTES = 16 * 1024
+#: How much lower the CPU priority of the threads that parse and tokenise is than the engine's.
+PREPARE_NICENESS = 10
 
 
 class CancellingStream(StreamingResponse):
@@ -65,22 +83,46 @@ async def _wait_disconnect(request: Request) -> None:
         pass
 
 
+_niced = threading.local()
+
+
+def yield_to_engine() -> None:
+    """Lower this worker thread's CPU priority (Linux: nice +10, once per thread): on a busy
+    machine a long tokenisation then takes the cores the engine's thread leaves, instead of
+    slowing its steps. Elsewhere, or where it is not allowed, nothing changes."""
+    if getattr(_niced, "done", False):
+        return
+    _niced.done = True
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PREPARE_NICENESS)
+    except (AttributeError, OSError):
+        pass
+
+
 def _sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
 class OpenAIServer:
     """Routes over an ``EngineLoop``. Args: ``engine``; ``model_name`` as clients send it;
-    ``api_key`` (None = open); ``metrics`` (a ``ServerMetrics``, the loop's observer)."""
+    ``api_key`` (None = open); ``metrics`` (a ``ServerMetrics``, the loop's observer);
+    ``max_body_bytes`` (larger bodies: 413); ``request_timeout`` (seconds for a body to
+    arrive, else 408; None = no limit); ``allowed_hosts`` (Host header names answered, ``*``
+    any; default: any)."""
 
     def __init__(self, engine: EngineLoop, model_name: str, *, api_key: str | None = None,
-                 metrics: ServerMetrics | None = None):
+                 metrics: ServerMetrics | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 request_timeout: float | None = None, allowed_hosts=("*",)):
         self.engine = engine
-        self.llm = engine.llm  # read-only uses here: tokenizer, max_model_len
+        self.llm = engine.llm  # read-only uses here: max_model_len, prepare_prompt (lock-free)
         self.model_name = model_name
         self.api_key = api_key or None
         self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        self.request_timeout = request_timeout
+        self.allowed_hosts = list(allowed_hosts)
         self.created = P.now()
+        self._large_lane = None  # made in the event loop (an anyio CapacityLimiter of 1)
 
     # --- the one policy the chapter is about ---------------------------------------------------
     def client_gone(self, stream: Stream) -> None:
@@ -101,29 +143,56 @@ class OpenAIServer:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key.encode()):
-            raise _HTTPError(401, "a valid API key is needed: send 'Authorization: Bearer <key>'",
-                             kind="authentication_error")
+            raise guards.HTTPError(401, "a valid API key is needed: send 'Authorization: Bearer <key>'",
+                                   kind="authentication_error")
 
-    async def _body(self, request: Request) -> dict:
+    async def _parse(self, kind: str, request: Request) -> P.ParsedRequest:
+        """Read the body under the guards, then parse it and prepare its prompt in a worker
+        thread (huge bodies in their own one-thread lane)."""
+        guards.require_json(request)
+        raw = await guards.read_body(request, self.max_body_bytes, self.request_timeout)
+        if len(raw) > LARGE_BODY_BYTES:
+            if self._large_lane is None:
+                self._large_lane = anyio.CapacityLimiter(1)
+            lane = self._large_lane
+        else:
+            lane = None
+        return await anyio.to_thread.run_sync(self.parse_body, kind, raw, limiter=lane)
+
+    def _check_vocabulary(self, parsed: P.ParsedRequest) -> P.ParsedRequest:
+        """The engine's own check that the params' token ids (``logit_bias``) are in the vocabulary."""
         try:
-            body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise P.BadRequest(f"the request body is not valid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise P.BadRequest("the request body must be a JSON object")
+            check_params(parsed.params, self.llm.model_config.vocab_size)
+        except ValueError as exc:
+            raise P.BadRequest(str(exc), P.param_of(str(exc))) from None
+        return parsed
+
+    def parse_body(self, kind: str, raw: bytes) -> P.ParsedRequest:
+        """In a worker thread: JSON -> a request whose prompt is token ids that fit."""
+        yield_to_engine()
+        body = guards.parse_json_object(raw)
         model = body.get("model")
-        if model is not None and model != self.model_name:
-            raise _HTTPError(404, f"the model {model!r} does not exist; this server serves "
-                                  f"{self.model_name!r}", param="model", kind="not_found_error")
-        return body
+        if isinstance(model, str) and model != self.model_name:
+            raise guards.HTTPError(404, f"the model {model[:100]!r} does not exist; this server serves "
+                                        f"{self.model_name!r}", param="model", kind="not_found_error")
+        if kind == "chat":
+            parsed = P.parse_chat(body, self.llm.max_model_len, lambda msgs: self.llm.prepare_prompt(messages=msgs))
+            return self._check_vocabulary(parsed)
+        parsed = self._check_vocabulary(P.parse_completion(body))
+        try:
+            ids = self.llm.prepare_prompt(parsed.prompt, prompt_token_ids=parsed.prompt_token_ids)
+        except ValueError as exc:
+            raise P.BadRequest(str(exc), "prompt") from None
+        return dataclasses.replace(parsed, prompt=None, prompt_token_ids=ids)
 
     async def _admit(self, kind: str, request_id: str, parsed: P.ParsedRequest) -> Stream:
         stream = self.engine.submit(request_id, parsed.params, prompt=parsed.prompt,
                                     prompt_token_ids=parsed.prompt_token_ids)
         try:
             await stream.accepted
-        except ValueError as exc:  # the engine's verdict: a prompt that can never fit
-            raise P.BadRequest(str(exc), "messages" if kind == "chat" else "prompt") from None
+        except ValueError as exc:  # the engine's verdict: a prompt that can never fit, ...
+            raise P.BadRequest(str(exc), P.param_of(str(exc)) or ("messages" if kind == "chat" else "prompt")) \
+                from None
         return stream
 
     def _token_text(self, token_id: int) -> str:
@@ -215,16 +284,26 @@ class OpenAIServer:
             yield
             await asyncio.to_thread(self.engine.stop)
 
-        app = FastAPI(title="minillm serve", version="0.1.0", lifespan=lifespan)
+        keyed = self.api_key is not None  # then the schema needs the key and the docs pages are off
+        app = FastAPI(title="minillm serve", version="0.1.0", lifespan=lifespan,
+                      openapi_url=None if keyed else "/openapi.json", docs_url=None if keyed else "/docs",
+                      redoc_url=None if keyed else "/redoc")
+        app.add_middleware(guards.HostAllowList, allowed_hosts=self.allowed_hosts)
         auth = Depends(self._check_auth)
 
         @app.exception_handler(P.BadRequest)
         async def bad_request(request, exc: P.BadRequest):
             return JSONResponse(P.error_body(str(exc), exc.param, code=400), status_code=400)
 
-        @app.exception_handler(_HTTPError)
-        async def http_error(request, exc: _HTTPError):
-            return JSONResponse(P.error_body(str(exc), exc.param, exc.kind, exc.status), status_code=exc.status)
+        @app.exception_handler(guards.HTTPError)
+        async def http_error(request, exc: guards.HTTPError):
+            return JSONResponse(P.error_body(str(exc), exc.param, exc.kind, exc.status), status_code=exc.status,
+                                headers=exc.headers)
+
+        if keyed:
+            @app.get("/openapi.json", dependencies=[auth], include_in_schema=False)
+            async def openapi_schema():
+                return JSONResponse(app.openapi())
 
         @app.exception_handler(Overloaded)
         async def overloaded(request, exc: Overloaded):
@@ -244,7 +323,7 @@ class OpenAIServer:
         @app.get("/metrics")
         async def metrics():
             if self.metrics is None:
-                raise _HTTPError(404, "metrics are not enabled on this server")
+                raise guards.HTTPError(404, "metrics are not enabled on this server")
             body = self.metrics.render(self.engine.snapshot()["waiting"])
             return Response(body, media_type=CONTENT_TYPE_LATEST)
 
@@ -259,20 +338,12 @@ class OpenAIServer:
 
         @app.post("/v1/completions", dependencies=[auth])
         async def completions(request: Request):
-            parsed = P.parse_completion(await self._body(request))
+            parsed = await self._parse("completion", request)
             return await self._serve("completion", request, parsed, f"cmpl-{uuid.uuid4().hex[:24]}")
 
         @app.post("/v1/chat/completions", dependencies=[auth])
         async def chat_completions(request: Request):
-            body = await self._body(request)
-            parsed = P.parse_chat(body, self.llm.max_model_len,
-                                  lambda msgs: encode_conversation(self.llm.tokenizer, msgs))
+            parsed = await self._parse("chat", request)
             return await self._serve("chat", request, parsed, f"chatcmpl-{uuid.uuid4().hex[:24]}")
 
         return app
-
-
-class _HTTPError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.param, self.kind = status, param, kind

@@ -4,11 +4,19 @@ The sampling fields are not re-validated here: they go straight into the engine'
 ``SamplingParams``, so the HTTP 400 a client sees carries the very message the engine
 would raise in Python ("top_p must be a float in (0, 1], got 0"). Only what is specific to
 the HTTP API (``n``, ``stream``, the prompt's shape, ``messages``) is checked in this module.
+
+Every field a body carries must be one this server acts on, or ``user`` (an end-user id
+meant for a provider's abuse monitoring: taken and ignored, minillm keeps no per-user
+record). An OpenAI field minillm does not implement (``response_format``, ``suffix``,
+``tools``, ...) is refused with a 400 naming it unless it is ``null``; a name
+neither API has (a typo such as ``temprature``) is refused too. Silently ignoring either would
+answer a question the client did not ask.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +26,21 @@ from minillm.chat import validate_messages
 
 # OpenAI's own sampling fields, then vLLM's extras (sent by the openai client in extra_body).
 OPENAI_FIELDS = ("max_tokens", "temperature", "top_p", "stop", "seed", "presence_penalty",
-                 "frequency_penalty")
+                 "frequency_penalty", "logit_bias")
 VLLM_EXTRA_FIELDS = ("top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids",
                      "skip_special_tokens", "include_stop_str_in_output")
 _PARAM_FIELDS = {f.name for f in dataclasses.fields(SamplingParams) if f.init}
+_SHARED_FIELDS = {"model", "n", "stream", "stream_options", "user", *OPENAI_FIELDS, *VLLM_EXTRA_FIELDS}
+#: The fields each endpoint acts on (plus ``user``, taken and ignored).
+COMPLETION_FIELDS = frozenset(_SHARED_FIELDS | {"prompt", "logprobs", "echo", "best_of"})
+CHAT_FIELDS = frozenset(_SHARED_FIELDS | {"messages", "logprobs", "top_logprobs", "max_completion_tokens"})
+#: OpenAI fields minillm does not implement: a 400 naming them, unless their value is null.
+UNSUPPORTED_FIELDS = frozenset({
+    "suffix", "response_format", "tools", "tool_choice", "functions", "function_call",
+    "parallel_tool_calls", "audio", "modalities", "prediction", "reasoning_effort", "service_tier", "store",
+    "metadata", "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier"})
+#: Longest error message sent back: a message quoting a megabyte value is cut.
+MAX_ERROR_CHARS = 1000
 
 # The chapter's stop reasons in OpenAI's vocabulary; the minillm reason travels beside it.
 FINISH_REASONS = {StopReason.EOS: "stop", StopReason.STOP_STRING: "stop",
@@ -55,19 +74,41 @@ class ParsedRequest:
     top_logprobs: int | None  # how many candidates to report per token; None = no logprobs
 
 
-def _check_common(body: dict) -> None:
+def check_fields(body: dict, known: frozenset) -> None:
+    """Every field is one the endpoint acts on, or an unimplemented OpenAI field set to null."""
+    for name, value in body.items():
+        if name in known or (name in UNSUPPORTED_FIELDS and value is None):
+            continue
+        if name in UNSUPPORTED_FIELDS:
+            raise BadRequest(f"{name} is not supported by minillm serve (send it as null or leave it out)", name)
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise BadRequest(f"unknown field {name[:100]!r}: neither an OpenAI nor a vLLM field that minillm serve "
+                         f"takes here{hint}", name[:100])
+
+
+def _one(body: dict, name: str) -> None:
+    """``n`` / ``best_of``: absent, null or exactly the integer 1 (not 1.0, not true)."""
+    value = body.get(name)
+    if value is not None and (type(value) is not int or value != 1):
+        raise BadRequest(f"{name} must be the integer 1 (minillm serve returns one choice per request), "
+                         f"got {value!r}", name)
+
+
+def _check_common(body: dict, known: frozenset) -> None:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
-    n = body.get("n", 1)
-    if n != 1:
-        raise BadRequest(f"n must be 1 (minillm serves one choice per request), got {n!r}", "n")
+    check_fields(body, known)
+    _one(body, "n")
+    _one(body, "best_of")
     for name in ("stream", "echo"):
-        if name in body and not isinstance(body[name], bool):
+        if body.get(name) is not None and not isinstance(body[name], bool):
             raise BadRequest(f"{name} must be true or false, got {body[name]!r}", name)
     if body.get("echo"):
         raise BadRequest("echo is not supported by minillm serve", "echo")
-    if "best_of" in body and body["best_of"] not in (None, 1):
-        raise BadRequest(f"best_of must be 1, got {body['best_of']!r}", "best_of")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest(f"model must be a string, got {type(model).__name__}", "model")
     opts = body.get("stream_options")
     if opts is not None and (not isinstance(opts, dict)
                              or not isinstance(opts.get("include_usage", False), bool)):
@@ -80,6 +121,8 @@ def _sampling_params(body: dict, overrides: dict) -> SamplingParams:
         if body.get(name) is not None:
             kwargs[name] = body[name]
     kwargs.update(overrides)
+    if "logit_bias" in kwargs:
+        kwargs["logit_bias"] = _logit_bias(kwargs["logit_bias"])
     if "include_stop_str_in_output" in kwargs and "include_stop_str_in_output" not in _PARAM_FIELDS:
         if kwargs.pop("include_stop_str_in_output"):
             raise BadRequest("include_stop_str_in_output is not supported by this engine version",
@@ -90,6 +133,21 @@ def _sampling_params(body: dict, overrides: dict) -> SamplingParams:
         raise BadRequest(str(exc), param_of(str(exc))) from None
 
 
+def _logit_bias(value):
+    """JSON object keys are strings: ``{"50256": -100}`` -> ``{50256: -100}`` (the range and the
+    vocabulary are the engine's checks)."""
+    if not isinstance(value, dict):
+        raise BadRequest(f"logit_bias must be an object {{\"token id\": bias}}, got {type(value).__name__}",
+                         "logit_bias")
+    out = {}
+    for key, bias in value.items():
+        if not (key.isascii() and key.isdigit()) or len(key) > 18:
+            raise BadRequest(f"logit_bias keys must be token ids (non-negative integers), got {key[:50]!r}",
+                             "logit_bias")
+        out[int(key)] = bias
+    return out
+
+
 def _stream_flags(body: dict) -> tuple[bool, bool]:
     stream = bool(body.get("stream", False))
     include_usage = bool((body.get("stream_options") or {}).get("include_usage", False))
@@ -98,7 +156,7 @@ def _stream_flags(body: dict) -> tuple[bool, bool]:
 
 def parse_completion(body: dict) -> ParsedRequest:
     """``POST /v1/completions``: ``prompt`` is a string or a list of token ids (one prompt)."""
-    _check_common(body)
+    _check_common(body, COMPLETION_FIELDS)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
@@ -121,7 +179,7 @@ def parse_completion(body: dict) -> ParsedRequest:
 def parse_chat(body: dict, max_model_len: int, encode) -> ParsedRequest:
     """``POST /v1/chat/completions``. ``encode(messages)`` gives the templated prompt's token
     ids, so that a missing ``max_tokens`` means "the rest of the context", as in vLLM."""
-    _check_common(body)
+    _check_common(body, CHAT_FIELDS)
     try:
         messages = validate_messages(body.get("messages"))
     except ValueError as exc:
@@ -153,7 +211,17 @@ def parse_chat(body: dict, max_model_len: int, encode) -> ParsedRequest:
 # --- responses --------------------------------------------------------------------------
 def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error",
                code: int | None = None) -> dict:
+    """OpenAI's error object. The message is cut to ``MAX_ERROR_CHARS``, and the message and
+    param are made encodable (a lone surrogate the client sent becomes ``\\ud800``)."""
+    if len(message) > MAX_ERROR_CHARS:
+        message = f"{message[:MAX_ERROR_CHARS]}... ({len(message)} characters)"
+    message = _encodable(message)
+    param = None if param is None else _encodable(param)
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _encodable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:

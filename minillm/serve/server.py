@@ -21,6 +21,10 @@ import uvicorn
 
 log = logging.getLogger("minillm.serve")
 
+DEFAULT_MAX_BODY_BYTES = 1 << 20  # the same as app.DEFAULT_MAX_BODY_BYTES (not imported: fastapi loads late)
+DEFAULT_REQUEST_TIMEOUT = 30.0
+DEFAULT_LIMIT_CONCURRENCY = 256
+
 # A long-running server must not grow without bound: small limits for the engine's history,
 # passed only where this engine version has them.
 SERVER_ENGINE_LIMITS = {"max_history": 256, "trace_limit": 20_000}
@@ -64,6 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--seed", type=int, default=0, help="seeds requests that bring no seed of their own")
+    p.add_argument("--allowed-hosts", default=None,
+                   help="comma-separated Host header names answered ('*' = any, '*.example.com' = its "
+                        "subdomains); default: the loopback names when bound to loopback, else any")
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                   help=f"largest request body; beyond it HTTP 413 (default {DEFAULT_MAX_BODY_BYTES}: 1 MiB)")
+    p.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
+                   help="seconds a client has to send a request's headers, and again its body; "
+                        f"beyond it HTTP 408 and the connection is closed (default {DEFAULT_REQUEST_TIMEOUT:g})")
+    p.add_argument("--limit-concurrency", type=int, default=DEFAULT_LIMIT_CONCURRENCY,
+                   help="most open connections; requests beyond it get HTTP 503 "
+                        f"(default {DEFAULT_LIMIT_CONCURRENCY})")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -73,6 +88,35 @@ def _check_args(args) -> None:
         raise ValueError(f"--port must be an int in [0, 65535], got {args.port}")
     if args.max_waiting < 1:
         raise ValueError(f"--max-waiting must be an int >= 1, got {args.max_waiting}")
+    if args.max_body_bytes < 1024:
+        raise ValueError(f"--max-body-bytes must be an int >= 1024, got {args.max_body_bytes}")
+    if not 0 < args.request_timeout <= 3600:
+        raise ValueError(f"--request-timeout must be seconds in (0, 3600], got {args.request_timeout:g}")
+    if args.limit_concurrency < 2:
+        raise ValueError(f"--limit-concurrency must be an int >= 2, got {args.limit_concurrency}")
+
+
+def allowed_hosts(args) -> list[str]:
+    """The Host names to answer: ``--allowed-hosts``, else the loopback names when bound to
+    loopback (a DNS-rebinding page then gets 400), else any."""
+    from .guards import default_allowed_hosts
+
+    if args.allowed_hosts is None:
+        return default_allowed_hosts(args.host)
+    hosts = [h.strip() for h in args.allowed_hosts.split(",") if h.strip()]
+    if not hosts:
+        raise ValueError("--allowed-hosts must name at least one host (or '*')")
+    return hosts
+
+
+def uvicorn_limits(args) -> dict:
+    """uvicorn's own limits, set on purpose rather than left to its defaults: the h11 protocol
+    with a header deadline, idle keep-alive connections closed after 5 s, at most
+    ``--limit-concurrency`` connections, headers of at most 16 KiB."""
+    from .slow_clients import with_deadline
+
+    return {"http": with_deadline(args.request_timeout), "timeout_keep_alive": 5,
+            "limit_concurrency": args.limit_concurrency, "h11_max_incomplete_event_size": 16 * 1024}
 
 
 class GracefulServer(uvicorn.Server):
@@ -121,6 +165,7 @@ def serve(argv: list[str] | None = None, server_class=None) -> int:
                         stream=sys.stderr)
     try:
         _check_args(args)
+        hosts = allowed_hosts(args)
         from minillm import LLM
 
         from .app import OpenAIServer
@@ -144,11 +189,19 @@ def serve(argv: list[str] | None = None, server_class=None) -> int:
     engine = EngineLoop(llm, max_waiting=args.max_waiting, observer=metrics)
     server_class = server_class or OpenAIServer
     api_key = args.api_key or os.environ.get("MINILLM_API_KEY") or None
-    app = server_class(engine, name, api_key=api_key, metrics=metrics).build_app()
-    if args.host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
-        log.warning("listening on %s without an API key: anyone who can reach it can use it", args.host)
+    app = server_class(engine, name, api_key=api_key, metrics=metrics, max_body_bytes=args.max_body_bytes,
+                       request_timeout=args.request_timeout, allowed_hosts=hosts).build_app()
+    from .guards import is_loopback
+
+    if not is_loopback(args.host):
+        if api_key is None:
+            log.warning("listening on %s without an API key: anyone who can reach it can use it", args.host)
+        if "*" in hosts:
+            log.warning("listening on %s for any Host header: name the hosts clients use with --allowed-hosts",
+                        args.host)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=5, lifespan="on", access_log=args.log_level == "debug")
+                            timeout_graceful_shutdown=5, lifespan="on", access_log=args.log_level == "debug",
+                            **uvicorn_limits(args))
     server = GracefulServer(config, engine, t_start)
     server.run()
     snap = engine.snapshot()

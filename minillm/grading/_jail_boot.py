@@ -1,0 +1,106 @@
+"""The first code a sandboxed kernel runs (``python -c`` with this file's text and a JSON config).
+
+It must not import ``minillm`` before the jail is complete: under bubblewrap the jail already is;
+under ``unshare`` (own user, mount, PID and network namespaces, root in there) this builds it —
+a new root on a tmpfs holding only the interpreter, the package (model answers replaced), the
+scratch folder and a few devices — moves it onto ``/``, enters it, and drops every capability so
+the kernel cannot unmount or remount anything. Then it starts :mod:`minillm.grading._worker`.
+"""
+
+import ctypes
+import json
+import os
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 32, 4096, 8192, 16384, 1 << 18)
+SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
+ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives",
+       "/etc/ssl", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/fonts")
+DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/full")
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(src, dst, fstype=None, flags=0, data=None):
+    enc = (lambda s: s.encode() if isinstance(s, str) else s)
+    if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
+        raise OSError(ctypes.get_errno(), f"mount {src} on {dst}: {os.strerror(ctypes.get_errno())}")
+
+
+def _bind(root, path, target=None, writable=False, recursive=True):
+    """Bind ``path`` at ``root + (target or path)``, read-only unless ``writable``."""
+    dst = root + (target or path)
+    if os.path.isdir(path):
+        os.makedirs(dst, exist_ok=True)
+    elif not os.path.exists(dst):
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        open(dst, "a").close()
+    _mount(path, dst, None, MS_BIND | (MS_REC if recursive else 0))
+    if not writable:
+        _mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
+
+
+def _drop_capabilities():
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: all empty
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "no_new_privs")
+
+
+def build_unshare_jail(cfg):
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    root = os.path.join(cfg["scratch"], ".jail-root")
+    os.makedirs(root, exist_ok=True)
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for path in SYSTEM:
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), root + path)
+        elif os.path.isdir(path):
+            _bind(root, path)
+    for path in ETC + DEVICES:
+        if os.path.exists(path):
+            _bind(root, path, writable=path.startswith("/dev/"))
+    for path in cfg["keep"]:
+        if path != cfg["scratch"]:
+            _bind(root, path)
+    _bind(root, cfg["blind"], os.path.join(cfg["package"], "grading", "solutions.py"))
+    _bind(root, cfg["scratch"], "/scratch", writable=True, recursive=False)
+    os.makedirs(root + "/proc", exist_ok=True)
+    _mount("/proc", root + "/proc", None, MS_BIND | MS_REC)
+    os.makedirs(root + "/tmp", exist_ok=True)
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m")
+    _mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    os.chdir(root)
+    _mount(root, "/", None, MS_MOVE)
+    os.chroot(".")
+    os.chdir("/scratch")
+    _drop_capabilities()
+    try:
+        os.setsid()  # as bubblewrap's --new-session: a signal to "my process group" stays in the jail
+    except OSError:
+        pass
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    if cfg["mode"] == "unshare":
+        build_unshare_jail(cfg)
+    if cfg.get("scratch"):
+        os.chdir("/scratch" if cfg["mode"] != "none" else cfg["scratch"])
+    sys.path.insert(0, cfg["lib"])
+    sys.argv = [sys.argv[0]]
+    probe = os.environ.pop("MINILLM_JAIL_PROBE", None)
+    if probe is not None:
+        exec(compile(probe, "<jail probe>", "exec"), {"__name__": "__probe__"})
+        return
+    from minillm.grading import _worker
+
+    _worker.run()
+
+
+main()

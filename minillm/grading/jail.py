@@ -1,0 +1,184 @@
+"""Where a submission's code runs: a jail that shows it a read-only Python, the minillm package
+without its model answers, and its own scratch folder — and nothing else.
+
+``minillm grade`` runs every code cell of a submission in a kernel (:mod:`sandbox`). That kernel
+is started inside new user, mount, PID, network, IPC and UTS namespaces, so it
+
+* sees only the interpreter, the virtual environment, the ``minillm`` package (its
+  ``grading/solutions.py`` replaced by :mod:`_blind_solutions`) and a scratch folder; the
+  checkout's ``tests/`` (the solved notebooks), the grader's home and every other file are absent;
+* has no network (a network namespace with only a loopback of its own);
+* cannot see or signal the grader (it is in its own PID namespace, in a new session);
+* cannot write anything but its scratch folder, and cannot undo that (no capabilities, no new
+  privileges).
+
+Two ways to build it, tried in this order: Debian's ``bubblewrap`` (``bwrap``, installed by
+``scripts/setup.sh``), then util-linux ``unshare`` with :mod:`_jail_boot` doing the mounts inside.
+``MINILLM_GRADE_JAIL=bwrap|unshare|none`` forces one; ``none`` (or ``minillm grade --unjailed``)
+is the weaker mode: the kernel is only a limited, killable process of the grader's user, and the
+report says so. Without a working jail and without that explicit choice, grading refuses to run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MODES = ("bwrap", "unshare", "none")
+#: where the scratch folder appears inside the jail (its working directory and home)
+JAIL_SCRATCH = "/scratch"
+_BOOT = Path(__file__).with_name("_jail_boot.py")
+_BLIND = Path(__file__).with_name("_blind_solutions.py")
+
+
+class NoJail(RuntimeError):
+    """Neither bubblewrap nor unshare can build a jail here, and the weaker mode was not asked for."""
+
+
+@dataclass(frozen=True)
+class Jail:
+    mode: str  # one of MODES
+    why: str = ""  # for "none": why no jail is used
+
+    @property
+    def isolated(self) -> bool:
+        return self.mode != "none"
+
+    def describe(self) -> str:
+        if self.mode == "bwrap":
+            return "bubblewrap jail: own user, mount, PID and network namespaces; no tests/, no model answers"
+        if self.mode == "unshare":
+            return "unshare jail: own user, mount, PID and network namespaces; no tests/, no model answers"
+        return f"NOT JAILED ({self.why}): the kernel runs as the grader's user and can read its files"
+
+
+def package_dir() -> Path:
+    import minillm
+
+    return Path(minillm.__file__).resolve().parent
+
+
+def _python_roots() -> list[str]:
+    """The folders the interpreter needs: its prefix (a venv), its base prefix, the executable's."""
+    roots = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix),
+             os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
+    try:
+        import torch  # the largest dependency: wherever pip put it
+
+        roots.add(os.path.realpath(Path(torch.__file__).parent.parent))
+    except Exception:
+        pass
+    return sorted(r for r in roots if r not in ("/", "/usr"))
+
+
+_SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
+_ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives",
+        "/etc/ssl", "/etc/ca-certificates", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/fonts",
+        "/etc/matplotlibrc")
+
+
+def _bwrap_argv(scratch: str, bwrap: str) -> list[str]:
+    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--hostname", "sandbox", "--tmpfs", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in _SYSTEM:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in _ETC:
+        if os.path.exists(path):
+            argv += ["--ro-bind", path, path]
+    for root in _python_roots():
+        argv += ["--ro-bind", root, root]
+    pkg = str(package_dir())
+    argv += ["--ro-bind", pkg, pkg, "--ro-bind", str(_BLIND), os.path.join(pkg, "grading", "solutions.py"),
+             "--bind", scratch, JAIL_SCRATCH, "--chdir", JAIL_SCRATCH, "--remount-ro", "/"]
+    return argv + ["--"]
+
+
+def _unshare_argv(unshare: str) -> list[str]:
+    return [unshare, "--user", "--map-root-user", "--mount", "--net", "--ipc", "--uts", "--pid", "--fork",
+            "--kill-child", "--mount-proc", "--"]
+
+
+def boot_config(scratch: str, mode: str) -> dict:
+    """What :mod:`_jail_boot` needs: where the package is, and (unshare) which mounts to make."""
+    pkg = str(package_dir())
+    cfg = {"lib": str(Path(pkg).parent), "mode": mode}
+    if mode == "unshare":
+        cfg.update({"package": pkg, "blind": str(_BLIND), "scratch": scratch,
+                    "keep": sorted(set(_python_roots()) | {pkg, scratch})})
+    elif mode == "bwrap":
+        cfg["scratch"] = JAIL_SCRATCH
+    return cfg
+
+
+def command(jail: Jail, scratch: str, python_args: list[str]) -> list[str]:
+    """The argv that starts ``python python_args…`` in ``jail``, booted by :mod:`_jail_boot`."""
+    boot = ["-c", _BOOT.read_text(encoding="utf-8"), json.dumps(boot_config(scratch, jail.mode))]
+    py = [sys.executable, *python_args, *boot]
+    if jail.mode == "bwrap":
+        return _bwrap_argv(scratch, shutil.which("bwrap") or "bwrap") + py
+    if jail.mode == "unshare":
+        return _unshare_argv(shutil.which("unshare") or "unshare") + py
+    return py
+
+
+_PROBE = "import os, socket\nassert not os.path.exists({tests!r})\ns = socket.socket()\ntry:\n    " \
+         "s.connect(('1.1.1.1', 53))\nexcept OSError:\n    print('jailed')\n"
+
+
+def _works(mode: str) -> str | None:
+    """None when ``mode`` starts a jailed Python here; otherwise why not (one line)."""
+    tool = shutil.which("bwrap" if mode == "bwrap" else "unshare")
+    if tool is None:
+        return f"{'bwrap' if mode == 'bwrap' else 'unshare'} is not installed"
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="minillm-jail-probe-")
+    try:
+        probe = _PROBE.format(tests=str(package_dir().parent / "tests"))
+        cmd = command(Jail(mode), scratch, ["-I", "-B"])
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "MINILLM_JAIL_PROBE": probe, "LANG": "C.UTF-8"}
+        out = subprocess.run(cmd, check=False, env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{mode} failed to start ({type(exc).__name__})"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if out.returncode == 0 and out.stdout.strip() == b"jailed":
+        return None
+    err = out.stderr.decode("utf-8", "replace").strip().splitlines()
+    return f"{mode} did not start a jailed Python ({err[-1][:200] if err else f'exit status {out.returncode}'})"
+
+
+_CHOSEN: dict[bool, Jail] = {}
+
+
+def choose(allow_unjailed: bool = False) -> Jail:
+    """The jail this machine can build (checked once per process). ``MINILLM_GRADE_JAIL`` forces a
+    mode. Raises :class:`NoJail` when none works, unless ``allow_unjailed``."""
+    forced = os.environ.get("MINILLM_GRADE_JAIL", "").strip().lower()
+    if forced and forced not in MODES:
+        raise NoJail(f"MINILLM_GRADE_JAIL must be one of {', '.join(MODES)}, got {forced!r}")
+    if forced == "none":
+        return Jail("none", "MINILLM_GRADE_JAIL=none")
+    if allow_unjailed in _CHOSEN and not forced:
+        return _CHOSEN[allow_unjailed]
+    reasons = []
+    for mode in ([forced] if forced else ["bwrap", "unshare"]):
+        why = _works(mode)
+        if why is None:
+            _CHOSEN[allow_unjailed] = Jail(mode)
+            return _CHOSEN[allow_unjailed]
+        reasons.append(why)
+    if not allow_unjailed:
+        raise NoJail("no jail for the submission's code: " + "; ".join(reasons) +
+                     ". Install bubblewrap (scripts/setup.sh does), allow unprivileged user namespaces, "
+                     "or pass --unjailed to grade in the weaker mode")
+    _CHOSEN[allow_unjailed] = Jail("none", "; ".join(reasons))
+    return _CHOSEN[allow_unjailed]

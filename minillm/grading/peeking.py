@@ -1,0 +1,116 @@
+"""Which model answers a notebook asked for, whatever name it used.
+
+``show_solution("task2")`` leaves a recorded output, but a learner can clear outputs, or call it
+under another name (``from minillm.grading import show_solution as peek``, ``s = show_solution``,
+``getattr(grading, "show_" + "solution")``, the ``solutions`` module itself). This reads the
+code cells as data, follows such aliases from cell to cell, and returns the exercise ids asked
+for — ``"?"`` when the id cannot be read, so that every exercise goes to a person.
+"""
+
+from __future__ import annotations
+
+import ast
+
+SOLUTION_NAMES = frozenset({"show_solution", "model_answer", "MODEL_ANSWERS", "close_to_model"})
+UNKNOWN = "?"
+
+
+def _parse(source: str):
+    from .extract import _parse as parse
+
+    return parse(source)
+
+
+def _first_string(call: ast.Call) -> str:
+    if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+        return call.args[0].value[:80]
+    return UNKNOWN
+
+
+def _mentions_solutions(text: str) -> bool:
+    return any(n in text for n in SOLUTION_NAMES) or "grading.solutions" in text or text == "solutions"
+
+
+class _Tracker(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.aliases: set[str] = set(SOLUTION_NAMES)
+        self.modules: set[str] = set()  # names bound to the solutions module
+        self.seen: set[str] = set()
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        from_solutions = (node.module or "").split(".")[-1] == "solutions"
+        for a in node.names:
+            if from_solutions or a.name in SOLUTION_NAMES:
+                self.aliases.add(a.asname or a.name)
+            elif a.name == "solutions":
+                self.modules.add(a.asname or a.name)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            if a.name.endswith(".solutions") and a.asname:
+                self.modules.add(a.asname)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if self._is_solution_ref(node.value):  # peek = show_solution: follow the new name
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    self.aliases.add(t.id)
+            return
+        self.generic_visit(node)
+
+    def _is_solution_ref(self, node) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in self.aliases
+        if isinstance(node, ast.Attribute):
+            return node.attr in SOLUTION_NAMES or (isinstance(node.value, ast.Name) and node.value.id in self.modules)
+        return False
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if self._is_solution_ref(node.func):  # peek("task2"): that exercise (or "?" when computed)
+            self.seen.add(_first_string(node))
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                self.visit(arg)
+            return
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load) and (node.id in self.aliases or node.id in self.modules):
+            self.seen.add(UNKNOWN)  # passed around, not called where we can read the id
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr in SOLUTION_NAMES or node.attr == "solutions":
+            self.seen.add(UNKNOWN)
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and _mentions_solutions(node.value):
+            self.seen.add(UNKNOWN)  # getattr(g, "show_solution"), import_module("…solutions")
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        folded = _fold(node)
+        if folded is not None and _mentions_solutions(folded):
+            self.seen.add(UNKNOWN)  # "show_" + "solution"
+        self.generic_visit(node)
+
+
+def _fold(node) -> str | None:
+    """The string a ``+`` of string constants makes, or None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _fold(node.left), _fold(node.right)
+        return left + right if left is not None and right is not None else None
+    return None
+
+
+def solution_lookups(nb) -> set[str]:
+    """Exercise ids (or ``"?"``) whose model answer the notebook's code asked for in any way."""
+    tracker = _Tracker()
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        tree = _parse(source if isinstance(source, str) else "".join(source))
+        if tree is not None:
+            tracker.visit(tree)
+    return tracker.seen

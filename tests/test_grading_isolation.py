@@ -1,0 +1,240 @@
+"""``minillm grade``'s jail: each attack a submission could make on the grader, as a test.
+
+The jail (bubblewrap, else ``unshare``) must hide the checkout's ``tests/`` and the model answers,
+cut the network, and keep the grader out of reach of signals; a folder run must write a row per
+notebook even when one notebook's grader is killed or stopped. Assertions are on outcomes (what
+the report says, what survived), never on how long something took.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import minillm
+from minillm.grading import cli_grade
+from minillm.grading import jail as jails
+from minillm.grading import notebook as nbmod
+
+CELL_TIMEOUT = 5
+DEADLINE = 60
+REPO = Path(minillm.__file__).resolve().parent.parent
+
+
+def _jail_or_none():
+    try:
+        return jails.choose()
+    except jails.NoJail:
+        return None
+
+
+JAIL = _jail_or_none()
+needs_jail = pytest.mark.skipif(JAIL is None, reason="no user namespaces here: neither bwrap nor unshare can jail")
+
+
+def write_notebook(folder: Path, *cells: str, name: str = "sub.ipynb") -> Path:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    path = folder / name
+    nbformat.write(nb, path)
+    return path
+
+
+def grade(path: Path, *extra: str) -> tuple[int, dict]:
+    report = path.with_name(path.stem + ".report.json")
+    rc = cli_grade([str(path), "--json", str(report), "--timeout", str(CELL_TIMEOUT), "--deadline", str(DEADLINE),
+                    *extra])
+    return rc, (json.loads(report.read_text()) if report.is_file() else {})
+
+
+def answer(report: dict, ex_id: str = "task2_kv_explain") -> str:
+    return report["exercises"][ex_id]["answer"] or ""
+
+
+# =============================================================================================
+# What the kernel can see
+# =============================================================================================
+@needs_jail
+def test_the_checkout_tests_and_the_solved_notebooks_are_not_visible(tmp_path):
+    solved = REPO / "tests" / "solved"
+    assert solved.is_dir()  # the attack is real: the grader runs in a checkout that has them
+    marker = tmp_path / "next-to-the-submission.txt"  # the grader's files outside the jail
+    marker.write_text("private")
+    cell = f"""
+import os
+seen = []
+for p in [{str(solved)!r}, {str(REPO / 'tests')!r}, {str(REPO / '.git')!r}, {str(marker)!r}, {str(tmp_path)!r}]:
+    if os.path.exists(p):
+        seen.append(p)
+task2_kv_explain = 'SEEN ' + ';'.join(seen) if seen else 'nothing'
+"""
+    rc, report = grade(write_notebook(tmp_path, cell))
+    assert rc == 0 and report["jail"] in ("bwrap", "unshare")
+    assert "SEEN" not in answer(report) and "answers.py" not in answer(report)
+    assert report["sandbox"].startswith("ran, with a read-only view")
+
+
+@needs_jail
+def test_the_model_answers_are_blind_inside_the_jail(tmp_path):
+    cell = """
+from minillm.grading import solutions, show_solution as peek
+try:
+    task2_kv_explain = solutions.MODEL_ANSWERS['task2_kv_explain'][0]
+except KeyError:
+    task2_kv_explain = 'no model answer: ' + str(peek('task2'))
+"""
+    rc, report = grade(write_notebook(tmp_path, cell))
+    assert rc == 0
+    assert answer(report).startswith("no model answer")
+    assert report["exercises"]["task2_kv_explain"]["score"] == 0
+    # asking under another name is still seen, and sends every answer to a person
+    assert "?" in report["solutions_viewed"] and "task2" in report["solutions_viewed"]
+    assert set(report["needs_review"]) == set(report["exercises"])
+
+
+def test_a_renamed_show_solution_with_its_output_cleared_is_recorded(tmp_path):
+    cells = ["from minillm.grading import show_solution as hint", "hint('task4')",
+             "task4_sampling = 'The chosen token is appended to the history, so it steers every later step.'"]
+    rc, report = grade(write_notebook(tmp_path, *cells))  # no outputs at all: as if cleared
+    assert rc == 0
+    assert report["solutions_viewed"] == ["task4"] and "task4_sampling" in report["needs_review"]
+
+
+# =============================================================================================
+# The network and the grader's processes
+# =============================================================================================
+@needs_jail
+def test_the_kernel_has_no_network(tmp_path):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    cell = f"""
+import socket
+try:
+    s = socket.create_connection(('127.0.0.1', {port}), timeout=2)
+    s.sendall(b'stolen answers')
+    task2_kv_explain = 'connected'
+except OSError as exc:
+    task2_kv_explain = 'blocked ' + type(exc).__name__
+"""
+    try:
+        rc, report = grade(write_notebook(tmp_path, cell))
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected
+    finally:
+        listener.close()
+    assert rc == 0 and answer(report).startswith("blocked")
+
+
+@needs_jail
+def test_signals_from_the_kernel_reach_neither_the_grader_nor_other_processes(tmp_path):
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        cell = f"""
+import os, signal
+hits = []
+for target in (os.getppid(), {os.getpid()}, {bystander.pid}):
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        try:
+            os.kill(target, sig)
+            hits.append(target)
+        except OSError:
+            pass
+for group in ({os.getpgid(0)}, {bystander.pid}):
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+task2_kv_explain = 'tried'
+"""
+        rc, report = grade(write_notebook(tmp_path, cell, "task4_sampling = str(os.getpid())"))
+        assert rc == 0 and answer(report) == "tried"
+        assert bystander.poll() is None  # not killed, not stopped:
+        assert Path(f"/proc/{bystander.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("S", "R")
+        # the kernel is in its own PID namespace: it does not even know the grader's pid
+        assert int(answer(report, "task4_sampling")) < 1000
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+@needs_jail
+def test_killing_every_process_it_can_see_ends_only_the_kernel(tmp_path):
+    cell = "import os, signal\nos.kill(-1, signal.SIGKILL)\nos.killpg(0, signal.SIGKILL)"
+    rc, report = grade(write_notebook(tmp_path, "task2_kv_explain = 'before'", cell))
+    assert rc == 0 and report["status"] == "graded"  # this process is alive to read it
+    assert answer(report) == "before"
+
+
+def test_print_patched_sigint_ignored_and_an_endless_sleep_are_stopped_with_a_reason(tmp_path):
+    cells = [("import builtins, signal, time\nbuiltins.print = lambda *a, **k: None\n"
+              "signal.signal(signal.SIGINT, signal.SIG_IGN)\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)"),
+             "time.sleep(10**6)", "task2_kv_explain = str('after the sleep')"]
+    rc, report = grade(write_notebook(tmp_path, *cells), "--unjailed")
+    assert rc == 0
+    assert any(e.startswith("cell 2: did not finish within") and "SIGKILL" in e for e in report["cell_errors"]), \
+        report["cell_errors"]
+    assert answer(report) == "after the sleep"  # the cells after it still ran
+
+
+# =============================================================================================
+# No jail: a refusal, or the weaker mode when asked for
+# =============================================================================================
+def test_without_a_jail_grading_refuses_unless_the_weaker_mode_is_asked_for(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", "bwrap")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
+    path = write_notebook(tmp_path, "task2_kv_explain = str()")
+    rc, report = grade(path)
+    assert rc == 3 and report == {}
+    err = capsys.readouterr().err
+    assert "bwrap is not installed" in err and "--unjailed" in err
+    rc, report = grade(path, "--unjailed")
+    assert rc == 0 and report["jail"] == "none" and "NOT JAILED" in report["sandbox"]
+    assert "NOT JAILED" in capsys.readouterr().err
+
+
+def test_answers_read_as_data_need_no_jail(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", "bwrap")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
+    rc, report = grade(write_notebook(tmp_path, "task2_kv_explain = 'It keeps the keys.'"))
+    assert rc == 0 and report["jail"] is None
+
+
+# =============================================================================================
+# A folder: one grader process per notebook, a row for each whatever happens to the others
+# =============================================================================================
+def test_a_killed_or_stopped_grader_costs_only_its_own_row(tmp_path, monkeypatch, capsys):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name in ("a_honest", "b_killed", "c_stopped", "d_honest"):
+        write_notebook(subs, "task2_kv_explain = 'It keeps the keys and values of earlier tokens.'",
+                       name=f"{name}.ipynb")
+    real = nbmod._child_command
+
+    def command(nb_path, report_path, args):  # stand-ins for a grader a submission managed to end
+        if nb_path.stem == "b_killed":
+            return [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+        if nb_path.stem == "c_stopped":
+            return [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"]
+        return real(nb_path, report_path, args)
+
+    real_limit = nbmod._child_limit
+    monkeypatch.setattr(nbmod, "_child_command", command)
+    monkeypatch.setattr(nbmod, "_child_limit", lambda nb, args: 2 if nb.stem == "c_stopped" else real_limit(nb, args))
+    assert cli_grade([str(subs), "--timeout", str(CELL_TIMEOUT), "--deadline", str(DEADLINE)]) == 0
+    book = json.loads((subs / "gradebook.json").read_text())
+    rows = {Path(r["notebook"]).stem: r for r in book["reports"]}
+    assert book["complete"] is True
+    assert rows["a_honest"]["status"] == rows["d_honest"]["status"] == "graded"
+    assert rows["b_killed"]["status"] == "grader killed" and "SIGKILL" in rows["b_killed"]["problems"][0]
+    assert rows["c_stopped"]["status"] == "grader stopped"
+    csv_rows = (subs / "gradebook.csv").read_text().splitlines()
+    assert len(csv_rows) == 5 and any("grader stopped" in r for r in csv_rows)
