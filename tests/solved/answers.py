@@ -161,7 +161,7 @@ SOLVED_ANSWERS_ZH = {
     tokens = -(-context_tokens // 16) * 16                                  # 按 16 个 token 一块整块占用
     budget = int(0.9 * card_gb * 10**9) - 2 * num_params                    # 卡的 90% 减去 bf16 权重
     return max(budget, 0) // (tokens * per_token)''',
-    "quiz5_debug_by_request": 'quiz5_debug_by_request = ("B", "每个请求在释放之前都占着 KV 块和状态，已经结束却还占着块的请求在这里一眼就能看到")',
+    "quiz5_debug_by_request": 'quiz5_debug_by_request = ("B", "每个请求在释放之前都占着 KV 块和状态，看它们就知道谁早该归还却没有归还")',
     "quiz6_key_table_decode": 'quiz6_key_table_decode = ("B", "decode 每个输出 token 一步，输出越长步数越多，调度决定这些步怎样合批")',
     "quiz7_scheduling_states": 'quiz7_scheduling_states = ("C", "请求处于不同的状态，而且每一步都在变化")',
 }
