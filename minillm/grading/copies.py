@@ -175,7 +175,7 @@ def _similar(a: list, b: list) -> float:
     return len(sa & sb) / min(len(sa), len(sb))
 
 
-def shared_answers(answers: dict[str, str], threshold: float = 0.8) -> dict[str, list[str]]:
+def shared_answers(answers: dict, threshold: float = 0.8) -> dict:
     """``{student: [students whose answer is nearly the same]}`` for one exercise's answers
     (``{student: text}``): most of the shorter answer's triples are in the other one."""
     g = {who: grams(text) for who, text in answers.items() if isinstance(text, str)}
@@ -187,3 +187,25 @@ def shared_answers(answers: dict[str, str], threshold: float = 0.8) -> dict[str,
                 found.setdefault(a, []).append(b)
                 found.setdefault(b, []).append(a)
     return found
+
+
+def mark_shared_answers(reports: list[dict]) -> list[dict]:
+    """The reports (copies) with every written answer that another notebook of the class also
+    handed in nearly word for word flagged for review, naming the other notebooks."""
+    import copy
+    from pathlib import Path
+
+    from . import EXERCISES
+
+    out = copy.deepcopy(reports)
+    for ex_id, ex in EXERCISES.items():
+        if ex.kind not in ("text", "quiz"):
+            continue
+        answers = {i: r["exercises"][ex_id].get("answer") for i, r in enumerate(out)
+                   if isinstance(r.get("exercises"), dict) and ex_id in r["exercises"]}
+        for i, others in shared_answers(answers).items():
+            entry = out[i]["exercises"][ex_id]
+            names = ", ".join(Path(str(out[j].get("notebook", "?"))).name for j in others)
+            entry["needs_human_review"] = True
+            entry["flags"] = sorted(set(entry.get("flags", [])) | {f"same answer as {names}"})
+    return out
