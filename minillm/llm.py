@@ -338,8 +338,9 @@ class LLM(WholeGenerations):
         t0 = time.monotonic()
         try:
             with StepInterrupts() as interrupts:
-                if self.parts.step is not None:  # a learner's own step (minillm.seams): no rollback
-                    batch = self.parts.step(self)
+                if self.parts.step is not None:  # a learner's own step (minillm.seams): no rollback,
+                    with interrupts.deliverable():  # and Ctrl-C stops it at once (it may loop forever)
+                        batch = self.parts.step(self)
                     if not isinstance(batch, ScheduledBatch):
                         raise TypeError(f"parts.step must return the ScheduledBatch of its step, "
                                         f"got {type(batch).__name__}")
