@@ -22,8 +22,9 @@ made once per bucket and replayed (nano-vllm's ``capture_cudagraph``, vLLM's CUD
 
 How a bucket's graph is made (``LLM(decode_graphs=...)``):
 
-* ``"cuda"`` (``True`` on CUDA): captured as a ``torch.cuda.CUDAGraph`` on first use, after a
-  warm-up run on a side stream; a step is then one replay instead of ~1,000 kernel launches.
+* ``"cuda"`` (``True`` on CUDA): captured as a ``torch.cuda.CUDAGraph`` (after a warm-up run on
+  a side stream) by ``LLM.warmup()`` for every bucket, else on first use; a step is then one
+  replay instead of ~1,000 kernel launches.
   **Unverified**: written for CUDA, run only on the CPU here (see the README's GPU section).
 * ``"compile"`` (``True`` on the CPU): inductor with its C++ wrapper, so the step's kernels
   are called from C++, not one Python call per op, compiled ahead of time (``aot_compile``:
@@ -93,12 +94,14 @@ def decode_forward(model, kv_cache, ids, positions, slots, block_tables, context
 
 
 class DecodeInputs:
-    """The persistent input buffers of one (B, W) bucket, on the device."""
+    """The persistent input buffers of one (B, W) bucket, on the device; made as padding rows
+    (token 0 at position 0 writing to ``scratch_slot``, a one-slot context), so a graph can be
+    made before any request fills them."""
 
-    def __init__(self, batch: int, width: int, device: torch.device):
+    def __init__(self, batch: int, width: int, device: torch.device, scratch_slot: int = 0):
         self.ids = torch.zeros(batch, dtype=torch.long, device=device)
         self.positions = torch.zeros(batch, dtype=torch.long, device=device)
-        self.slots = torch.zeros(batch, dtype=torch.long, device=device)
+        self.slots = torch.full((batch,), scratch_slot, dtype=torch.long, device=device)
         self.context_lens = torch.ones(batch, dtype=torch.long, device=device)
         self.block_tables = torch.full((batch, width), NULL_BLOCK, dtype=torch.long, device=device)
 
@@ -111,11 +114,18 @@ class DecodeGraph:
 
     def __init__(self, graphs: "DecodeGraphs", batch: int, width: int):
         self.graphs, self.batch, self.width = graphs, batch, width
-        self.inputs = DecodeInputs(batch, width, graphs.device)
+        self.inputs = DecodeInputs(batch, width, graphs.device, graphs.kv_cache.scratch_slot)
         self.runs = 0
         self._fn = None        # compile / eager: called with the buffers
         self._graph = None     # cuda: the captured graph and its output buffer
         self._out = None
+
+    def make(self) -> None:
+        """Make the graph if it is not made yet: with the buffers as they are (a capture's
+        warm-up runs write K/V to their slots; fresh buffers are padding rows, which write to
+        the scratch slot)."""
+        if self._fn is None and self._graph is None:
+            self._make()
 
     def _make(self):
         g = self.graphs
@@ -147,6 +157,7 @@ class DecodeGraph:
         with torch.cuda.graph(graph, pool=self.graphs.pool()):
             self._out = forward(*args)
         self._graph = graph
+        self.graphs.captures += 1
 
     def __call__(self, n: int, table: torch.Tensor, rows: torch.Tensor, ids, positions, slots,
                  context_lens) -> torch.Tensor:
@@ -160,8 +171,7 @@ class DecodeGraph:
         buf.block_tables.fill_(NULL_BLOCK)
         w = min(self.width, table.shape[1])
         buf.block_tables[:n, :w].copy_(table.index_select(0, rows)[:, :w])
-        if self._fn is None and self._graph is None:
-            self._make()
+        self.make()
         self.runs += 1
         if self._graph is not None:  # (a capture records kernels without running them)
             self._graph.replay()
@@ -208,6 +218,8 @@ class DecodeGraphs:
         self.compiler: str | None = None  # "aot" or "jit": how they were made (``_compile``)
         self.aot_error: str | None = None  # why ahead-of-time compiling fell back, if it did
         self._pool = None
+        self.captures = 0  # CUDA graphs captured (after ``warm_up``, serving adds none)
+        self.warmup: dict | None = None  # what ``warm_up`` made: {"graphs": n, "seconds": s}
 
     def compiled_for(self, batch: int, forward, example: tuple):
         """The inductor-compiled forward of ``batch`` rows, made once (on ``example``, the
@@ -259,9 +271,13 @@ class DecodeGraphs:
         b, w = bucket_for(n, self.batch_sizes), bucket_for(blocks, self.widths)
         if b is None or w is None:
             return None
-        graph = self.graphs.get((b, w))
+        return self.bucket(b, w)
+
+    def bucket(self, batch: int, width: int) -> DecodeGraph:
+        """The graph of bucket (batch, width), its buffers made now, its graph on first use."""
+        graph = self.graphs.get((batch, width))
         if graph is None:
-            graph = self.graphs[(b, w)] = DecodeGraph(self, b, w)
+            graph = self.graphs[(batch, width)] = DecodeGraph(self, batch, width)
         return graph
 
     def padding(self, n: int, batch: int) -> dict[str, list[int]]:
@@ -273,17 +289,38 @@ class DecodeGraphs:
 
 
 def warm_up(llm) -> int:
-    """Make the graphs now rather than in a step that serves someone (``LLM.warmup``): for each
-    batch bucket, that many greedy 2-token requests run to their first decode, their outputs
-    dropped and the requests forgotten (their events stay in the trace). In "compile" mode that
-    is every graph (one per batch size serves every width); in "cuda" mode each batch size's
-    narrowest width (a wider one is captured when first needed). Returns the graphs made (0
-    without decode graphs, or in "eager" mode, where there is nothing to make)."""
-    from .params import SamplingParams
+    """Make the graphs now rather than in a step that serves someone (``LLM.warmup``); returns
+    how many were made (0 without decode graphs, or in "eager" mode, where there is nothing to
+    make), and ``graphs.warmup`` says how many and in how many seconds.
+
+    * "cuda": every (B, W) bucket ``max_num_seqs`` and ``max_model_len`` can reach is captured
+      directly, its buffers holding padding rows (token 0, position 0, the scratch slot, a
+      one-slot context of the null block): a capture depends on shapes only, so no request is
+      needed, and a serving step never captures (``DecodeGraph.captures`` stays put).
+    * "compile": for each batch bucket, that many greedy 2-token requests run to their first
+      decode, their outputs dropped and the requests forgotten (their events stay in the
+      trace): one compiled function per batch size serves every width."""
+    import time
 
     graphs = llm.runner.graphs
     if graphs is None or graphs.mode == "eager":
         return 0
+    t0 = time.monotonic()
+    if graphs.mode == "cuda":
+        for b in graphs.batch_sizes:
+            for w in graphs.widths:
+                graphs.bucket(b, w).make()
+        made = len(graphs.graphs)
+    else:
+        _warm_up_by_requests(llm, graphs)
+        made = graphs.compiles
+    graphs.warmup = {"graphs": made, "seconds": round(time.monotonic() - t0, 3)}
+    return made
+
+
+def _warm_up_by_requests(llm, graphs) -> None:
+    from .params import SamplingParams
+
     token = 1 % llm.model_config.vocab_size
     params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
     for b in graphs.batch_sizes:
@@ -292,4 +329,3 @@ def warm_up(llm) -> int:
             llm.step()
         for r in reqs:
             llm.requests.pop(r.request_id, None)
-    return graphs.compiles if graphs.mode == "compile" else len(graphs.graphs)

@@ -284,7 +284,7 @@ class KVCache:
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
                  head_dim: int, dtype: torch.dtype, device: torch.device,
-                 enable_prefix_caching: bool = True, scratch_block: bool = False):
+                 enable_prefix_caching: bool = True, scratch_block: bool = False, allocator=None):
         self.num_layers = num_layers
         self.block_size = block_size
         self.num_kv_heads = num_kv_heads
@@ -299,7 +299,8 @@ class KVCache:
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self._total_bytes = sum(t.numel() * t.element_size() for t in self.k + self.v)
-        self.allocator = BlockAllocator(num_blocks, block_size, enable_prefix_caching)
+        # allocator: another object with BlockAllocator's methods (``minillm.seams.PooledAllocator``)
+        self.allocator = allocator or BlockAllocator(num_blocks, block_size, enable_prefix_caching)
         self.bytes_per_token = kv_bytes_per_token(
             num_layers, num_kv_heads, head_dim, torch.empty((), dtype=dtype).element_size()
         )

@@ -1,8 +1,10 @@
 """``minillm lab``: open the course in JupyterLab, offline, on its start page.
 
 JupyterLab runs as a child process bound to 127.0.0.1 with a fresh random token. This
-process waits until the server answers ``/api/status``, prints the URL to open (token
-included), opens a browser unless ``--no-browser``, and then stays in the foreground until
+process checks first that the port is free, waits until its own child listens on it (so the
+token is never sent to another server that holds the port) and answers ``/api/status``, prints
+the URL to open (token included) and where it is really bound (a warning naming the risk for
+anything but loopback), opens a browser unless ``--no-browser``, and then stays in the foreground until
 JupyterLab stops. Ctrl-C, SIGINT or SIGTERM stop JupyterLab (and its kernels) cleanly.
 ``--lang zh`` opens the Chinese edition's start page (``notebooks/zh/``) instead of the English
 one, with JupyterLab's own menus in Chinese (see ``LAB_SETTINGS_DIRS``): both editions are built
@@ -18,6 +20,7 @@ warnings (see ``COURSE_ARGS``). The browser tests (tests/browser) reuse
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import secrets
@@ -67,6 +70,10 @@ LAB_SETTINGS_DIRS = {"en": _ASSETS / "settings", "zh": _ASSETS / "settings-zh"}
 LAB_SETTINGS_DIR = LAB_SETTINGS_DIRS[DEFAULT_LANG]
 #: JupyterLab's locale for each edition (what ``settings-zh`` sets; None: the browser's default).
 LAB_LOCALES = {"en": None, "zh": "zh_CN"}
+#: Kernels of notebooks no longer open anywhere (no browser tab connected) are shut down after 10
+#: idle minutes: each holds hundreds of MB, and a learner moving through the chapter leaves many.
+#: A notebook that is open keeps its kernel however long it idles.
+KERNEL_CULL_ARGS = ("--MappingKernelManager.cull_idle_timeout=600", "--MappingKernelManager.cull_interval=60")
 _CONTENTS_ARG = "--ServerApp.contents_manager_class=minillm.lab_contents.CourseContentsManager"
 COURSE_ARGS = (f"--LabApp.app_settings_dir={LAB_SETTINGS_DIR}", _CONTENTS_ARG)
 
@@ -113,6 +120,84 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def is_loopback(ip: str) -> bool:
+    """Whether binding ``ip`` keeps the server reachable from this computer only."""
+    if ip == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return False
+
+
+def port_in_use(ip: str, port: int) -> bool:
+    """Whether something already listens on ``ip``:``port`` (checked before any token exists)."""
+    host = "127.0.0.1" if ip == "localhost" else (ip or "0.0.0.0")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: TIME_WAIT is free
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds a listening TCP socket on ``port`` (Linux ``/proc``); None
+    where that cannot be told."""
+    tables = [t for t in (Path("/proc/net/tcp"), Path("/proc/net/tcp6")) if t.exists()]
+    fds = Path(f"/proc/{pid}/fd")
+    if not tables or not fds.is_dir():
+        return None
+    inodes = set()
+    for table in tables:
+        for row in table.read_text().splitlines()[1:]:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{cols[9]}]")
+    for fd in fds.iterdir():
+        try:
+            if os.readlink(fd) in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def wait_until_listening(proc: subprocess.Popen, port: int, timeout: float) -> None:
+    """Wait until ``proc`` itself listens on ``port``: only then does the token go there."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited with code {proc.returncode} before it listened on port {port}")
+        if listens_on(proc.pid, port) is not False:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"JupyterLab did not listen on port {port} within {timeout:.0f} s")
+
+
+def url_host(ip: str) -> str:
+    """The host to put in the printed URL: this computer's loopback when bound to every interface."""
+    if ip in ("", "0.0.0.0", "localhost"):
+        return "127.0.0.1"
+    if ip == "::":
+        return "[::1]"
+    return f"[{ip}]" if ":" in ip else ip
+
+
+def bind_notice(notebook_dir: Path, ip: str, port: int) -> tuple[str, str | None]:
+    """What to print about the bind: a line that says where it really is, and a warning (or None)."""
+    if is_loopback(ip):
+        return (f"minillm lab: serving {notebook_dir} on {ip}:{port}, reachable from this computer only; "
+                f"press Ctrl-C to stop."), None
+    where = f"{ip or '0.0.0.0'}:{port}" + (" (every network interface)" if ip in ("", "0.0.0.0", "::") else "")
+    return (f"minillm lab: serving {notebook_dir} on {where}; press Ctrl-C to stop.",
+            f"minillm lab: WARNING: bound to {where}, not to 127.0.0.1: anyone who can reach this machine "
+            f"and learns the token can run any code as you (each notebook kernel is a Python shell), and the "
+            f"traffic, token included, is unencrypted HTTP. Leave --ip out (127.0.0.1) unless you mean this.")
+
+
 def check_lang(lang: str) -> str:
     """``lang`` as one of :data:`LANGS`; ``ValueError`` naming the allowed values otherwise."""
     if not isinstance(lang, str) or lang not in LANGS:
@@ -144,7 +229,7 @@ def jupyter_command(*, port: int, notebook_dir: Path, ip: str = "127.0.0.1", def
            f"--ip={ip}", f"--port={port}", "--ServerApp.port_retries=0",
            f"--ServerApp.root_dir={notebook_dir}",
            f"--LabApp.default_url={default_url}",
-           *OFFLINE_ARGS, *course_args(lang), *kernel_transport_args()]
+           *OFFLINE_ARGS, *course_args(lang), *KERNEL_CULL_ARGS, *kernel_transport_args()]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     if log_level:
@@ -253,7 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     default_url = lab_path(page)
     token = args.token or secrets.token_hex(24)
     env = jupyter_env(token)
-    host = "127.0.0.1" if args.ip in ("127.0.0.1", "localhost", "0.0.0.0", "") else args.ip
+    host = url_host(args.ip)
+    if args.port and port_in_use(args.ip, args.port):
+        print(f"minillm lab: port {args.port} on {args.ip or '0.0.0.0'} is already in use (another server "
+              f"listens there); pick another --port, or leave --port out for a free one. No token was sent.",
+              file=sys.stderr)
+        return 1
 
     # A free port can be taken between our check and JupyterLab's bind; retry on a new one.
     attempts = 1 if args.port else 3
@@ -283,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
                 _forward(interrupted["sig"], None)
             base = f"http://{host}:{port}"
             try:
-                wait_for_status(base, token, proc, timeout=args.timeout)
+                started = time.monotonic()
+                wait_until_listening(proc, port, args.timeout)  # the token goes to our own server only
+                wait_for_status(base, token, proc, timeout=max(1.0, args.timeout - (time.monotonic() - started)))
             except RuntimeError as exc:
                 if interrupted["sig"] is not None:
                     stop_server(proc)
@@ -299,7 +391,10 @@ def main(argv: list[str] | None = None) -> int:
         print("", flush=True)
         print("minillm lab: the course is running. Open this URL in your browser:", flush=True)
         print(f"    {url}", flush=True)
-        print(f"minillm lab: serving {notebook_dir} on {host}:{port} only; press Ctrl-C to stop.", flush=True)
+        serving, warning = bind_notice(notebook_dir, args.ip, port)
+        print(serving, flush=True)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
         if not args.no_browser:
             try:
                 import webbrowser

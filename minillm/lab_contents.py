@@ -5,6 +5,11 @@ The lab serves the repository root (notebooks/, exercises/, the engine's source 
 learner must not find them in the file browser or open them by typing a URL, so every path
 under a folder in ``HIDDEN_FOLDERS`` is treated like a hidden file: not listed, and answered
 with 404 by the contents API, ``/files/`` and anything else that reads through this manager.
+The check is made on the path as the file system will resolve it (``..`` collapsed, percent
+escapes undone, symlinks followed), in reads and writes alike: ``notebooks/%2e%2e/tests/...``,
+``exercises/../tests`` or a link into ``tests/`` are refused like ``tests/`` itself, and a path
+climbing out of the served folder is refused too. (This keeps the answers out of the file
+browser and the URLs; a notebook's kernel runs code as the learner and can read any file they can.)
 
 It also keeps "Notebook … is not trusted" out of the terminal: every course notebook opened
 for the first time is untrusted (that is what trust means), so the warning would repeat for
@@ -15,6 +20,10 @@ Imported only inside the JupyterLab server process (``--ServerApp.contents_manag
 
 from __future__ import annotations
 
+import os
+import posixpath
+import urllib.parse
+
 from jupyter_server.files.handlers import FilesHandler
 from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
 from tornado import web
@@ -24,10 +33,25 @@ from traitlets import default
 HIDDEN_FOLDERS = ("tests",)
 
 
+def normal_api_path(path: str) -> str:
+    """``path`` as the file system sees it: percent escapes undone (repeatedly: ``%252e`` too),
+    backslashes as slashes, ``.`` and ``..`` collapsed; a path that climbs out of the root keeps
+    its leading ``..``."""
+    text = str(path)
+    for _ in range(4):
+        decoded = urllib.parse.unquote(text)
+        if decoded == text:
+            break
+        text = decoded
+    text = text.replace("\\", "/").lstrip("/")
+    return posixpath.normpath(text) if text else ""
+
+
 def is_course_hidden(path: str) -> bool:
-    """True for ``tests``, ``tests/solved/x.ipynb``, ``/tests/``: anything in a hidden folder."""
-    parts = [p for p in str(path).replace("\\", "/").split("/") if p not in ("", ".")]
-    return bool(parts) and parts[0] in HIDDEN_FOLDERS
+    """True for ``tests``, ``tests/solved/x.ipynb``, ``/tests/``, ``notebooks/../tests``,
+    ``notebooks/%2e%2e/tests``: anything in a hidden folder, or outside the served root."""
+    parts = [p for p in normal_api_path(path).split("/") if p not in ("", ".")]
+    return bool(parts) and (parts[0] in HIDDEN_FOLDERS or parts[0] == "..")
 
 
 class CourseContentsManager(AsyncLargeFileManager):
@@ -43,6 +67,18 @@ class CourseContentsManager(AsyncLargeFileManager):
     def _files_handler_params_default(self):
         return {"path": self.root_dir}  # StaticFileHandler wants one; FilesHandler reads via get()
 
+    def _get_os_path(self, path):
+        # Every read, write, rename and delete of the file manager comes through here: check
+        # where the path really leads (``..`` collapsed, symlinks followed), not its words. A
+        # symlink the owner made to a folder outside the root is theirs to follow, as before.
+        if is_course_hidden(path):
+            raise web.HTTPError(404, f"No such file or directory: {path}")
+        os_path = super()._get_os_path(path)  # 404 for anything outside the root
+        rel = os.path.relpath(os.path.realpath(os_path), os.path.realpath(self.root_dir)).replace(os.sep, "/")
+        if not rel.startswith("../") and is_course_hidden(rel):
+            raise web.HTTPError(404, f"No such file or directory: {path}")
+        return os_path
+
     def should_list(self, name):
         # A folder listing asks by name only; a "tests" folder deeper down is left out of the
         # listing too (there is none in the course), but only the top-level one is refused below.
@@ -57,10 +93,16 @@ class CourseContentsManager(AsyncLargeFileManager):
         return await super().get(path, content=content, type=type, format=format, require_hash=require_hash)
 
     async def file_exists(self, path):
-        return not is_course_hidden(path) and await super().file_exists(path)
+        try:
+            return not is_course_hidden(path) and await super().file_exists(path)
+        except web.HTTPError:  # refused by _get_os_path: as if it did not exist
+            return False
 
     async def dir_exists(self, path):
-        return not is_course_hidden(path) and await super().dir_exists(path)
+        try:
+            return not is_course_hidden(path) and await super().dir_exists(path)
+        except web.HTTPError:
+            return False
 
     def mark_trusted_cells(self, nb, path=""):
         trusted = self.notary.check_signature(nb)

@@ -31,7 +31,8 @@ from .params import SamplingParams
 from .request import Request, RequestOutput, RequestState, StopReason
 from .runner import ModelRunner
 from .sampler import Sampler, make_generator
-from .scheduler import Scheduler
+from .scheduler import ScheduledBatch, Scheduler
+from .seams import EngineParts, PooledAllocator
 from .trace import Event
 
 def _locked(method):
@@ -76,12 +77,14 @@ class LLM(WholeGenerations):
             on CUDA and when OMP_NUM_THREADS is set. ``llm.num_threads`` is what was set
             (None: nothing was).
         attention_backend: how decode attention reads the paged KV pool (``minillm.attention``):
-            "auto" (default: "kernel" where it builds and has its vectorised path for the model's
-            heads, else "gather"), "gather" (the readable
+            "auto" (default: "flex" on CUDA; on the CPU "kernel" where it builds and has its
+            vectorised path for the model's heads, else "gather"), "gather" (the readable
             reference: gather each context, one SDPA), "paged" (whole blocks picked through
-            fixed-shape block tables, one SDPA) or "kernel" (the CPU's C kernel reading the pool
+            fixed-shape block tables, one SDPA), "kernel" (the CPU's C kernel reading the pool
             in place through the block tables; float32 on the CPU, built with the system's C
-            compiler on first use). ``llm.attention_backend`` is the one used.
+            compiler on first use) or "flex" (FlexAttention over the pool through the block
+            tables; compiled on CUDA, unverified there; eager and slow on the CPU).
+            ``llm.attention_backend`` is the one used.
         weight_dtype: None (weights in ``dtype``) or "int8": every projection stored as int8
             with per-output-channel scales, a quarter of the bytes a decode step reads
             (CPU, ``dtype="float32"`` only; ``minillm.models.weights``, with its documented
@@ -101,6 +104,9 @@ class LLM(WholeGenerations):
             no GPU has run them), inductor with its C++ wrapper on the CPU (batches up to 4; each
             bucket compiles on first use, seconds to tens of seconds); "eager" = the same
             fixed-shape path uncompiled. Off by default. Steps with a prefill run eager.
+        parts: ``minillm.seams.EngineParts``: parts written outside the engine (a transition
+            table, a block pool, a step function, top-k / top-p filters) used instead of the
+            engine's own; the build-it notebook plugs a learner's parts in here. None: all its own.
     """
 
     def __init__(self, model: str | None = None, device: str = "auto", dtype: str = "auto", *,
@@ -111,7 +117,7 @@ class LLM(WholeGenerations):
                  scheduling: str = "continuous", seed: int = 0, max_history: int | None = None,
                  trace_limit: int | None = None, num_threads: int | None = None,
                  attention_backend: str = "auto", weight_dtype: str | None = None, compile: bool = False,
-                 row_split: bool = False, decode_graphs: bool | str = False):
+                 row_split: bool = False, decode_graphs: bool | str = False, parts: EngineParts | None = None):
         opts = check_engine_options(
             device, dtype, block_size=block_size, num_kv_blocks=num_kv_blocks, kv_cache_tokens=kv_cache_tokens,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
@@ -120,6 +126,9 @@ class LLM(WholeGenerations):
             num_threads=num_threads, attention_backend=attention_backend, weight_dtype=weight_dtype,
             compile=compile, row_split=row_split, decode_graphs=decode_graphs)
         self.options = opts
+        if parts is not None and not isinstance(parts, EngineParts):
+            raise ValueError(f"parts must be a minillm.seams.EngineParts or None, got {type(parts).__name__}")
+        self.parts = parts = parts or EngineParts()
         self.device, self.dtype, self.max_history = opts.device, opts.dtype, opts.max_history
         self.model_path = resolve_model_dir(model)
         self.model_config = cfg = load_config(self.model_path)
@@ -147,7 +156,10 @@ class LLM(WholeGenerations):
         plan = plan_kv_cache(opts, cfg)  # after the weights are on the device: what is left is the budget
         self.kv_cache = KVCache(cfg.num_hidden_layers, plan.num_kv_blocks, opts.block_size, cfg.num_key_value_heads,
                                 cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching,
-                                scratch_block=opts.decode_graphs is not None)
+                                scratch_block=opts.decode_graphs is not None,
+                                allocator=None if parts.block_pool is None else PooledAllocator(
+                                    parts.block_pool(plan.num_kv_blocks), plan.num_kv_blocks, opts.block_size,
+                                    opts.enable_prefix_caching))
         #: the attention backend this engine runs ("auto" resolved)
         self.attention_backend = resolve_backend(opts.attention_backend, self.device, self.dtype, cfg.head_dim,
                                                  cfg.num_attention_heads // cfg.num_key_value_heads)
@@ -161,7 +173,7 @@ class LLM(WholeGenerations):
             from .models.compiled import CompiledModel
 
             self.runner.model = CompiledModel(self.model)
-        self.sampler = Sampler()
+        self.sampler = Sampler(parts.top_k_filter, parts.top_p_filter)
         eos = set(cfg.eos_token_ids)  # config.json's and generation_config.json's
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
@@ -197,7 +209,7 @@ class LLM(WholeGenerations):
         return event
 
     def _transition(self, req: Request, new_state: RequestState, **data) -> Event:
-        old = req.move_to(new_state)
+        old = req.move_to(new_state, self.parts.transitions)
         return self._emit(req.request_id, "transition", **{"from": old.value, "to": new_state.value}, **data)
 
     @_locked
@@ -235,7 +247,7 @@ class LLM(WholeGenerations):
                     prompt_token_ids: Sequence[int] | None = None, request_id: str | None = None,
                     auto_release: bool = True) -> Request:
         """Validate and register a request in state NEW (not tokenized, not queued yet)."""
-        params = intake.check_params(params)
+        params = intake.check_params(params, self.model_config.vocab_size)
         ids = intake.check_prompt(prompt, prompt_token_ids, self.model_config.vocab_size)
         request_id = self._new_id(request_id)
         seed = params.seed if params.seed is not None else self._seed_rng.getrandbits(63)
@@ -326,22 +338,13 @@ class LLM(WholeGenerations):
         t0 = time.monotonic()
         try:
             with StepInterrupts() as interrupts:
-                batch = self.scheduler.schedule()
-                for req in batch.context_full:
-                    self.scheduler.finish(req, StopReason.CONTEXT_FULL)
-                if batch:
-                    sampled = batch.sampled
-                    rngs = [(r, r._generator.get_state()) for r in sampled if not r.params.greedy]
-                    try:
-                        with interrupts.deliverable():
-                            logits = self.runner.run(batch.decodes, batch.prefills, batch.prefill_chunks)
-                            token_ids, logprobs, errors = self.runner.sample(self.sampler, logits, sampled, rngs)
-                    except BaseException:
-                        for r, state in rngs:
-                            r._generator.set_state(state)
-                        self.scheduler.rollback(batch)
-                        raise
-                    self.scheduler.update_from_output(batch, token_ids, logprobs, errors)
+                if self.parts.step is not None:  # a learner's own step (minillm.seams): no rollback
+                    batch = self.parts.step(self)
+                    if not isinstance(batch, ScheduledBatch):
+                        raise TypeError(f"parts.step must return the ScheduledBatch of its step, "
+                                        f"got {type(batch).__name__}")
+                else:
+                    batch = self._step_once(interrupts)
                 if batch or batch.preempted or batch.context_full:
                     kv, pool = self.kv_cache, self.kv_cache.allocator  # (stats() would build a snapshot)
                     self._emit(None, "step", num_prefill=len(batch.prefills), num_decode=len(batch.decodes),
@@ -353,6 +356,27 @@ class LLM(WholeGenerations):
         finally:
             self._step_events = None
         return events
+
+    def _step_once(self, interrupts) -> ScheduledBatch:
+        """The engine's own step: schedule, run, sample, then stop and release (in
+        ``update_from_output``); undone if the forward pass or the sampling raises."""
+        batch = self.scheduler.schedule()
+        for req in batch.context_full:
+            self.scheduler.finish(req, StopReason.CONTEXT_FULL)
+        if batch:
+            sampled = batch.sampled
+            rngs = [(r, r._generator.get_state()) for r in sampled if not r.params.greedy]
+            try:
+                with interrupts.deliverable():
+                    logits = self.runner.run(batch.decodes, batch.prefills, batch.prefill_chunks)
+                    token_ids, logprobs, errors = self.runner.sample(self.sampler, logits, sampled, rngs)
+            except BaseException:
+                for r, state in rngs:
+                    r._generator.set_state(state)
+                self.scheduler.rollback(batch)
+                raise
+            self.scheduler.update_from_output(batch, token_ids, logprobs, errors)
+        return batch
 
     @_locked
     def warmup(self) -> int:
@@ -444,9 +468,10 @@ class LLM(WholeGenerations):
     def next_token_logits(self, prompt: str | Sequence[int]) -> torch.Tensor:
         """Raw logits for the token after ``prompt`` (no request, no cache): for the
         sampling lessons, which look at one distribution many ways."""
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids:
-            raise ValueError("prompt must be a non-empty string or token id list")
+        if isinstance(prompt, str):
+            ids = self.prepare_prompt(prompt)
+        else:  # checked like a request's ids: ints in the vocabulary, shorter than max_model_len
+            ids = self.prepare_prompt(prompt_token_ids=prompt)
         return self.model.full_logits(ids)[-1]
 
     def __repr__(self) -> str:

@@ -109,11 +109,13 @@ class Request:
     _generator: torch.Generator | None = field(default=None, repr=False)
 
     # --- state machine -------------------------------------------------------------------
-    def move_to(self, new_state: RequestState) -> RequestState:
-        """Move along one edge of the lifecycle diagram; returns the old state."""
+    def move_to(self, new_state: RequestState, transitions=None) -> RequestState:
+        """Move along one edge of the lifecycle diagram; returns the old state. ``transitions``:
+        the table that decides what is legal (default ``TRANSITIONS``; ``minillm.seams``)."""
         old = self.state
-        if new_state not in TRANSITIONS[old]:
-            allowed = ", ".join(sorted(s.value for s in TRANSITIONS[old])) or "none"
+        table = TRANSITIONS if transitions is None else transitions
+        if new_state not in table.get(old, ()):
+            allowed = ", ".join(sorted(str(s) for s in table.get(old, ()))) or "none"
             raise IllegalTransition(
                 f"request {self.request_id!r}: {old.value} -> {new_state.value} is not a legal "
                 f"transition (from {old.value} the allowed next states are: {allowed})",

@@ -3,6 +3,8 @@ the history every later step is computed from.
 
 Processors run in this fixed order, on a batch of rows (one row per request):
 
+0. ``apply_logit_bias``: each request's ``logit_bias`` is added to the model's logits (vLLM's
+   and OpenAI's meaning: -100 all but bans a token, +100 all but forces it);
 1. ``apply_penalties``: repetition_penalty (prompt + output tokens; positive logits are
    divided by it, negative ones multiplied, as in vLLM and transformers), then
    presence_penalty and frequency_penalty (output tokens only: ``logit -= presence * seen
@@ -40,6 +42,16 @@ import torch
 from .params import SamplingParams
 
 NEG_INF = float("-inf")
+
+
+def apply_logit_bias(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """``params.logit_bias`` added to one row (1-D logits). Returns a new tensor."""
+    bias = getattr(params, "logit_bias", ())
+    if not bias:
+        return logits.clone()
+    ids = torch.tensor([t for t, _ in bias], device=logits.device, dtype=torch.long)
+    values = torch.tensor([b for _, b in bias], device=logits.device, dtype=logits.dtype)
+    return logits.index_add(-1, ids, values)
 
 
 def apply_penalties(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int],
@@ -130,7 +142,8 @@ def processed_logits(logits: torch.Tensor, params: SamplingParams, prompt_ids: l
     """The whole pipeline (steps 1-5) for one row, as the sampler applies it. For a greedy
     request the result keeps only the argmax."""
     raw = logits.float()
-    logits = finite_or_best(apply_penalties(raw, params, list(prompt_ids), list(output_ids)), raw)
+    logits = finite_or_best(apply_penalties(apply_logit_bias(raw, params), params, list(prompt_ids),
+                                            list(output_ids)), raw)
     if params.greedy:
         keep = logits.argmax(dim=-1, keepdim=True)
         return torch.full_like(logits, NEG_INF).scatter(-1, keep, logits.gather(-1, keep))
@@ -313,8 +326,11 @@ class Sampler:
                                                                           dtype=torch.float32)
         return SampleResult(token_ids, logits, table)
 
-    def __init__(self):
+    def __init__(self, top_k_filter=None, top_p_filter=None):
+        """``top_k_filter(logits, k)`` / ``top_p_filter(logits, p)``: one-row filters to use
+        instead of the batched shared sort (``minillm.seams``: a learner's own)."""
         self.penalty_counts = PenaltyCounts()
+        self.row_filters = (top_k_filter, top_p_filter) if top_k_filter or top_p_filter else None
 
     def forget(self, req) -> None:
         """Drop what the sampler keeps for ``req`` (its penalty counts): call when it ends."""
@@ -327,7 +343,8 @@ class Sampler:
         penalised = [p.repetition_penalty != 1.0 or bool(p.presence_penalty) or bool(p.frequency_penalty)
                      for p in params]
         sampled = [not p.greedy for p in params]
-        if not any(penalised) and not any(sampled):
+        biased = [bool(getattr(p, "logit_bias", ())) for p in params]
+        if not any(penalised) and not any(sampled) and not any(biased):
             return logits.argmax(dim=-1)
         state = self.penalty_counts
         if any(penalised):
@@ -341,8 +358,13 @@ class Sampler:
                       0.0 if greedy or p.top_k <= 0 else float(min(p.top_k, vocab)),
                       1.0 if greedy else p.top_p, 0.0 if greedy else p.min_p,
                       p.repetition_penalty, p.presence_penalty, p.frequency_penalty, float(row)]
+        bias_ids, bias_values = [], []
+        for i, (p, b) in enumerate(zip(params, biased)):
+            if b:
+                bias_ids += [i * vocab + t for t, _ in p.logit_bias]
+                bias_values += [v for _, v in p.logit_bias]
         # ids are exact in float64 (below 2**53)
-        upload = torch.tensor(block + rebuild + seen_ids + out_ids, dtype=torch.float64)
+        upload = torch.tensor(block + rebuild + seen_ids + out_ids + bias_ids + bias_values, dtype=torch.float64)
         if logits.device.type == "cuda":
             upload = upload.pin_memory()
         upload = upload.to(logits.device, non_blocking=True)  # the sampler's one host->device copy
@@ -350,12 +372,17 @@ class Sampler:
         table = upload[:n].view(rows, _COLUMNS)
         cols = table.float()
         processed = logits
+        end = upload.shape[0] - 2 * len(bias_ids)  # where the penalties' part of the upload ends
+        if bias_ids:  # one add on the device, per flat (row, token) index
+            nb = len(bias_ids)
+            processed = logits.flatten().index_add(0, upload[end:end + nb].long(),
+                                                   upload[end + nb:].to(logits.dtype)).view(rows, vocab)
         if any(penalised):
             a, b = n + len(rebuild), n + len(rebuild) + len(seen_ids)
             if rebuild:
-                state.build(upload[n:a].long(), upload[a:b].long(), upload[b:].long())
+                state.build(upload[n:a].long(), upload[a:b].long(), upload[b:end].long())
             row_ids = table[:, _ROW].long()
-            x = logits  # each penalty below makes a new tensor (torch.where), never writes into it
+            x = processed  # each penalty below makes a new tensor (torch.where), never writes into it
             if any(p.repetition_penalty != 1.0 for p in params):
                 seen = state.seen.index_select(0, row_ids)
                 rp = cols[:, _REP:_REP + 1]
@@ -366,13 +393,13 @@ class Sampler:
                 penalty = cols[:, _FREQ:_FREQ + 1] * counts + cols[:, _PRES:_PRES + 1]
                 x = torch.where(counts > 0, x - penalty, x)
             processed = finite_or_best(x, logits)
-        chosen = self._race(logits, processed, cols, params, requests, sampled, penalised)
+        chosen = self._race(logits, processed, cols, params, requests, sampled, penalised, self.row_filters)
         if any(penalised):
             state.bump(requests, penalised, row_ids, chosen)
         return chosen
 
     @staticmethod
-    def _race(logits, processed, cols, params, requests, sampled, penalised) -> torch.Tensor:
+    def _race(logits, processed, cols, params, requests, sampled, penalised, row_filters=None) -> torch.Tensor:
         """Temperature, the shared-sort filters and the exponential race over the sampled rows;
         greedy rows take the argmax of ``processed``."""
         if not any(sampled):
@@ -383,7 +410,9 @@ class Sampler:
         on = [p for p, s in zip(params, sampled) if s]
         use_k, use_p, use_min = (any(p.top_k > 0 for p in on), any(p.top_p < 1.0 for p in on),
                                  any(p.min_p > 0.0 for p in on))
-        if use_k or use_p or use_min:
+        if row_filters is not None:
+            x = _filter_rows(x, params, sampled, *row_filters)
+        elif use_k or use_p or use_min:
             x = sorted_filters(x, cols[:, _TOP_K] if use_k else None, cols[:, _TOP_P] if use_p else None,
                                cols[:, _MIN_P] if use_min else None)
         noise = torch.ones_like(x)
@@ -393,3 +422,17 @@ class Sampler:
         # a draw of exactly 0 would give -log 0 = inf (and NaN on a removed token)
         race = x - noise.clamp_(min=torch.finfo(noise.dtype).tiny).log()
         return torch.where(cols[:, _GREEDY:_GREEDY + 1] > 0, processed, race).argmax(dim=-1)
+
+
+def _filter_rows(x: torch.Tensor, params: list, sampled: list[bool], top_k, top_p) -> torch.Tensor:
+    """Top-k, top-p (each the given one-row function, or the engine's), then min-p, row by row."""
+    rows = []
+    for row, p, s in zip(x, params, sampled):
+        if s and p.top_k > 0:
+            row = (top_k or top_k_filter)(row.clone(), p.top_k)
+        if s and p.top_p < 1.0:
+            row = (top_p or top_p_filter)(row.clone(), p.top_p)
+        if s and p.min_p > 0.0:
+            row = min_p_filter(row, p.min_p)
+        rows.append(torch.as_tensor(row, dtype=x.dtype, device=x.device).reshape(x.shape[-1]))
+    return torch.stack(rows)

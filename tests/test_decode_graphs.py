@@ -15,7 +15,7 @@ import torch
 from conftest import record_logits
 
 from minillm import LLM, SamplingParams, StopReason
-from minillm.decode_graphs import CPU_MAX_BATCH, bucket_for, buckets
+from minillm.decode_graphs import CPU_MAX_BATCH, DecodeGraph, bucket_for, buckets
 from minillm.engine_args import check_engine_options
 from minillm.kv_cache import KVCache
 
@@ -292,11 +292,48 @@ def test_where_ahead_of_time_compiling_fails_graphs_are_compiled_as_usual(tiny_l
     assert g.compiler == "jit" and "force_disable_caches" in g.aot_error and g.compiles == 1
 
 
+def test_warmup_captures_every_bucket_and_serving_captures_none(pair, monkeypatch):
+    """"cuda" mode's warm-up without a GPU: the capture itself is replaced by the eager
+    fixed-shape forward (counted as a capture), the rest is what CUDA runs. Every (B, W) bucket
+    is made by ``warmup()``, before any request; a serving run through the graphs then makes
+    none, and its tokens equal the eager engine's."""
+    eager = pair[0]
+    llm = LLM(decode_graphs="eager", **KW)
+    graphs = llm.runner.graphs
+    graphs.mode = "cuda"
+
+    def fake_capture(self, forward):
+        self._fn = forward
+        self.graphs.captures += 1
+
+    monkeypatch.setattr(DecodeGraph, "_capture", fake_capture)
+    made = llm.warmup()
+    assert made == len(graphs.batch_sizes) * len(graphs.widths) == graphs.captures == graphs.warmup["graphs"] > 1
+    assert llm.cache_stats().used_blocks == 0 and not llm.requests  # no request was needed
+    ref, _ = run(eager, (3, 17, 70, 40, 5))
+    got, graph_steps = run(llm, (3, 17, 70, 40, 5))
+    assert got == ref and graph_steps > 10
+    assert graphs.captures == made  # nothing captured while serving
+
+
+def test_flex_backend_through_decode_graphs_matches_eager(pair):
+    """The engine's "flex" backend is what CUDA graphs run (read in place through its block
+    mask, made inside the graph); here in "eager" decode graphs, against the reference."""
+    flex = LLM(decode_graphs="eager", attention_backend="flex", **KW)
+    assert flex.runner.graphs.attention.name == "flex"
+    ref, _ = run(pair[0], (3, 17, 70, 40, 5))
+    got, graph_steps = run(flex, (3, 17, 70, 40, 5))
+    assert got == ref and graph_steps > 10
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_cuda_graphs_match_eager_on_cuda():
     kw = dict(KW, device="cuda")
     eager, graphed = LLM(**kw), LLM(decode_graphs=True, **kw)
     assert graphed.runner.graphs.mode == "cuda"
+    made = graphed.warmup()
+    assert made == graphed.runner.graphs.captures > 0
     ref, _ = run(eager, (3, 17, 70, 40, 5))
     got, steps = run(graphed, (3, 17, 70, 40, 5))
     assert got == ref and steps > 10
+    assert graphed.runner.graphs.captures == made  # serving captured nothing

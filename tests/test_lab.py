@@ -183,7 +183,13 @@ def test_minillm_lab_starts_answers_and_stops(sig, lang, isolated_env):
         assert (lab.repo_root() / solved).is_file()
         for hidden in (f"/api/contents/{solved}", "/api/contents/tests", f"/files/{solved}",
                        "/api/contents/tests/solved/answers.py", f"/nbconvert/html/{solved}",
-                       "/api/contents/./tests/solved"):
+                       "/api/contents/./tests/solved",
+                       # issue 26: encoded or plain `..` from a course folder, once or twice encoded, or out of the root
+                       f"/files/notebooks/%2e%2e/{solved}", f"/files/notebooks/..%2f{solved}",
+                       f"/files/exercises/%2E%2E/{solved}", "/api/contents/notebooks/../tests",
+                       "/api/contents/exercises/%2e%2e/tests/solved", f"/api/contents/notebooks/%252e%252e/{solved}",
+                       f"/nbconvert/html/notebooks/%2e%2e/{solved}", "/api/contents/notebooks/%2e%2e/%2e%2e/etc",
+                       "/files/exercises/%2e%2e/%2e%2e/etc/hostname"):
             try:
                 status, _ = _get(base + hidden, token)
             except urllib.error.HTTPError as missing:
@@ -227,6 +233,7 @@ def test_minillm_lab_starts_answers_and_stops(sig, lang, isolated_env):
     assert "stopped" in tail
     terminal = "".join(seen) + tail
     assert "without encryption" not in terminal and "is not trusted" not in terminal, terminal
+    assert f"on 127.0.0.1:{port}, reachable from this computer only" in terminal and "WARNING" not in terminal
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         _get(f"{base}/api/status", token, timeout=3)
     assert started < 150

@@ -2,7 +2,7 @@
 
     minillm grade NOTEBOOK [--json REPORT]         one submission, a table and a JSON report
     minillm grade FOLDER/ [--out DIR]             every notebook in it: gradebook.csv + gradebook.json
-    minillm grade --review REPORT_OR_GRADEBOOK    the answers flagged for a human to read
+    minillm grade --review REPORT_OR_GRADEBOOK    accept or override the flagged answers (review.py)
 
 How a submission is graded (the threat model is in the README):
 
@@ -416,20 +416,6 @@ def review_lines(report: dict) -> list[str]:
     return out
 
 
-def _review(path: Path) -> int:
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise OSError("not a regular file")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        print(f"minillm grade: cannot read {safe_text(path)}: {safe_text(exc)}", file=sys.stderr)
-        return 2
-    reports = data.get("reports", [data]) if isinstance(data, dict) else []
-    lines = [line for r in reports if isinstance(r, dict) for line in review_lines(r)]
-    print("\n".join(lines) if lines else "nothing is flagged for review")
-    return 0
-
-
 def _progress(i: int, n: int, name: str) -> None:
     width = 24
     done = int(width * i / max(n, 1))
@@ -522,6 +508,11 @@ def grade_in_child(nb_path: Path, args, work: Path) -> dict:
 def _write_gradebook(csv_path: Path, json_path: Path, reports: list[dict], done: bool) -> None:
     from . import ORDER
 
+    from .copies import mark_shared_answers
+    from .review import apply, load
+
+    # answers two students share go to a person; an instructor's overrides are kept across regrades
+    reports = apply(mark_shared_answers(reports), load(json_path.parent))
     write_atomic(csv_path, gradebook_csv(reports, ORDER))
     write_atomic(json_path, as_json({"grader_version": grader_version(), "complete": done, "reports": reports}))
 
@@ -570,9 +561,14 @@ def cli_grade(argv: list[str]) -> int:
     parser.add_argument("notebook", nargs="?", help="a .ipynb file, or a folder of them")
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH (one notebook)")
     parser.add_argument("--out", metavar="DIR", help="where a folder's gradebook goes (default: the folder)")
+    parser.add_argument("--accept", metavar="NOTEBOOK:EXERCISE", action="append",
+                        help="with --review: accept the automatic score of a flagged answer")
+    parser.add_argument("--set", metavar="NOTEBOOK:EXERCISE=SCORE", action="append",
+                        help="with --review: override a score (needs --reason); stored in overrides.json")
+    parser.add_argument("--reason", metavar="TEXT", help="with --accept/--set: why")
     parser.add_argument("--review", metavar="REPORT", nargs="?", const="", default=None,
-                        help="list the answers flagged for a human (from a report or gradebook JSON, "
-                             "or from this run)")
+                        help="go through the answers flagged for a human (a report or gradebook JSON; "
+                             "interactive on a terminal): accept or override each, with a reason (overrides.json)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_CELL_TIMEOUT, metavar="SECONDS",
                         help=f"time limit per cell (default {DEFAULT_CELL_TIMEOUT}); each call of a student "
                              f"function has {safecall.DEFAULT_TIMEOUT:g} s")
@@ -586,7 +582,9 @@ def cli_grade(argv: list[str]) -> int:
     except SystemExit as exc:  # --help, or bad arguments: argparse has printed why
         return int(exc.code or 0)
     if args.review:
-        return _review(Path(args.review))
+        from .review import run
+
+        return run(Path(args.review), args.accept, args.set, args.reason or "")
     if not args.notebook:
         print("minillm grade: give a notebook or a folder (or --review REPORT)", file=sys.stderr)
         return 2
@@ -629,6 +627,9 @@ def cli_grade(argv: list[str]) -> int:
         print("\n" + ("\n".join(review_lines(report)) or "nothing is flagged for review"))
     if args.json:
         try:
+            from .review import apply, load
+
+            report = apply([report], load(Path(args.json).resolve().parent))[0]
             write_atomic(args.json, as_json(report))
         except OSError as exc:
             print(f"minillm grade: cannot write the report to {safe_text(args.json)}: {safe_text(exc)}",

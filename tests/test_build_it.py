@@ -1,0 +1,199 @@
+"""The build-it track's grader (minillm.grading.build_it): the reference solutions get full
+marks through the engine's seams, and every seeded bug is caught with a short shrunk program
+(or, for the filters, the smallest small case) that names what broke."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from minillm.grading import build_it
+from minillm.request import RequestState as S
+
+sys.path.insert(0, str(Path(__file__).parent / "solved"))
+import build_it as sol  # noqa: E402
+
+MAX_LINES = 9  # engine line + at most 7 actions + the finishing line
+
+
+def _caught(verdict, *needles):
+    assert not verdict.passed, verdict
+    text = str(verdict)
+    for needle in needles:
+        assert needle in text, text
+    if verdict.program is not None:
+        assert len(verdict.program.splitlines()) <= MAX_LINES, verdict.program
+    return text
+
+
+def _without(edge):
+    table = {k: set(v) for k, v in sol.MY_TRANSITIONS.items()}
+    table[edge[0]].discard(edge[1])
+    return table
+
+
+# --- the reference solutions -----------------------------------------------------------------
+@pytest.mark.parametrize("part,answer", [
+    ("a", sol.MY_TRANSITIONS), ("b", sol.MyBlockPool), ("c", sol.my_step),
+    ("d", (sol.my_top_k_filter, sol.my_top_p_filter))])
+def test_reference_solution_gets_full_marks(part, answer):
+    v = build_it.check(part, answer, lang="en")
+    assert v.passed and v.program is None, v
+
+
+def test_stubs_are_not_attempted():
+    class Stub:
+        def __init__(self, n):
+            pass
+
+        def num_free(self):
+            raise NotImplementedError
+
+    def stub(*a):
+        raise NotImplementedError
+
+    assert build_it.check("b", Stub).result.status == "not attempted"
+    assert build_it.check("d", (stub, stub)).result.status == "not attempted"
+    assert build_it.check("a", {s: set() for s in S}).result.status == "not attempted"
+
+
+# --- (a) the state machine ---------------------------------------------------------------------
+@pytest.mark.parametrize("edge", [(S.PREFILL, S.PREFILL), (S.FINISHED, S.RELEASED), (S.PREFILL, S.WAITING),
+                                  (S.PREEMPTED, S.PREFILL), (S.NEW, S.FINISHED)])
+def test_a_missing_edge_is_caught_with_a_shrunk_program(edge):
+    needles = (("never RELEASED",) if edge == (S.FINISHED, S.RELEASED) else
+               ("IllegalTransition", f"{edge[0].value} -> {edge[1].value}"))
+    text = _caught(build_it.check("a", _without(edge), lang="en"), *needles)
+    assert "llm = build_it.small_engine(EngineParts(transitions=MY_TRANSITIONS))" in text
+
+
+def test_a_extra_edge_is_named_with_its_reason():
+    table = {k: set(v) for k, v in sol.MY_TRANSITIONS.items()}
+    table[S.RELEASED].add(S.WAITING)
+    v = build_it.check("a", table, lang="zh")
+    assert v.result.score == 2, v
+    assert "RELEASED → WAITING" in str(v) and "没有任何转移能让它回来" in str(v)
+
+
+# --- (b) the block pool ----------------------------------------------------------------------
+class ForgetsCounts(sol.MyBlockPool):
+    def free(self, block_ids):  # back on the free list at the first free, shared or not
+        for b in block_ids:
+            if self.counts[b] > 0:
+                self.counts[b] = 0
+                self.free_ids.append(b)
+
+
+class Leaks(sol.MyBlockPool):
+    def free(self, block_ids):  # counts go down but nothing comes back
+        for b in block_ids:
+            self.counts[b] -= 1
+
+
+class SharesNothing(sol.MyBlockPool):
+    def share(self, block_id):
+        pass
+
+
+class HandsOutTwice(sol.MyBlockPool):
+    def allocate(self, n):  # forgets to take the blocks off the free list
+        taken = self.free_ids[:n]
+        for b in taken:
+            self.counts[b] = 1
+        return taken
+
+
+@pytest.mark.parametrize("pool,needle", [(ForgetsCounts, "block"), (Leaks, "num_free()"),
+                                         (SharesNothing, "ref_count"), (HandsOutTwice, "block")])
+def test_b_pool_bug_is_caught_with_a_shrunk_program(pool, needle):
+    text = _caught(build_it.check("b", pool, lang="en"), needle, "llm.add_request")
+    assert "EngineParts(block_pool=MyBlockPool)" in text
+
+
+# --- (c) one step -----------------------------------------------------------------------
+def _step_ignoring_context_full(llm):
+    batch = llm.scheduler.schedule()
+    if batch:
+        logits = llm.runner.run(batch.decodes, batch.prefills, batch.prefill_chunks)
+        ids, lp, err = llm.runner.sample(llm.sampler, logits, batch.sampled)
+        llm.scheduler.update_from_output(batch, ids, lp, err)
+    return batch
+
+
+def _step_sampling_decodes_only(llm):  # forgets that a prompt's last chunk yields its first token
+    batch = llm.scheduler.schedule()
+    for req in batch.context_full:
+        llm.scheduler.finish(req, sol.StopReason.CONTEXT_FULL)
+    if batch:
+        logits = llm.runner.run(batch.decodes, batch.prefills, batch.prefill_chunks)
+        ids, lp, err = llm.runner.sample(llm.sampler, logits[:len(batch.decodes)], batch.decodes)
+        llm.scheduler.update_from_output(batch, ids, lp, err)
+    return batch
+
+
+def _step_without_update(llm):
+    batch = llm.scheduler.schedule()
+    if batch:
+        llm.runner.run(batch.decodes, batch.prefills, batch.prefill_chunks)
+    return batch
+
+
+@pytest.mark.parametrize("step,needle", [(_step_ignoring_context_full, "vanished"),
+                                         (_step_sampling_decodes_only, "did not finish"),
+                                         (_step_without_update, "did not finish")])
+def test_c_step_bug_is_caught_with_a_shrunk_program(step, needle):
+    text = _caught(build_it.check("c", step, lang="en"), needle, "llm.add_request")
+    assert "EngineParts(step=my_step)" in text
+
+
+# --- (d) top-k and top-p -----------------------------------------------------------------------
+def _top_k_one_too_many(logits, k):
+    return sol.my_top_k_filter(logits, k + 1 if k > 0 else k)
+
+
+def _top_p_drops_the_crossing_token(logits, p):
+    values, order = torch.sort(logits, descending=True)
+    drop = values.softmax(-1).cumsum(-1) >= p
+    drop[0] = False
+    out = logits.clone()
+    out[order[drop]] = float("-inf")
+    return out
+
+
+def _top_k_capped(logits, k):  # right on every small case; wrong once k > 5
+    return sol.my_top_k_filter(logits, min(k, 5))
+
+
+def test_d_small_case_bugs_show_the_smallest_case():
+    text = _caught(build_it.check("d", (_top_k_one_too_many, sol.my_top_p_filter), lang="en"),
+                   "my_top_k_filter on logits [2.0, 1.0, 0.0] with k=1")
+    assert "keeps [0, 1]" in text
+    _caught(build_it.check("d", (sol.my_top_k_filter, _top_p_drops_the_crossing_token), lang="en"),
+            "my_top_p_filter on logits")
+
+
+def test_d_bug_only_the_engine_shows_is_caught_with_a_shrunk_program():
+    text = _caught(build_it.check("d", (_top_k_capped, sol.my_top_p_filter), lang="en"), "top_k=40",
+                   "llm.add_request")
+    assert "stop reason" in text
+
+
+# --- the notebook's engine helper ---------------------------------------------------------------
+def test_engine_runs_on_the_learners_parts_and_falls_back_with_a_reason(capsys):
+    from minillm.seams import EngineParts
+
+    parts = EngineParts(transitions=sol.MY_TRANSITIONS, block_pool=sol.MyBlockPool, step=sol.my_step,
+                        top_k_filter=sol.my_top_k_filter, top_p_filter=sol.my_top_p_filter)
+    llm = build_it.engine(parts)
+    assert llm.parts is parts and "runs on your parts" in capsys.readouterr().out
+    out = llm.generate(["Once upon a time", "One day"], None)
+    assert all(o.stop_reason is not None for o in out) and llm.cache_stats().used_blocks == 0
+    fallback = build_it.engine(EngineParts(block_pool=Leaks))
+    assert "not ready yet" in capsys.readouterr().out
+    assert fallback.parts.block_pool is None
+    fallback = build_it.engine(EngineParts(top_k_filter=lambda logits, k: 1 / 0, top_p_filter=sol.my_top_p_filter))
+    assert "ZeroDivisionError" in capsys.readouterr().out
+    assert fallback.parts.top_k_filter is None
