@@ -159,7 +159,8 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     fn = _load()
     if fn is None:
         raise RuntimeError(f"the CPU paged attention kernel is unavailable: {_error}")
-    _check_args(q, k_pool, v_pool, block_tables, context_lens, scale)
+    if not _plainly_valid(q, k_pool, v_pool, block_tables, context_lens, scale):
+        _check_args(q, k_pool, v_pool, block_tables, context_lens, scale)  # raises, naming the argument
     n, heads, dim = q.shape
     blocks, block_size, kv_heads, _ = k_pool.shape
     if q.stride(2) != 1:
@@ -178,6 +179,27 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
         raise MemoryError("the paged kernel could not allocate its scores")
     return out
 
+
+
+_F32, _I64 = torch.float32, torch.int64
+
+
+def _plainly_valid(q, k_pool, v_pool, block_tables, context_lens, scale) -> bool:
+    """The common case in one expression (a few microseconds per layer): everything as the
+    engine passes it. Anything else goes to ``_check_args``, which names what is wrong."""
+    try:
+        return (q.dtype is _F32 and k_pool.dtype is _F32 and v_pool.dtype is _F32 and block_tables.dtype is _I64
+                and context_lens.dtype is _I64 and q.is_cpu and k_pool.is_cpu and v_pool.is_cpu
+                and block_tables.is_cpu and context_lens.is_cpu
+                and q.dim() == 3 and k_pool.dim() == 4 and v_pool.shape == k_pool.shape
+                and block_tables.dim() == 2 and context_lens.dim() == 1
+                and block_tables.shape[0] == context_lens.shape[0] == q.shape[0]
+                and k_pool.shape[3] == q.shape[2] and min(k_pool.shape) > 0 and q.shape[1] > 0 and q.shape[2] > 0
+                and q.shape[1] % k_pool.shape[2] == 0
+                and k_pool.is_contiguous() and v_pool.is_contiguous()
+                and type(scale) is float and math.isfinite(scale))
+    except AttributeError:  # not tensors
+        return False
 
 
 def _check_args(q, k_pool, v_pool, block_tables, context_lens, scale) -> None:

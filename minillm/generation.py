@@ -24,7 +24,10 @@ class WholeGenerations:
         Safe from several threads at once: each call waits only for its own requests."""
         if isinstance(prompts, str):
             prompts = [prompts]
-        prompts = list(prompts)
+        try:
+            prompts = list(prompts)
+        except TypeError:
+            raise ValueError(f"prompts must be a string or a list of strings, got {type(prompts).__name__}") from None
         if not prompts:
             raise ValueError("prompts must contain at least one prompt")
         for p in prompts:  # validate every prompt before queueing any, so nothing is half-added
@@ -48,6 +51,9 @@ class WholeGenerations:
     def _run_all(self, inputs: list[dict], params) -> list[RequestOutput]:
         if params is None or isinstance(params, SamplingParams):
             params = [params] * len(inputs)
+        elif not isinstance(params, (list, tuple)):
+            raise ValueError(f"params must be a SamplingParams or a list of them (one per prompt), "
+                             f"got {type(params).__name__}")
         elif len(params) != len(inputs):
             raise ValueError(f"params must be one SamplingParams or one per prompt ({len(inputs)}), "
                              f"got {len(params)}")

@@ -9,11 +9,16 @@ from typing import Sequence
 from .params import SamplingParams
 
 
-def check_params(params) -> SamplingParams:
+def check_params(params, vocab_size: int | None = None) -> SamplingParams:
+    """``params`` (None: the defaults), with its ``logit_bias`` ids in the vocabulary."""
     if params is None:
         return SamplingParams()
     if not isinstance(params, SamplingParams):
         raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+    bias = getattr(params, "logit_bias", ())
+    if vocab_size is not None and bias and bias[-1][0] >= vocab_size:  # sorted: the last id is the largest
+        raise ValueError(f"logit_bias keys must be token ids in the vocabulary [0, {vocab_size}), "
+                         f"got {bias[-1][0]}")
     return params
 
 

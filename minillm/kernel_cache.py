@@ -4,8 +4,9 @@ Loading a shared library runs its code, so a library another user could have wri
 dangerous as running their program. The cache therefore trusts only what it can check:
 
 * the folder is the user's own (``~/.cache/minillm/kernels``, ``MINILLM_KERNEL_CACHE`` overrides;
-  ``$TMPDIR/minillm-kernels-<uid>`` when that cannot be made), created 0700, and refused when
-  it is a symlink, belongs to someone else, or can be written by the group or others;
+  ``$TMPDIR/minillm-kernels-<uid>`` when that cannot be made; a fresh folder for this process
+  alone when neither is safe), created 0700, and refused when it is a symlink, belongs to
+  someone else, or can be written by the group or others;
 * each library is recorded when it is built: a small manifest ``<name>-<key>.sha256`` (``key``
   hashes the source, compiler, flags and CPU) holds the SHA-256 of the library's bytes, and the
   library itself is ``<name>-<key>-<sha[:16]>.so``, so two concurrent builds never mix a
@@ -21,8 +22,10 @@ reason, removed when it is ours, and rebuilt.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
 import warnings
@@ -48,15 +51,17 @@ def _uid() -> int:
     return os.geteuid() if hasattr(os, "geteuid") else -1
 
 
-def default_dirs() -> list[Path]:
-    """The folders tried in turn: the configured or per-user cache, then a per-user temporary one."""
+def default_dirs() -> list[tuple[Path, bool]]:
+    """The folders tried in turn, each with whether it is minillm's own by name (and so may be
+    tightened to 0700, see ``open_private_dir``): the configured or per-user cache, then a
+    per-user temporary one."""
     root = os.environ.get("MINILLM_KERNEL_CACHE")
     if root:
-        first = Path(root)
+        first = (Path(root), False)  # the user's choice: used as it is or refused, never changed
     else:
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        first = Path(base) / "minillm" / "kernels"
-    return [first, Path(tempfile.gettempdir()) / f"minillm-kernels-{_uid()}"]
+        first = (Path(base) / "minillm" / "kernels", True)
+    return [first, (Path(tempfile.gettempdir()) / f"minillm-kernels-{_uid()}", True)]
 
 
 def check_owned(st: os.stat_result, what: str, kind: Callable[[int], bool]) -> None:
@@ -69,8 +74,13 @@ def check_owned(st: os.stat_result, what: str, kind: Callable[[int], bool]) -> N
         raise UnsafeCacheDir(f"{what} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})")
 
 
-def open_private_dir(path: Path) -> int:
-    """A descriptor of ``path``, made 0700 if missing; ``UnsafeCacheDir`` if not this user's alone."""
+def open_private_dir(path: Path, tighten: bool = False) -> int:
+    """A descriptor of ``path``, made 0700 if missing; ``UnsafeCacheDir`` if not this user's alone.
+
+    ``tighten``: a folder of minillm's own name that this user owns but the group or others may
+    write (made by an older minillm under a umask of 002) is set to 0700 instead of refused. That
+    is safe because every file in it is checked on its own (owner, mode, hash): anything someone
+    else put there while it was open is theirs, and refused."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         os.mkdir(path, 0o700)
@@ -81,10 +91,14 @@ def open_private_dir(path: Path) -> int:
         fd = os.open(path, flags)
     except OSError:
         if os.path.islink(path):
-            raise UnsafeCacheDir(f"kernel cache folder {path} is a symlink") from None
+            raise UnsafeCacheDir(f"folder {path} is a symlink") from None
         raise
     try:
-        check_owned(os.fstat(fd), f"kernel cache folder {path}", stat.S_ISDIR)
+        st = os.fstat(fd)
+        if tighten and stat.S_ISDIR(st.st_mode) and st.st_uid == _uid() and st.st_mode & 0o022:
+            os.fchmod(fd, 0o700)
+            st = os.fstat(fd)
+        check_owned(st, f"folder {path}", stat.S_ISDIR)
     except BaseException:
         os.close(fd)
         raise
@@ -92,17 +106,26 @@ def open_private_dir(path: Path) -> int:
 
 
 def private_dir() -> tuple[Path, int]:
-    """The first usable cache folder and a descriptor of it; ``RuntimeError`` listing why none is."""
+    """The first usable cache folder and a descriptor of it. When every shared place is unsafe
+    (someone squats ``$TMPDIR/minillm-kernels-<uid>``), a fresh folder for this process alone
+    (rebuilt each run, removed at exit); ``RuntimeError`` listing why when not even that works."""
     problems = []
-    for path in default_dirs():
+    for path, tighten in default_dirs():
         try:
-            return path, open_private_dir(path)
+            return path, open_private_dir(path, tighten)
         except UnsafeCacheDir as exc:
-            warnings.warn(f"minillm: not using {exc}", UntrustedLibrary, stacklevel=3)
+            warnings.warn(f"minillm: skipped an unsafe place for compiled kernels: {exc}", UntrustedLibrary,
+                          stacklevel=3)
             problems.append(str(exc))
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")
-    raise RuntimeError("no private folder for the kernel cache: " + "; ".join(problems))
+    try:
+        path = Path(tempfile.mkdtemp(prefix="minillm-kernels-", dir=tempfile.gettempdir()))  # 0700, new
+    except OSError as exc:
+        problems.append(f"a fresh temporary folder: {exc.strerror or exc}")
+        raise RuntimeError("no private folder for the kernel cache: " + "; ".join(problems)) from None
+    atexit.register(shutil.rmtree, path, True)  # the loaded library stays mapped
+    return path, open_private_dir(path)
 
 
 def sha256_fd(fd: int) -> str:

@@ -248,7 +248,7 @@ class LLM(WholeGenerations):
                     prompt_token_ids: Sequence[int] | None = None, request_id: str | None = None,
                     auto_release: bool = True) -> Request:
         """Validate and register a request in state NEW (not tokenized, not queued yet)."""
-        params = intake.check_params(params)
+        params = intake.check_params(params, self.model_config.vocab_size)
         ids = intake.check_prompt(prompt, prompt_token_ids, self.model_config.vocab_size)
         request_id = self._new_id(request_id)
         seed = params.seed if params.seed is not None else self._seed_rng.getrandbits(63)
@@ -473,9 +473,10 @@ class LLM(WholeGenerations):
     def next_token_logits(self, prompt: str | Sequence[int]) -> torch.Tensor:
         """Raw logits for the token after ``prompt`` (no request, no cache): for the
         sampling lessons, which look at one distribution many ways."""
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids:
-            raise ValueError("prompt must be a non-empty string or token id list")
+        if isinstance(prompt, str):
+            ids = self.prepare_prompt(prompt)
+        else:  # checked like a request's ids: ints in the vocabulary, shorter than max_model_len
+            ids = self.prepare_prompt(prompt_token_ids=prompt)
         return self.model.full_logits(ids)[-1]
 
     def __repr__(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 
@@ -28,6 +29,9 @@ FLOAT32_MAX = 3.4028234663852886e38
 REPETITION_PENALTY_RANGE = (1e-4, 1e4)
 #: Most top candidates ``logprobs`` may ask for (OpenAI's and vLLM's default limit).
 MAX_LOGPROBS = 20
+#: Largest |bias| ``logit_bias`` may add to a logit (OpenAI's range: -100 bans a token, 100
+#: all but forces it).
+MAX_LOGIT_BIAS = 100.0
 
 _MUTATION_HINT = ("SamplingParams is immutable once built; make a changed copy with "
                   "params.replace({name}=...) (or dataclasses.replace(params, {name}=...))")
@@ -58,6 +62,7 @@ class SamplingParams:
 
     Logits processors run in this fixed order (see ``minillm.sampler``):
 
+    0. logit_bias (added to the model's logits, before anything else, as in vLLM and OpenAI);
     1. repetition_penalty (on prompt and output tokens), then presence_penalty and
        frequency_penalty (on output tokens), all on the raw logits;
     2. temperature (0, or anything below ``GREEDY_EPS`` = 1e-5, means greedy: argmax of the
@@ -70,8 +75,10 @@ class SamplingParams:
     top_p in (0, 1]; min_p in [0, 1]; repetition_penalty in [1e-4, 1e4] (1 = off);
     presence_penalty and frequency_penalty finite in float32 (|x| <= 3.4e38, 0 = off);
     seed any int (reduced modulo 2**64 for the generator) or None; logprobs None or an int
-    in [0, 20]. Numpy scalars are accepted and stored as Python int/float; bools are never
-    taken as numbers.
+    in [0, 20]; logit_bias a dict {token id (int >= 0): bias in [-100, 100]} or None, stored
+    as sorted ``(token_id, bias)`` pairs (``dict(params.logit_bias)`` gives the dict back; the
+    engine checks the ids against the model's vocabulary when the request is added). Numpy
+    scalars are accepted and stored as Python int/float; bools are never taken as numbers.
 
     ``logprobs`` reports the top-N candidates of the model's raw distribution at each step
     (like vLLM), plus the probability of the token actually chosen.
@@ -96,6 +103,7 @@ class SamplingParams:
     logprobs: int | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    logit_bias: dict[int, float] | tuple[tuple[int, float], ...] | None = None
     _stop_list: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
@@ -131,6 +139,7 @@ class SamplingParams:
         if self.logprobs is not None:
             set_("logprobs", self._int("logprobs", self.logprobs,
                                        f"an int in [0, {MAX_LOGPROBS}] or None", low=0, high=MAX_LOGPROBS))
+        set_("logit_bias", self._check_logit_bias(self.logit_bias))
         set_("_sealed", True)  # from here on, assignment raises (see __setattr__)
 
     # --- immutability --------------------------------------------------------------------
@@ -180,6 +189,26 @@ class SamplingParams:
         return tuple(items)
 
     @staticmethod
+    def _check_logit_bias(bias) -> tuple[tuple[int, float], ...]:
+        if bias is None:
+            return ()
+        try:
+            pairs = list(bias.items() if isinstance(bias, Mapping) else bias)
+            pairs = [(t, b) for t, b in pairs]
+        except (TypeError, ValueError):
+            raise ValueError(f"logit_bias must be a dict {{token id: bias}}, got {_short(bias)}") from None
+        out = {}
+        for t, b in pairs:
+            if not _is_int(t) or t < 0:
+                raise ValueError(f"logit_bias keys must be token ids (ints >= 0), got {_short(t)}")
+            ok = _is_real(b) and math.isfinite(b) and -MAX_LOGIT_BIAS <= b <= MAX_LOGIT_BIAS
+            if not ok:
+                raise ValueError(f"logit_bias values must be floats in [{-MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}], "
+                                 f"got {_short(b)} for token {int(t)}")
+            out[int(t)] = float(b)
+        return tuple(sorted(out.items()))
+
+    @staticmethod
     def _check_stop_token_ids(ids) -> tuple[int, ...]:
         if ids is None:
             return ()
@@ -197,3 +226,8 @@ class SamplingParams:
     def greedy(self) -> bool:
         """True when the request takes the argmax: temperature 0 or below ``GREEDY_EPS``."""
         return self.temperature < GREEDY_EPS
+
+
+def _short(value, limit: int = 100) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -3,6 +3,8 @@ the history every later step is computed from.
 
 Processors run in this fixed order, on a batch of rows (one row per request):
 
+0. ``apply_logit_bias``: each request's ``logit_bias`` is added to the model's logits (vLLM's
+   and OpenAI's meaning: -100 all but bans a token, +100 all but forces it);
 1. ``apply_penalties``: repetition_penalty (prompt + output tokens; positive logits are
    divided by it, negative ones multiplied, as in vLLM and transformers), then
    presence_penalty and frequency_penalty (output tokens only: ``logit -= presence * seen
@@ -47,6 +49,16 @@ import torch
 from .params import SamplingParams
 
 NEG_INF = float("-inf")
+
+
+def apply_logit_bias(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """``params.logit_bias`` added to one row (1-D logits). Returns a new tensor."""
+    bias = getattr(params, "logit_bias", ())
+    if not bias:
+        return logits.clone()
+    ids = torch.tensor([t for t, _ in bias], device=logits.device, dtype=torch.long)
+    values = torch.tensor([b for _, b in bias], device=logits.device, dtype=logits.dtype)
+    return logits.index_add(-1, ids, values)
 
 
 def apply_penalties(logits: torch.Tensor, params: SamplingParams, prompt_ids: list[int],
@@ -137,7 +149,8 @@ def processed_logits(logits: torch.Tensor, params: SamplingParams, prompt_ids: l
     """The whole pipeline (steps 1-5) for one row, as the sampler applies it. For a greedy
     request the result keeps only the argmax."""
     raw = logits.float()
-    logits = finite_or_best(apply_penalties(raw, params, list(prompt_ids), list(output_ids)), raw)
+    logits = finite_or_best(apply_penalties(apply_logit_bias(raw, params), params, list(prompt_ids),
+                                            list(output_ids)), raw)
     if params.greedy:
         keep = logits.argmax(dim=-1, keepdim=True)
         return torch.full_like(logits, NEG_INF).scatter(-1, keep, logits.gather(-1, keep))
@@ -398,7 +411,8 @@ class Sampler:
         penalised = [p.repetition_penalty != 1.0 or bool(p.presence_penalty) or bool(p.frequency_penalty)
                      for p in params]
         sampled = [not p.greedy for p in params]
-        if not any(penalised) and not any(sampled):
+        biased = [bool(getattr(p, "logit_bias", ())) for p in params]
+        if not any(penalised) and not any(sampled) and not any(biased):
             return logits.argmax(dim=-1)
         state = self.penalty_counts
         if any(penalised):
@@ -412,8 +426,13 @@ class Sampler:
                       0.0 if greedy or p.top_k <= 0 else float(min(p.top_k, vocab)),
                       1.0 if greedy else p.top_p, 0.0 if greedy else p.min_p,
                       p.repetition_penalty, p.presence_penalty, p.frequency_penalty, float(row)]
+        bias_ids, bias_values = [], []
+        for i, (p, b) in enumerate(zip(params, biased)):
+            if b:
+                bias_ids += [i * vocab + t for t, _ in p.logit_bias]
+                bias_values += [v for _, v in p.logit_bias]
         # ids are exact in float64 (below 2**53)
-        upload = torch.tensor(block + rebuild + seen_ids + out_ids, dtype=torch.float64)
+        upload = torch.tensor(block + rebuild + seen_ids + out_ids + bias_ids + bias_values, dtype=torch.float64)
         if logits.device.type == "cuda":
             upload = upload.pin_memory()
         upload = upload.to(logits.device, non_blocking=True)  # the sampler's one host->device copy
@@ -421,12 +440,17 @@ class Sampler:
         table = upload[:n].view(rows, _COLUMNS)
         cols = table.float()
         processed = logits
+        end = upload.shape[0] - 2 * len(bias_ids)  # where the penalties' part of the upload ends
+        if bias_ids:  # one add on the device, per flat (row, token) index
+            nb = len(bias_ids)
+            processed = logits.flatten().index_add(0, upload[end:end + nb].long(),
+                                                   upload[end + nb:].to(logits.dtype)).view(rows, vocab)
         if any(penalised):
             a, b = n + len(rebuild), n + len(rebuild) + len(seen_ids)
             if rebuild:
-                state.build(upload[n:a].long(), upload[a:b].long(), upload[b:].long())
+                state.build(upload[n:a].long(), upload[a:b].long(), upload[b:end].long())
             row_ids = table[:, _ROW].long()
-            x = logits  # each penalty below makes a new tensor (torch.where), never writes into it
+            x = processed  # each penalty below makes a new tensor (torch.where), never writes into it
             if any(p.repetition_penalty != 1.0 for p in params):
                 seen = state.seen.index_select(0, row_ids)
                 rp = cols[:, _REP:_REP + 1]

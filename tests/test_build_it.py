@@ -179,3 +179,21 @@ def test_d_bug_only_the_engine_shows_is_caught_with_a_shrunk_program():
     text = _caught(build_it.check("d", (_top_k_capped, sol.my_top_p_filter), lang="en"), "top_k=40",
                    "llm.add_request")
     assert "stop reason" in text
+
+
+# --- the notebook's engine helper ---------------------------------------------------------------
+def test_engine_runs_on_the_learners_parts_and_falls_back_with_a_reason(capsys):
+    from minillm.seams import EngineParts
+
+    parts = EngineParts(transitions=sol.MY_TRANSITIONS, block_pool=sol.MyBlockPool, step=sol.my_step,
+                        top_k_filter=sol.my_top_k_filter, top_p_filter=sol.my_top_p_filter)
+    llm = build_it.engine(parts)
+    assert llm.parts is parts and "runs on your parts" in capsys.readouterr().out
+    out = llm.generate(["Once upon a time", "One day"], None)
+    assert all(o.stop_reason is not None for o in out) and llm.cache_stats().used_blocks == 0
+    fallback = build_it.engine(EngineParts(block_pool=Leaks))
+    assert "not ready yet" in capsys.readouterr().out
+    assert fallback.parts.block_pool is None
+    fallback = build_it.engine(EngineParts(top_k_filter=lambda logits, k: 1 / 0, top_p_filter=sol.my_top_p_filter))
+    assert "ZeroDivisionError" in capsys.readouterr().out
+    assert fallback.parts.top_k_filter is None

@@ -33,9 +33,10 @@ ROWS = split.rows()
 ORDINARY = {"ordinary", "format"}
 
 # measured on the last change (README, grading section); each is a floor, not a target
-FLOORS = {
-    "tune": {"agreement": 0.88, "ordinary": 0.92, "adversarial": 0.84, "wrong_full": 0.08, "flagged": 0.40},
-    "holdout": {"agreement": 0.87, "ordinary": 0.93, "adversarial": 0.82, "wrong_full": 0.12, "flagged": 0.25},
+FLOORS = {  # measured: tune 99.0 % / 99.0 / 99.0, 0.9 % not-full→full, 100 % of 2 flagged;
+    # held out 95.7 % / 94.8 / 96.5, 4.5 % (3/67) not-full→full, 40 % of 5 flagged
+    "tune": {"agreement": 0.97, "ordinary": 0.97, "adversarial": 0.97, "wrong_full": 0.02, "flagged": 0.5},
+    "holdout": {"agreement": 0.95, "ordinary": 0.94, "adversarial": 0.96, "wrong_full": 0.05, "flagged": 0.4},
 }
 
 
@@ -131,3 +132,41 @@ def test_no_feedback_gives_the_model_answer_away():
         for f in r.feedback:  # "ok" lines name what the learner already wrote; hints must not give the rest
             if f.kind != "ok" and len(f.text) >= 40:
                 assert fuzz.partial_ratio(f.text.lower(), model.lower()) < 75, (row["id"], f.text)
+
+
+def _with_text(row, text):
+    """The same exercise answered with ``text`` in the written part, everything else right."""
+    ex = row["id"]
+    if ex in ("task2_kv_explain", "task4_sampling"):
+        return text, 0
+    if ex.startswith("quiz"):
+        from minillm.grading.texts import QUIZ
+
+        return (next(q.answer for q in QUIZ if q.id == ex), text), 1
+    if ex.startswith("pitfall"):
+        from minillm.grading.texts import PITFALLS
+
+        return (next(p.truth for p in PITFALLS if p.id == ex), text), 1
+    if ex == "task5_trim_policy":
+        return ("summary", text), 1
+    if ex == "task3_pressure":
+        return [("long context", text), ("high concurrency", text), ("long outputs", text)], 3
+    return None, None
+
+
+def test_pasted_back_feedback_never_earns_a_point():
+    """Whatever the feedback says to an answer that missed points, handed back as the answer (all
+    its lines, or any one line), earns nothing beyond the parts that are not written."""
+    tried = 0
+    for row, r in RESULTS:
+        if r.status != "graded" or r.score >= r.max_score:
+            continue
+        lines = [f.text for f in r.feedback if f.kind != "ok"]
+        for text in ([" ".join(lines)] + lines if lines else []):
+            answer, allowed = _with_text(row, text)
+            if answer is None or len(text) < 8:
+                continue
+            again = grade(EXERCISES[row["id"]], answer)
+            tried += 1
+            assert again.score <= allowed, (row["id"], text, str(again))
+    assert tried >= 100

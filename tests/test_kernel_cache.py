@@ -90,7 +90,7 @@ def test_an_unsafe_folder_is_never_used(cache, tmp_path, attack):
     sha = kernel_cache.sha256_fd(os.open(planted / "evil.so", os.O_RDONLY))
     (planted / "answer-dddd.sha256").write_text(sha + "\n")
     os.replace(planted / "evil.so", planted / f"answer-dddd-{sha[:16]}.so")
-    if attack == "group-writable":
+    if attack == "group-writable":  # the user's own choice of folder (MINILLM_KERNEL_CACHE): refused as is
         os.chmod(planted, 0o777)
         os.replace(planted, cache)
         match = "can be written by other users"
@@ -140,3 +140,41 @@ def test_no_usable_folder_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(kernel_cache.tempfile, "gettempdir", lambda: str(blocked))
     with pytest.raises(RuntimeError, match="no private folder for the kernel cache"):
         kernel_cache.cached_library("answer-gggg", _compile(tmp_path, 1))
+
+
+def test_when_every_shared_folder_is_unsafe_a_fresh_private_one_is_used(cache, tmp_path):
+    """Someone squatting both the configured folder and ``$TMPDIR/minillm-kernels-<uid>`` only
+    costs a rebuild in a fresh per-process folder: the kernel still loads, never from theirs."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a folder to another user")
+    squat = tmp_path / "tmp" / f"minillm-kernels-{os.geteuid()}"
+    for folder in (cache, squat):
+        folder.mkdir(mode=0o777)
+        os.chmod(folder, 0o777)
+    os.chown(squat, OTHER_UID, OTHER_UID)
+    with pytest.warns(kernel_cache.UntrustedLibrary, match=f"belongs to user id {OTHER_UID}"):
+        name = kernel_cache.cached_library("answer-hhhh", _compile(tmp_path, 12))
+    assert _answer(name) == 12
+    fresh = [p for p in (tmp_path / "tmp").iterdir() if p != squat]
+    assert len(fresh) == 1 and (fresh[0].stat().st_mode & 0o777) == 0o700
+    assert not list(squat.iterdir()) and not list(cache.iterdir())
+
+
+def test_minillms_own_folder_left_group_writable_is_tightened_and_its_files_still_checked(monkeypatch, tmp_path):
+    """``~/.cache/minillm/kernels`` made 0775 under umask 002 is the user's own: set to 0700 and
+    used; a library someone else put there while it was open is still refused (owner)."""
+    monkeypatch.delenv("MINILLM_KERNEL_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    folder = tmp_path / "xdg" / "minillm" / "kernels"
+    folder.mkdir(parents=True)
+    os.chmod(folder, 0o775)
+    kernel_cache.cached_library("answer-iiii", _compile(tmp_path, 20))
+    assert (folder.stat().st_mode & 0o777) == 0o700 and (folder / "answer-iiii.sha256").is_file()
+    if os.geteuid() != 0:
+        return
+    os.chmod(folder, 0o777)
+    for f in folder.iterdir():
+        os.chown(f, OTHER_UID, OTHER_UID)  # as if replaced by another user while the folder was open
+    with pytest.warns(kernel_cache.UntrustedLibrary, match=f"belongs to user id {OTHER_UID}"):
+        name = kernel_cache.cached_library("answer-iiii", _compile(tmp_path, 21))
+    assert _answer(name) == 21 and (folder.stat().st_mode & 0o777) == 0o700

@@ -123,7 +123,12 @@ MALFORMED = [
     (b'{"prompt": "hi", "best_of": true}', "best_of", "integer 1"),
     (b'{"prompt": "hi", "model": ["tiny"]}', "model", "string"),
     (b'{"prompt": "hi", "temprature": 0.5}', "temprature", "did you mean 'temperature'"),
-    (b'{"prompt": "hi", "logit_bias": {"5": 100}}', "logit_bias", "not supported"),
+    (b'{"prompt": "hi", "logit_bias": {"5": 101}}', "logit_bias", "[-100, 100]"),
+    (b'{"prompt": "hi", "logit_bias": {"5": true}}', "logit_bias", "[-100, 100]"),
+    (b'{"prompt": "hi", "logit_bias": {"abc": 1}}', "logit_bias", "token ids"),
+    (b'{"prompt": "hi", "logit_bias": {"' + b"9" * 5000 + b'": 1}}', "logit_bias", "token ids"),
+    (b'{"prompt": "hi", "logit_bias": {"100000": 1}}', "logit_bias", "vocabulary [0, 320)"),
+    (b'{"prompt": "hi", "logit_bias": [1, 2]}', "logit_bias", "object"),
     (b'{"prompt": "hi", "suffix": "end"}', "suffix", "not supported"),
     (b'{"prompt": "hi", "response_format": {"type": "json_object"}}', "response_format", "not supported"),
     (b'{"prompt": "hi", "max_tokens": true}', "max_tokens", "max_tokens"),
@@ -163,7 +168,7 @@ def test_malformed_chat_bodies_are_400(llm, run_async, body, param, needle):
 def test_null_unsupported_fields_and_user_are_taken(llm, run_async):
     async def fn(c):
         return await c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "n": 1, "best_of": None,
-                                                     "logit_bias": None, "suffix": None, "user": "u-1"})
+                                                     "response_format": None, "suffix": None, "user": "u-1"})
 
     r = _call(run_async, _server(llm), fn)
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
@@ -293,6 +298,33 @@ def test_a_huge_prompt_is_tokenised_off_the_engine_thread_while_others_step(llm,
     assert b.status_code == 200 and b.json()["usage"]["completion_tokens"] == 120
     assert engine.steps >= steps_before + 3
     assert threads and "minillm-engine" not in threads, threads  # nothing was tokenised on the engine thread
+
+
+def test_an_ordinary_request_is_not_queued_behind_a_huge_one(llm, run_async, monkeypatch):
+    """A's ~200 KB prompt is held in its tokeniser until B (a small request, sent after A)
+    has been answered: B must not wait in A's lane."""
+    server = _server(llm)
+    real_encode = llm.tokenizer.encode
+    a_tokenising, b_answered = threading.Event(), threading.Event()
+
+    def encode(text, *args, **kwargs):
+        if len(text) > 100_000:
+            a_tokenising.set()
+            assert b_answered.wait(300), "the small request waited behind the huge one"  # a failure bound
+        return real_encode(text, *args, **kwargs)
+
+    monkeypatch.setattr(llm.tokenizer, "encode", encode)
+
+    async def fn(c):
+        a = asyncio.ensure_future(c.post("/v1/completions", json={"prompt": "fox " * 50_000}))
+        while not a_tokenising.is_set() and not a.done():
+            await asyncio.sleep(0.005)
+        b = await c.post("/v1/completions", json={"prompt": "the fox", "max_tokens": 3})
+        b_answered.set()
+        return await a, b
+
+    a, b = _call(run_async, server, fn)
+    assert b.status_code == 200 and "max_model_len" in _err(a, 400, "prompt")
 
 
 def test_prepare_prompt_does_not_take_the_engine_lock(llm):
@@ -437,3 +469,72 @@ def test_hardening_options_reach_uvicorn():
     assert allowed_hosts(wide) == ["api.example.com", "*.lan"]
     assert allowed_hosts(build_parser().parse_args(["--host", "0.0.0.0"])) == ["*"]
     assert build_parser().parse_args([]).max_body_bytes == 1 << 20
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda llm: llm.generate(123), "prompts must be a string or a list"),
+    (lambda llm: llm.generate(None), "prompts must be a string or a list"),
+    (lambda llm: llm.generate("x", params=5), "params must be a SamplingParams or a list"),
+    (lambda llm: llm.generate("x", params={"max_tokens": 2}), "params must be a SamplingParams or a list"),
+    (lambda llm: llm.next_token_logits(5), "prompt_token_ids"),
+    (lambda llm: llm.next_token_logits("a\ud800"), "lone surrogate"),
+    (lambda llm: llm.next_token_logits([10**9]), "prompt_token_ids"),
+    (lambda llm: llm.next_token_logits("fox " * 2000), "max_model_len"),
+], ids=range(8))
+def test_the_python_api_refuses_with_value_errors_not_type_or_index_errors(llm, call, needle):
+    with pytest.raises(ValueError, match=needle):
+        call(llm)
+    assert llm.cache_stats().used_blocks == 0
+
+
+# --- logit_bias (vLLM's and OpenAI's meaning: added to the model's logits first) ---------------
+def test_logit_bias_bans_and_forces_tokens_and_leaves_the_batch_alone(llm):
+    greedy = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    base = llm.generate(["the fox", "a bird"], greedy)
+    first = base[0].token_ids[0]
+    banned, other = llm.generate(["the fox", "a bird"], [greedy.replace(logit_bias={first: -100}), greedy])
+    assert first not in banned.token_ids and other.token_ids == base[1].token_ids
+    forced = llm.generate(["the fox"], SamplingParams(max_tokens=6, temperature=1.0, seed=1, ignore_eos=True,
+                                                      repetition_penalty=1.5, logit_bias={7: 100}))[0]
+    assert forced.token_ids == [7] * 6  # +100 beats any logit, and the penalty on the repeats
+    assert llm.cache_stats().used_blocks == 0
+
+
+def test_the_batched_sampler_applies_logit_bias_like_the_reference(llm):
+    from minillm.sampler import processed_logits
+
+    logits = llm.next_token_logits("the fox")
+    for bias in ({int(logits.argmax()): -100.0}, {3: 50.0, 9: -20.0}):
+        params = SamplingParams(temperature=0, logit_bias=bias)
+        out = llm.generate(["the fox"], params.replace(max_tokens=1))[0]
+        assert out.token_ids[0] == int(processed_logits(logits, params).argmax())
+
+
+@pytest.mark.parametrize("bias,needle", [({5: 100.5}, r"\[-100, 100\]"), ({5: float("inf")}, "logit_bias"),
+                                         ({-1: 1}, "token ids"), ({"5": 1}, "token ids"), ({True: 1}, "token ids"),
+                                         (5, "dict"), ([1, 2], "dict")])
+def test_logit_bias_values_are_checked(bias, needle):
+    with pytest.raises(ValueError, match=needle):
+        SamplingParams(logit_bias=bias)
+
+
+def test_logit_bias_ids_are_checked_against_the_vocabulary(llm):
+    n = len(llm.requests)
+    with pytest.raises(ValueError, match=r"logit_bias.*\[0, 320\)"):
+        llm.add_request("the fox", SamplingParams(logit_bias={320: 1}))
+    assert len(llm.requests) == n
+    assert dict(SamplingParams(logit_bias={5: 1, 2: -3}).logit_bias) == {2: -3.0, 5: 1.0}
+
+
+def test_logit_bias_over_http_matches_the_python_api(llm, run_async):
+    body = {"prompt": "the fox", "max_tokens": 5, "temperature": 0, "ignore_eos": True,
+            "logit_bias": {"7": 100, "9": -100}}
+
+    async def fn(c):
+        return await c.post("/v1/completions", json=body)
+
+    r = _call(run_async, _server(llm), fn)
+    assert r.status_code == 200, r.text
+    want = llm.generate(["the fox"], SamplingParams(max_tokens=5, temperature=0, ignore_eos=True,
+                                                    logit_bias={7: 100, 9: -100}))[0]
+    assert r.json()["choices"][0]["text"] == want.text and want.token_ids == [7] * 5

@@ -75,6 +75,7 @@ conversation prompt prompts becomes become depends depend dependent conditioned 
 subsequent generation generated generates concurrency concurrent requests request throughput footprint
 occupies occupy consumes consume proportional linearly linear chosen selected picked added appended
 earlier already processed process processing again twice scratch pressure expensive because instead
+storage space capacity
 without doesn't don't never nothing output outputs input inputs future every store stores stored keeps
 kept storing sequence prefill release released finished waiting running
 """.split()))
@@ -86,6 +87,7 @@ yours ours here each every does done make makes made like want need needs uses u
 same different way ways less least because since until each both either whose first last long short large
 small big huge high low fast faster slow slower speed quick quickly model models engine user users answer
 text word words part parts thing things work works world every cost costs price pay pays still keep
+redo redoes redoing redone redid rerun reruns rerunning reread refill refills reload reloads reuse reusing
 """.split())
 
 
@@ -109,15 +111,16 @@ def fix_typos(text: str) -> str:
 _CLAUSE_SPLIT = re.compile(
     r"[.;!?。；！？:：\n,，、()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
     r"\bso that\b|\bso\b|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
-    r"\bdownside\b|\bthe catch\b|但是|但|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
+    r"\bdownside\b|\bthe catch\b|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
 
 
 def clauses(text: str) -> list[tuple[int, str]]:
     """(offset, clause) pairs; the separators themselves are dropped."""
     out, last = [], 0
     for m in _CLAUSE_SPLIT.finditer(text):
-        if m.group(0) in ":：" and len(re.findall(r"\w+", text[last:m.start()])) <= 2 \
-                and len(text[last:m.start()].strip()) <= 12:
+        head = text[last:m.start()]
+        if m.group(0) in ":：" and len(re.findall(r"\w+", head)) <= 2 and len(head.strip()) <= 12 \
+                and not re.search(r"是|不|没|非|\bnot\b|n't\b|\bis\b|\bare\b", head, _I):
             continue  # "Downside: it eats memory", "代价：显存": a label, not a clause of its own
         if m.start() > last:
             out.append((last, text[last:m.start()]))
@@ -127,7 +130,9 @@ def clauses(text: str) -> list[tuple[int, str]]:
     return [(o, c) for o, c in out if c.strip()]
 
 
-_NEG_WIDE = re.compile(r"\bwithout\b|\binstead of\b|\brather than\b|\bno need\b|\bnever\b|\bneedn't\b|"
+_NEG_WIDE = re.compile(r"\b(is|are|was|it's)\s+(not|n't)\s+(a|an|the|some|any)\b|\bisn't\s+(a|an|the)\b|"
+                       r"\bnot\s+(a|an)\s+(\w+\s+){0,2}?(cache|store|lookup|table|kind|sort|type)\b|"
+                       r"不是|并非|并不是|不属于|不算是?|\bwithout\b|\binstead of\b|\brather than\b|\bno need\b|\bnever\b|\bneedn't\b|"
                        r"\bno longer\b|\bnothing\b|\bnone\b|\bnor\b|\bneither\b|\bavoid(?:s|ed|ing)?\b|"
                        r"无需|无须|不必|不用|不需要|无需再|不再|免去|省去|省掉|省了|避免|没有必要|从不|永远不", _I)
 _NEG_NEAR = re.compile(r"\bnot\b(?!\s+(just|only|merely|simply|solely)\b)|n't\b(?!\s+(just|only|merely|simply)\b)|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
@@ -197,9 +202,10 @@ class Idea:
 
     def _in_clause(self, clause: str) -> str:
         result = "absent"
-        for pattern in self.standalone:
-            for m in pattern.finditer(clause):
-                return "negated" if negated_at(clause, m.start()) or negated_after(clause, m.end()) else "present"
+        said = [not (negated_at(clause, m.start()) or negated_after(clause, m.end()))
+                for pattern in self.standalone for m in pattern.finditer(clause)]
+        if said:  # "only computes the new token instead of reusing …": one plain mention is enough
+            return "present" if any(said) else "negated"
         if self.parts:
             hits = []
             for group in self.parts:
@@ -260,13 +266,37 @@ _GLUE_ZH = re.compile(r"的|了|是|会|把|让|但|所以|因为|就|时|也|�
                       r"将|以|只|都|每|再|还|又|才|即|则|若|如果|由于|因此|于是|需要|之|其|着|过|给|对|后|成|到|为|后|前|里|上|中")
 
 
-def is_salad(text: str) -> bool:
-    """Key words strung together with nothing to tie them into a statement."""
+# nouns of the chapter that contain a glue character (上下文, 并发…): not glue
+_ZH_TERMS = re.compile(r"上下文|并发|并行|中间|成本|时间|前缀|上限|在线|以前|之前|之后|以后|后续|后面|前面|对话|会话")
+_SEGMENT_SPLIT = re.compile(r"\s*(?:[,;|\n•·、，；→⇒]|->|=>|\s/\s|(?<=\w{2})/(?=\w{2})|\s[-–]\s)\s*"
+                            f"|(?<=[{CJK}])\\s+(?=[{CJK}])")
+# what links parts of a statement (stricter than glue: "no", "of", "的" do not)
+_LINK_EN = set("""because so but which that since thus therefore hence while whereas then when if instead it its
+they is are was were be been has have had can could will would does do did must should""".split())
+_LINK_ZH = re.compile(r"因为|所以|但|而|从而|因此|由于|于是|如果|就|才|让|使|会|能|是|把|被|随|越|导致|需要|可以|要")
+
+
+def keyword_run(text: str) -> bool:
+    """Three or more short pieces between separators, none a clause: "避免重算；显存增长；长上下文"."""
     t = normalize(text)
+    segments = [s for s in _SEGMENT_SPLIT.split(t) if s and s.strip(" .。!！?？")]
+    if len(segments) < 3:
+        return False
+    short = all(len(latin_words(s)) <= 3 and cjk_chars(s) <= 6 for s in segments)
+    linked = any(w in _LINK_EN for w in latin_words(t)) or bool(_LINK_ZH.search(_ZH_TERMS.sub("", t)))
+    return short and not linked
+
+
+def is_salad(text: str) -> bool:
+    """Key words strung together with nothing to tie them into a statement, in either language
+    or both: no glue word at all, or a run of short pieces between separators with no link."""
+    t = normalize(text)
+    if keyword_run(t):
+        return True
     en = latin_words(t)
     if any(w in _GLUE_EN for w in en):
         return False
-    zh = "".join(_CJK_RE.findall(t))
+    zh = "".join(_CJK_RE.findall(_ZH_TERMS.sub("", t)))
     if zh and _GLUE_ZH.search(zh):
         return False
     return len(en) + (len(re.findall(f"[{CJK}]+", t))) >= 2
@@ -306,6 +336,7 @@ class Reading:
     misconceptions: list = field(default_factory=list)  # (Misconception, phrase)
     salad: bool = False
     copied: bool = False
+    doubts: list = field(default_factory=list)  # (why, how much): see Marks.doubt
 
 
 MAX_READ = 4000  # characters the matcher looks at: a pasted novel cannot stall the grader
@@ -321,4 +352,27 @@ def read(text: str, ideas, misconceptions=(), prompts=()) -> Reading:
         phrase = m.find(fixed)
         if phrase:
             r.misconceptions.append((m, phrase))
+    r.doubts = _doubts(fixed, ideas, r)
     return r
+
+
+HEDGED_DOUBT = 0.2  # an idea found in a clause that also holds a negator: the scope may be misread
+MIXED_DOUBT = 0.3  # an idea and a misconception in one answer: which one the student means is unclear
+
+
+def _doubts(text: str, ideas, r: Reading) -> list:
+    """Where the reading may be wrong even though every rule fired cleanly."""
+    out = []
+    present = [i for i in ideas if r.ideas[i.key] == "present"]
+    for i in present:
+        for _, clause in clauses(text):
+            if i._in_clause(clause) != "present":
+                continue
+            negators = len(_NEG_NEAR.findall(clause)) + len(_NEG_WIDE.findall(clause))
+            said_by_negation = any(p.search(clause) for p in i.inverted)  # "avoids recomputing": one is expected
+            if negators > (1 if said_by_negation else 0):
+                out.append(("negation near an idea", HEDGED_DOUBT))
+                break
+    if present and r.misconceptions:
+        out.append(("an idea and a misconception", MIXED_DOUBT))
+    return out

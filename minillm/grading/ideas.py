@@ -21,6 +21,7 @@ _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r
            r"\bredundant\w*", r"\brepeat\w*\s+(\w+\s+){0,1}(comput\w*|work|calculat\w*)", r"\bwasted?\s+work",
            r"重复计算", r"重新计算", r"重算", r"从头(计算|算)", r"再算", r"再次计算", r"反复计算", r"重复运算", r"冗余计算",
            r"重新算", r"重复算", r"再计算", r"(重新|重复|再次?)[^，。；,;]{0,6}(计算|算)",
+           r"(重新|重复|再次)\s*[A-Za-z][^，。；,;]{0,12}的?(计算|运算)",
            r"(重新|重复|再次?)\s*(re-?)?(comput\w*|calculat\w*|process\w*)"]
 _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"重用", r"重复利用", r"直接用", r"直接使用",
           r"\bonly\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
@@ -62,7 +63,7 @@ _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*
          r"\bused as\b", r"\bserves? as\b", r"\battach\w*", r"\bstays? in\b",
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
          r"接到", r"接入", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
-         r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回"]
+         r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回", r"(写|加|放|存|塞|并|拼)进", r"进到"]
 _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bback\b",
          r"历史", r"上下文", r"序列", r"输入", r"状态", r"前缀", r"KV", r"缓存", r"context", r"history"]
@@ -71,7 +72,7 @@ TOKEN_TO_HISTORY = idea(
     parts=[_HIST, _JOIN],  # the subject is often in the clause before ("… 不会被丢弃，而是追加到历史里")
     weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"])
 
-_NEXT = [r"\b(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|"
+_NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|"
          r"iterations?|forward|pass(es)?|generation|outputs?|predictions?|distributions?|computation|continuation)",
          r"\b(later|next|following|subsequent)\s+(one|ones)\b", r"\blater\b\s+(steps?|on)\b",
          r"\b(path|trajectory|direction|branch)\b", r"\bautoregress\w*", r"\bfeedback loop\b",
@@ -170,7 +171,9 @@ MIXED_STATES = idea(
     standalone=[r"\bdifferent\s+(\w+\s+){0,1}?(states?|phases?|stages?)", r"\bstate\s+(transitions?|changes?)",
                 r"\b(join|leave|enter|exit|finish)\w*\b[^.;]{0,40}\b(batch|step)", r"\b(mix|mixes|mixed|mixing)\b",
                 r"\bchang\w*\s+(\w+\s+){0,2}?(every|each)\s+step", r"\b(transition|move)\w*\b",
-                r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)", r"(加入|离开|进出|进进出出)", r"混合", r"每一?步[^，。；]{0,6}变"])
+                r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)",
+                r"(改|更新|推进|切换|变)[^，。；]{0,6}(state|状态)", r"有的[^。；]{0,16}有的",
+                r"\bsome\b[^.;]{0,40}\bothers?\b", r"(加入|离开|进出|进进出出)", r"混合", r"每一?步[^，。；]{0,6}变"])
 
 EARLY_TURN_MATTERS = idea(
     "early_turn", "the early turn the chat keeps needing would be dropped by a last-N window",

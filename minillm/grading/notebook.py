@@ -2,7 +2,7 @@
 
     minillm grade NOTEBOOK [--json REPORT]         one submission, a table and a JSON report
     minillm grade FOLDER/ [--out DIR]             every notebook in it: gradebook.csv + gradebook.json
-    minillm grade --review REPORT_OR_GRADEBOOK    the answers flagged for a human to read
+    minillm grade --review REPORT_OR_GRADEBOOK    accept or override the flagged answers (review.py)
 
 How a submission is graded (the threat model is in the README):
 
@@ -175,13 +175,13 @@ class Session:
         except ValueError:  # malformed data
             return True, None, False
 
-    def call(self, name: str, args: tuple, kwargs: dict, timeout: float) -> safecall.Outcome:
+    def call(self, name: str, args: tuple, kwargs: dict, timeout: float, forbid: tuple = ()) -> safecall.Outcome:
         from .sandbox import Deadline, KernelDied
 
         if not self.ensure():
             return safecall.Outcome.failed("call.no_kernel", timed_out=True)
         try:
-            kind, payload = self.kernel.call(name, args, kwargs, timeout)
+            kind, payload = self.kernel.call(name, args, kwargs, timeout, forbid)
         except Deadline:
             return safecall.Outcome.failed("call.timeout", t=timeout, timed_out=True)
         except KernelDied as exc:
@@ -299,6 +299,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
         if r.exercise_id in viewed or any(v == UNKNOWN or r.exercise_id.startswith(v) for v in viewed):
             r.needs_human_review = True
             r.feedback.append(Feedback("warn", msg("grade.solution_viewed", lang)))
+    _flag_engine_references(nb, results, lang)
     if tampered:
         for r in results:
             r.needs_human_review = True
@@ -320,11 +321,27 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
         "solutions_viewed": viewed,
         "sandbox": _sandbox_line(session, jail),
         "jail": jail.mode if jail is not None else None,
+        "seed": coding_seed(),
         "cell_errors": session.cell_errors if session else [],
         "problems": (session.problems if session else []) + [
             f"the submission modified the grader's files (restored): {c}" for c in tampered[:20]],
     })
     return report
+
+
+def _flag_engine_references(nb, results, lang: str) -> None:
+    """A person reads a code answer whose notebook names the engine's own implementation of it."""
+    from . import EXERCISES
+    from .engine_guard import FORBIDDEN
+    from .messages import msg
+    from .peeking import engine_references
+    from .result import Feedback
+
+    named = engine_references(nb, FORBIDDEN)
+    for r in results:
+        if EXERCISES[r.exercise_id].answer_name in named:
+            r.needs_human_review = True
+            r.feedback.append(Feedback("warn", msg("grade.engine_named", lang)))
 
 
 def _sandbox_line(session, jail) -> str:
@@ -334,6 +351,13 @@ def _sandbox_line(session, jail) -> str:
     if session.isolated:
         return "ran, with a read-only view of the file system" + where
     return "ran (no read-only view on this platform: the grader's files were checked and restored)" + where
+
+
+def coding_seed() -> int:
+    """The seed of this run's fresh code cases (``MINILLM_GRADE_SEED=…`` repeats them)."""
+    from .coding import run_seed
+
+    return run_seed()
 
 
 def grader_version(snapshot=None) -> str:
@@ -390,20 +414,6 @@ def review_lines(report: dict) -> list[str]:
             for f in r.get("feedback", [])[:6]:
                 out.append("    " + safe_text(f)[:200])
     return out
-
-
-def _review(path: Path) -> int:
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise OSError("not a regular file")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        print(f"minillm grade: cannot read {safe_text(path)}: {safe_text(exc)}", file=sys.stderr)
-        return 2
-    reports = data.get("reports", [data]) if isinstance(data, dict) else []
-    lines = [line for r in reports if isinstance(r, dict) for line in review_lines(r)]
-    print("\n".join(lines) if lines else "nothing is flagged for review")
-    return 0
 
 
 def _progress(i: int, n: int, name: str) -> None:
@@ -498,6 +508,11 @@ def grade_in_child(nb_path: Path, args, work: Path) -> dict:
 def _write_gradebook(csv_path: Path, json_path: Path, reports: list[dict], done: bool) -> None:
     from . import ORDER
 
+    from .copies import mark_shared_answers
+    from .review import apply, load
+
+    # answers two students share go to a person; an instructor's overrides are kept across regrades
+    reports = apply(mark_shared_answers(reports), load(json_path.parent))
     write_atomic(csv_path, gradebook_csv(reports, ORDER))
     write_atomic(json_path, as_json({"grader_version": grader_version(), "complete": done, "reports": reports}))
 
@@ -546,9 +561,14 @@ def cli_grade(argv: list[str]) -> int:
     parser.add_argument("notebook", nargs="?", help="a .ipynb file, or a folder of them")
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON to PATH (one notebook)")
     parser.add_argument("--out", metavar="DIR", help="where a folder's gradebook goes (default: the folder)")
+    parser.add_argument("--accept", metavar="NOTEBOOK:EXERCISE", action="append",
+                        help="with --review: accept the automatic score of a flagged answer")
+    parser.add_argument("--set", metavar="NOTEBOOK:EXERCISE=SCORE", action="append",
+                        help="with --review: override a score (needs --reason); stored in overrides.json")
+    parser.add_argument("--reason", metavar="TEXT", help="with --accept/--set: why")
     parser.add_argument("--review", metavar="REPORT", nargs="?", const="", default=None,
-                        help="list the answers flagged for a human (from a report or gradebook JSON, "
-                             "or from this run)")
+                        help="go through the answers flagged for a human (a report or gradebook JSON; "
+                             "interactive on a terminal): accept or override each, with a reason (overrides.json)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_CELL_TIMEOUT, metavar="SECONDS",
                         help=f"time limit per cell (default {DEFAULT_CELL_TIMEOUT}); each call of a student "
                              f"function has {safecall.DEFAULT_TIMEOUT:g} s")
@@ -562,7 +582,9 @@ def cli_grade(argv: list[str]) -> int:
     except SystemExit as exc:  # --help, or bad arguments: argparse has printed why
         return int(exc.code or 0)
     if args.review:
-        return _review(Path(args.review))
+        from .review import run
+
+        return run(Path(args.review), args.accept, args.set, args.reason or "")
     if not args.notebook:
         print("minillm grade: give a notebook or a folder (or --review REPORT)", file=sys.stderr)
         return 2
@@ -605,6 +627,9 @@ def cli_grade(argv: list[str]) -> int:
         print("\n" + ("\n".join(review_lines(report)) or "nothing is flagged for review"))
     if args.json:
         try:
+            from .review import apply, load
+
+            report = apply([report], load(Path(args.json).resolve().parent))[0]
             write_atomic(args.json, as_json(report))
         except OSError as exc:
             print(f"minillm grade: cannot write the report to {safe_text(args.json)}: {safe_text(exc)}",

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 GRID = dict(block_size=4, num_kv_blocks=10, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=48)
 PREFIXES = ((), (5, 6, 7, 8), (5, 6, 7, 8, 9, 10, 11, 12))
 MAX_DRAIN_STEPS = 300
+STUCK_STEPS = 8
 
 
 class InjectedFailure(Exception):
@@ -132,6 +133,7 @@ class Outcome:
     """What a program gave: per request (tokens, stop reason), or the first broken invariant."""
 
     results: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)  # request id -> why the engine ended it (req.error)
     broken: str | None = None
     at: int | None = None  # the action after which it broke (None: while draining)
 
@@ -193,6 +195,30 @@ def _apply(llm, action, added: list[str], index: int) -> None:
         failing_step(llm)
 
 
+def _progress(llm) -> tuple:
+    return tuple((r.state, r.num_computed_tokens, len(r.output_token_ids)) for r in llm.requests.values())
+
+
+def _drain(llm) -> None:
+    """Step until nothing is unfinished; Broken if that takes too long or nothing moves for
+    ``STUCK_STEPS`` steps in a row (a step that advances no request will never finish)."""
+    last, still = None, 0
+    for _ in range(MAX_DRAIN_STEPS):
+        if not llm.has_unfinished():
+            return
+        llm.step()
+        check_invariants(llm)
+        now = _progress(llm)
+        still = still + 1 if now == last else 0
+        last = now
+        if still >= STUCK_STEPS:
+            break
+    unfinished = ", ".join(r.request_id for r in llm.requests.values() if r.is_live)
+    raise Broken(f"the engine did not finish its requests: {STUCK_STEPS} steps in a row advanced none of them "
+                 f"(still unfinished: {unfinished})" if still >= STUCK_STEPS else
+                 f"the engine did not finish its requests in {MAX_DRAIN_STEPS} steps (still unfinished: {unfinished})")
+
+
 def run(llm, program: list) -> Outcome:
     """Run ``program`` on ``llm`` (an engine with nothing in it), then step until every request
     ended. Never raises for what the engine's parts do: the first problem is the Outcome's."""
@@ -204,14 +230,7 @@ def run(llm, program: list) -> Outcome:
             _apply(llm, action, added, i)
             check_invariants(llm)
         at = None
-        for _ in range(MAX_DRAIN_STEPS):
-            if not llm.has_unfinished():
-                break
-            llm.step()
-            check_invariants(llm)
-        else:
-            raise Broken(f"the engine did not finish its requests in {MAX_DRAIN_STEPS} steps "
-                         f"(still unfinished: {', '.join(r.request_id for r in llm.requests.values() if r.is_live)})")
+        _drain(llm)
         for r in llm.requests.values():
             if r.state.value == "FINISHED":
                 raise Broken(f"request {r.request_id} FINISHED ({r.stop_reason}) but was never RELEASED: it still "
@@ -219,6 +238,8 @@ def run(llm, program: list) -> Outcome:
             if r.state.value != "RELEASED" or r.stop_reason is None:
                 raise Broken(f"request {r.request_id} ended {r.state} with stop reason {r.stop_reason}")
             out.results[r.request_id] = (list(r.output_token_ids), r.stop_reason.value)
+            if r.error:
+                out.errors[r.request_id] = r.error
         if llm.kv_cache.allocator.num_used:
             raise Broken(f"every request ended, but {llm.kv_cache.allocator.num_used} blocks are still in use "
                          f"(a leak)")
@@ -240,7 +261,8 @@ def compare(mine: Outcome, ref: Outcome) -> str | None:
         if got is None:
             return f"request {rid} vanished"
         if got != (tokens, reason):
-            return (f"request {rid}: your engine gave tokens {got[0]} and stop reason {got[1]}; "
+            error = f" (the engine ended it: {mine.errors[rid]})" if rid in mine.errors else ""
+            return (f"request {rid}: your engine gave tokens {got[0]} and stop reason {got[1]}{error}; "
                     f"the reference engine gave {tokens} and {reason}")
     return None
 

@@ -20,6 +20,8 @@ from typing import Any, Callable
 from .result import ERROR, GRADED, NOT_ATTEMPTED, Feedback, Result, Summary
 
 _MISSING = object()
+FLAG_DOUBT = 0.5  # an explicit flag: the grader knows it cannot judge this
+REVIEW_BELOW = 0.7  # confidence under this raises needs_human_review
 
 
 class NotAttempted(Exception):
@@ -52,6 +54,7 @@ class Marks:
         self.bonus = 0.0
         self.feedback: list[Feedback] = []
         self.review = False
+        self.doubts: list[tuple[str, float]] = []  # (why, how much) the grader is unsure: see confidence
         self.lang = "en"  # the language of this check's feedback (a grader may follow the answer's)
 
     def t(self, key: str, **fields) -> str:
@@ -80,11 +83,22 @@ class Marks:
         self.bonus += points
         self.feedback.append(Feedback("bonus", text))
 
-    def flag(self, text: str | None = None) -> None:
-        """Raise ``needs_human_review`` (optionally saying why)."""
+    def flag(self, text: str | None = None, why: str = "unsure") -> None:
+        """Raise ``needs_human_review`` (optionally saying why, to the learner in ``text`` and to
+        the instructor in ``why``); the confidence drops below the review line."""
         self.review = True
+        self.doubt(why, FLAG_DOUBT)
         if text:
             self.feedback.append(Feedback("warn", text))
+
+    def doubt(self, why: str, amount: float) -> None:
+        """Lower the confidence by ``amount`` (0..1) for a reason named ``why``; doubts add up,
+        and an answer whose confidence falls below :data:`REVIEW_BELOW` is flagged."""
+        self.doubts.append((why, amount))
+
+    @property
+    def confidence(self) -> float:
+        return round(max(0.0, 1.0 - sum(a for _, a in self.doubts)), 2)
 
 
 @dataclass
@@ -208,18 +222,22 @@ def grade(ex: Exercise, answer: Any, lang: str | None = None) -> Result:
                           bonus_max=ex.bonus_max, lang=lang)
         except CannotGrade as exc:
             return Result(ex.id, ex.title_in(lang), 0, ex.max_score, ERROR, marks.feedback + [Feedback("wrong", str(exc))],
-                          needs_human_review=True, bonus_max=ex.bonus_max, lang=lang)
+                          needs_human_review=True, bonus_max=ex.bonus_max, lang=lang, confidence=0.0,
+                          flags=["cannot grade"])
         except Exception as exc:  # a bug in a grader must not take the notebook down
             last = traceback.extract_tb(exc.__traceback__)[-1]
             return Result(ex.id, ex.title_in(lang), 0, ex.max_score, ERROR, marks.feedback + [Feedback(
                 "wrong", msg("grade.failed", error=f"{type(exc).__name__}: {exc}",
                              where=f"{last.filename.rsplit('/', 1)[-1]}:{last.lineno}"))],
-                needs_human_review=True, bonus_max=ex.bonus_max, lang=lang)
+                needs_human_review=True, bonus_max=ex.bonus_max, lang=lang, confidence=0.0, flags=["grader failed"])
         _flag_copy_of_model(ex, answer, marks)
+        _doubt_hidden_characters(ex, answer, marks)
         score = min(max(marks.score, 0.0), ex.max_score)
         bonus = min(max(marks.bonus, 0.0), ex.bonus_max)
-        return Result(ex.id, ex.title_in(lang), score, ex.max_score, GRADED, marks.feedback, marks.review, bonus,
-                      ex.bonus_max, lang=lang)
+        confidence = marks.confidence
+        return Result(ex.id, ex.title_in(lang), score, ex.max_score, GRADED, marks.feedback,
+                      marks.review or confidence < REVIEW_BELOW, bonus, ex.bonus_max, lang=lang,
+                      confidence=confidence, flags=sorted({why for why, _ in marks.doubts}))
 
 
 def _flag_copy_of_model(ex: Exercise, answer: Any, marks: Marks) -> None:
@@ -236,6 +254,29 @@ def _flag_copy_of_model(ex: Exercise, answer: Any, marks: Marks) -> None:
             marks.flag(marks.t("grade.model_copy"))
     except Exception:  # never let the copy check break grading
         pass
+
+
+HIDDEN_DOUBT = 0.35  # invisible or look-alike characters in a written answer: someone may be hiding a word
+
+
+def _strings(value, depth: int = 0):
+    if isinstance(value, str):
+        yield value
+    elif depth < 4 and isinstance(value, (list, tuple, dict)):
+        for v in (value.items() if isinstance(value, dict) else value):
+            yield from _strings(v, depth + 1)
+
+
+def _doubt_hidden_characters(ex: Exercise, answer: Any, marks: Marks) -> None:
+    """Invisible characters or look-alike letters were cleaned out of a written answer before it
+    was read: the reading is probably right, but a person should see what was hidden."""
+    if ex.kind not in ("text", "quiz"):
+        return
+    from .unicode_clean import tricks
+
+    found = {t for s in _strings(answer) for t in tricks(s[:20000]) if t != "width"}
+    if found:
+        marks.doubt("hidden characters (" + ", ".join(sorted(found)) + ")", HIDDEN_DOUBT)
 
 
 def check_all(namespace: dict | None = None, lang: str | None = None) -> Summary:

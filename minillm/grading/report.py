@@ -83,12 +83,22 @@ def _cell(value) -> str:
 
 
 def gradebook_csv(reports: list[dict], order: list[str]) -> str:
+    """One row per notebook: the automatic total, the final total (after an instructor's
+    overrides, :mod:`review`), the overrides with their reasons, and each exercise's final score."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["notebook", "status", "total", "max", "bonus", "needs_review", "solutions_viewed", *order])
+    w.writerow(["notebook", "status", "auto_total", "total", "max", "bonus", "needs_review", "overrides",
+                "solutions_viewed", *order])
     for r in reports:
         ex = r.get("exercises", {})
-        w.writerow([_cell(r.get("notebook", "")), r.get("status", ""), r.get("total_score", ""), r.get("total_max", ""),
-                    r.get("bonus_total", ""), ";".join(k for k, v in ex.items() if v.get("needs_human_review")),
+        w.writerow([_cell(r.get("notebook", "")), r.get("status", ""), r.get("auto_total", r.get("total_score", "")),
+                    r.get("total_score", ""), r.get("total_max", ""), r.get("bonus_total", ""),
+                    ";".join(k for k, v in ex.items() if v.get("needs_human_review")), _cell(_overrides(ex)),
                     ";".join(r.get("solutions_viewed", [])), *[ex.get(k, {}).get("score", "") for k in order]])
     return buf.getvalue()
+
+
+def _overrides(exercises: dict) -> str:
+    """'task2_kv_explain 1→2 (says both ideas); …': the automatic score, the person's, and why."""
+    return "; ".join(f"{k} {v.get('auto_score')}→{v['override'].get('score')} ({v['override'].get('reason', '')})"
+                     for k, v in exercises.items() if isinstance(v.get("override"), dict))

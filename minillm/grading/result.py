@@ -40,7 +40,8 @@ class Result:
 
     ``score`` counts toward ``max_score``; ``bonus`` points (optional extras such as the
     preemption edge of the lifecycle diagram) are reported apart and never push the score
-    over the maximum. ``needs_human_review`` is raised when a heuristic grader is unsure.
+    over the maximum. ``needs_human_review`` is raised when a heuristic grader is unsure:
+    ``confidence`` says how sure it is, ``flags`` why not (see :meth:`Marks.doubt`).
     """
 
     exercise_id: str
@@ -53,6 +54,8 @@ class Result:
     bonus: float = 0.0
     bonus_max: float = 0.0
     lang: str = "en"  # the language of the feedback, and of the card's own words
+    confidence: float = 1.0  # how sure the grader is of this score (0..1); low: flagged for review
+    flags: list[str] = field(default_factory=list)  # why it is unsure (for the instructor)
 
     # --- convenience ---------------------------------------------------------------------
     @property
@@ -74,6 +77,8 @@ class Result:
             "bonus_max": _num(self.bonus_max),
             "status": self.status,
             "needs_human_review": self.needs_human_review,
+            "confidence": self.confidence,
+            "flags": list(self.flags),
             "feedback": [f.as_text() for f in self.feedback],
         }
 

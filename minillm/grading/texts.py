@@ -1,8 +1,12 @@
 """Graders for the chapter's written tasks (2, 3 and 4), its self-check quiz and its pitfalls.
 
-Each required idea is a set of common phrasings in English and Chinese (see ``text.py``).
-Points come from strong phrasings; weak ones ("it makes decode faster" without saying why)
-earn nothing but tell the learner what is missing and raise ``needs_human_review``.
+The required ideas and the misconceptions live in ``ideas.py`` and are read by the concept
+matcher (``concepts.py``): clause by clause, with negation scoped to its clause, after the
+Unicode clean-up (``unicode_clean.py``). Before any idea is read, every written field passes
+two gates: it is a statement, not a keyword run, and it is the student's own words, not text
+the notebook or its feedback shows (``copies.py``). Where the reading is uncertain the grader
+lowers its confidence (``Marks.doubt``), and a low confidence raises ``needs_human_review``.
+Feedback names what is missing as a question or a topic, never as a sentence that earns it.
 """
 
 from __future__ import annotations
@@ -12,59 +16,12 @@ from dataclasses import dataclass
 
 from .language import Bi, answer_language
 from .registry import Marks, NotAttempted, is_unanswered, register
-from .text import CLAUSE, W, char_count, compile_all, idea, keyword_list, misconception, normalize
+from .text import CLAUSE, W, char_count, compile_all, keyword_list, misconception, normalize
 
 # =============================================================================================
-# Shared ideas and misconceptions
+# Task 3's misconceptions (tasks 2 and 4, the quiz and the pitfalls use those of ideas.py)
 # =============================================================================================
 
-RECOMPUTE = idea(
-    "no_recompute", "it avoids recomputing the past tokens (reuse)",
-    strong=[
-        r"re-?\s?comput\w*", r"re-?calculat\w*", r"re-?process\w*", r"\bre-?run\w*", r"re-?encod\w*",
-        rf"(repeat\w*|redundant|duplicat\w*|wasted?|extra)\s+{W}{{0,2}}(comput\w*|calculat\w*|work|math|flops|attention)",
-        rf"(comput|calculat|process|encod|run)\w*\s+{W}{{0,5}}(again|twice|from scratch|each time|every time|over and over)",
-        r"\bre-?us(e|es|ed|ing)\b", r"\bcach(e|es|ed|ing)\s+and\s+reus",
-        rf"(sav|avoid|skip|cut|reduc|spar|eliminat|prevent|no need|needn't|less|fewer|lower)\w*\s+{W}{{0,3}}(comput\w*|calculat\w*|flops|work)",
-        rf"only\s+{W}{{0,3}}(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
-        r"重复计算|重复运算|重新计算|重算|再算|再次计算|反复计算|冗余计算|复用|重用|重复利用|从头(计算|算)",
-        r"(避免|减少|省去|省掉|节省|节约|免去|无需|无须|不必|不用|不需要|省了)[^。；;]{0,10}(计算|算|运算)",
-        r"只(需|要|用)?(计算|算|处理)[^。；;]{0,6}(新|最新|当前)",
-    ],
-    weak=[r"\b(fast\w*|speed\w*|quick\w*|accelerat\w*|latency|efficien\w*)\b", r"加速|更快|提速|加快|速度|快"],
-    missing_hint="say that it stores the keys and values of past tokens so decode does not recompute them",
-    weak_hint="you mention the speed-up but not where it comes from: the cache avoids recomputing "
-              "the past tokens' keys and values",
-)
-
-_MEM = r"(memory|vram|hbm|\bram\b|storage|space|footprint|capacity)"
-_MEM_COST = (r"(cost\w*|consum\w*|\bus(e|es|ing)\b|\btak(e|es|ing)\b|occup\w*|\beat\w*|grow\w*|increas\w*|\bris(e|es|ing)\b|"
-             r"heav\w*|pressure|expensive|burden\w*|bound|limit\w*|fill\w*|\bmore\b|lots|large\w*|bigg\w*|scal\w*|"
-             r"linear\w*|proportional|bottleneck|budget|spend\w*|price|trade-?off|hungry|intensive|demand\w*|"
-             r"\bneed\w*|requir\w*|\bhog\w*|\badd\w*|pil(e|es|ing) up|accumulat\w*|balloon\w*|expand\w*|extra|"
-             r"overhead|\bpay\w*|\bholds?\b|\bhold(ing)?\b|\bhungry\b)")
-_MEM_ZH = r"(显存|内存|存储|空间|HBM|缓存空间)"
-_COST_ZH = r"(占用|占|消耗|压力|增加|增长|增大|变大|上升|吃|开销|代价|成本|负担|紧张|不够|不足|瓶颈|越来越|随|膨胀|更多|大量|很多|线性|正比)"
-
-MEMORY = idea(
-    "memory_cost", "it costs memory that grows (memory pressure)",
-    strong=[
-        rf"{_MEM}{CLAUSE}{{0,45}}{_MEM_COST}", rf"{_MEM_COST}{CLAUSE}{{0,45}}{_MEM}",
-        rf"\b(cache|it|kv|they)\b\s+{W}{{0,3}}(grow\w*|gets?\s+(bigger|larger)|expand\w*|balloon\w*|scal\w*)",
-        rf"{_MEM_ZH}[^。；;]{{0,12}}{_COST_ZH}", rf"{_COST_ZH}[^。；;]{{0,12}}{_MEM_ZH}",
-        r"(缓存|KV)[^。；;]{0,8}(越来越大|增长|变大|膨胀|线性增长|随[^。；;]{0,8}(增长|增加|变大))",
-    ],
-    weak=[_MEM, _MEM_ZH],
-    missing_hint="say what it costs: memory that grows with every token and every live request",
-    weak_hint="you say where the cache lives, not that it costs memory that grows with context "
-              "length and the number of live requests (memory pressure)",
-)
-
-KV_TOPIC = idea(
-    "what_it_holds", "what it holds (keys and values of past tokens)",
-    strong=[r"\bkeys?\b|\bvalues?\b|\bk\s*/\s*v\b|\bkv\b|past|previous|earlier|history|attention|context|prior",
-            r"键值|历史|之前|前面|已生成|上下文|注意力|KV|K/V|过去"],
-)
 
 HIT_MISS = misconception(
     "hit_miss",
@@ -85,74 +42,7 @@ SAVES_MEMORY = misconception(
      r"(节省|节约|减少|降低|省)[^。；;]{0,3}(显存|内存)(?!带宽)"],
     "the KV cache does not save memory; it spends memory to save compute",
 )
-STORES_WEIGHTS = misconception(
-    "stores_weights",
-    [rf"(cach|stor|keep|sav)\w*\s+{W}{{0,3}}(model\s+)?(weights|parameters)\b", r"(缓存|保存|存储|存)[^。；;]{0,4}(模型)?(权重|参数)"],
-    "the KV cache does not hold the model's weights: it holds each token's keys and values (activations)",
-)
 
-TOKEN_TO_HISTORY = idea(
-    "token_to_history", "the sampled token is appended to the request's history (context)",
-    strong=[
-        rf"(sampl\w*|chos\w*|choice|select\w*|pick\w*|drawn|generat\w*|emitt\w*|new|next|that|this|the|whatever|"
-        rf"whichever|each|every)\s+"
-        rf"{W}{{0,2}}(tokens?|words?)\b{CLAUSE}{{0,80}}\b(append\w*|add\w*|fed|feed\w*|becom\w*|join\w*|"
-        rf"enter\w*|go(es)?\s+(back\s+)?(in)?to|put|push\w*|part of|written|writ\w*|insert\w*|extend\w*|"
-        rf"concatenat\w*|included?|turn\w* into|used as|serves? as)\b{CLAUSE}{{0,50}}"
-        rf"(history|context|sequence|input|prompt|\bkv\b|cache|state|prefix|conversation|text so far)",
-        rf"(append\w*|add\w*|fed|feed\w*|concatenat\w*|push\w*|insert\w*|writ\w*)\s+{W}{{0,5}}(back\s+)?"
-        rf"(in)?to\s+{W}{{0,3}}(history|context|sequence|input|prompt|kv|cache|state)",
-        rf"becom\w*\s+{W}{{0,3}}(history|context|input|prompt|prefix|state)",
-        r"\b(fed|feeds?|feeding|passed|goes|go|put|sent)\s+back\s+(in|as|to|into)\b",
-        rf"(history|context|sequence|input)\s+{W}{{0,4}}(grow\w*|extend\w*)\s+{W}{{0,3}}(by|with)\s+{W}{{0,3}}"
-        rf"(sampled|chosen|selected|picked|that|the)\s+(\w+\s+)?token",
-        r"(采样|选出|选中|抽出|抽样|选择|挑选|生成|输出|选)[^。；;]{0,14}(进入|加入|追加|拼接|写入|回到|成为|变成|作为|"
-        r"放入|放回|并入|加到|添加到|接到|拼到|接入|融入|追加到)[^。；;]{0,10}(历史|上下文|输入|序列|状态|前缀|KV|缓存)",
-        r"(进入|加入|追加到|拼接到|写入|回到|成为|变成|作为|并入)[^。；;]{0,4}(历史|上下文|下一(轮|步)的?输入)",
-        r"决定[^。；;]{0,16}(历史|上下文)",
-    ],
-    weak=[r"\b(history|context)\b", r"历史|上下文"],
-    missing_hint="say that the sampled token is appended to the request's history (its context)",
-    weak_hint="you mention the history, but not that the sampled token itself is added to it",
-)
-NEXT_STEP_DEPENDS = idea(
-    "next_step_depends", "every later step builds on that token",
-    strong=[
-        rf"(next|later|following|subsequent|future|upcoming|rest of)\s+{W}{{0,2}}(steps?|decod\w*|rounds?|tokens?|"
-        r"iterations?|forward|pass(es)?|generation|outputs?|predictions?|distributions?)",
-        r"\b(path|trajectory|direction|course|branch)\b", r"autoregress\w*", r"feedback loop|feeds? back|loops? back",
-        r"from then on|from that point|afterwards|thereafter|downstream|what comes (next|after)|everything after",
-        r"\b(condition\w*|depend\w*|builds?\s+on|based on|relies on)\b",
-        r"下一(轮|步|个|次)|后续|之后|以后|后面|接下来|路径|走向|轨迹|方向|自回归|依赖|基于",
-    ],
-    missing_hint="say that the next decode step is computed from that token, so the choice steers everything after it",
-)
-PARAMS_TRAVEL = idea(
-    "params_travel", "the sampling parameters travel with the request",
-    strong=[rf"(temperature|top[-_ ]?[kp]|seed|sampling\s+param\w*|parameters)\s+{W}{{0,6}}"
-            rf"(travel|carried|carry|belong|part of|attached|stored|kept|per[- ]request|with the request)",
-            r"(per|each)[- ]request", r"(参数|temperature|top-?[kp])[^。；;]{0,12}(随|跟|携带|属于|一起|绑定|每个请求)"],
-)
-RANDOM_ONLY = misconception(
-    "random_only",
-    [rf"(only|just|merely|simply|purely|mainly|mostly)\s+{W}{{0,5}}(random\w*|creativ\w*|divers\w*|variet\w*|"
-     r"style|cosmetic|\bui\b|flavou?r|spice|decorat\w*)",
-     r"\b(ui|cosmetic|front-?end|presentation|display|product[- ]layer)\s+(knob|setting|parameter|option|feature|"
-     r"layer|detail|concern|tweak|choice)",
-     r"post-?process\w*",
-     r"只是[^。；;]{0,8}(随机|多样|创意|风格|花样|UI|界面)|仅仅[^。；;]{0,8}(随机|多样|UI)|"
-     r"(UI|界面|前端|产品层)[^。；;]{0,4}(参数|旋钮|选项|设置|细节)|后处理"],
-    "sampling is not a knob that only makes the text more random: it picks every token, and the "
-    "picked token becomes the history of all later steps",
-)
-NO_EFFECT_LATER = misconception(
-    "no_effect_later",
-    [rf"(doesn't|does not|don't|do not|never|won't|will not)\s+{W}{{0,2}}(affect|change|influence|alter|matter)\w*"
-     rf"\s+{W}{{0,4}}(later|next|following|subsequent|history|context|future|computation|what the engine)",
-     r"不(会)?影响[^。；;]{0,8}(后续|下一|历史|上下文|计算)"],
-    "the sampled token does affect later steps: it is part of the context they are computed from",
-    negatable=False,
-)
 
 # =============================================================================================
 # Helpers
@@ -199,48 +89,6 @@ def _wrong_type(fn):
     return grader
 
 
-def _sentence_gate(text: str, m: Marks) -> bool:
-    """False (and feedback) when the answer is a keyword list, not a sentence."""
-    kind = keyword_list(text)
-    if kind == "list":
-        m.wrong("this reads as a list of keywords; write a sentence that connects the ideas "
-                "(what the mechanism does, and what follows from it)")
-        return False
-    if kind == "telegraphic":
-        m.wrong("this reads as fragments rather than a sentence; connect the ideas "
-                "(e.g. '… so …, but …' / '……，因此……，但……')")
-        m.flag()
-        return False
-    return True
-
-
-def _misconceptions(text: str, m: Marks, items) -> bool:
-    found = False
-    for item in items:
-        phrase = item.find(text)
-        if phrase:
-            m.wrong(f"misconception ('{phrase.strip()}'): {item.feedback}")
-            found = True
-    return found
-
-
-def _grade_ideas(text: str, m: Marks, ideas, points_each: float) -> int:
-    """Award each idea; returns how many were found strongly."""
-    got = 0
-    for item in ideas:
-        level = item.find(text)
-        if level == "strong":
-            m.ok(f"you say that {item.label}", points_each)
-            got += 1
-        elif level == "weak":
-            m.missing(item.weak_hint or f"only a hint of: {item.label}")
-            m.flag()
-        else:
-            m.missing(f"missing idea: {item.label} — {item.missing_hint}" if item.missing_hint
-                      else f"missing idea: {item.label}")
-    return got
-
-
 def _task3_misconceptions(text: str, m: Marks, lang: str) -> bool:
     """Task 3's reasons: the two misconceptions about what the cache is, said in the answer's language."""
     from . import ideas as I
@@ -254,14 +102,6 @@ def _task3_misconceptions(text: str, m: Marks, lang: str) -> bool:
                          f"误解（“{phrase.strip()}”）：{zh[item.key]}"))
             found = True
     return found
-
-
-def _length_gate(text: str, limit: int, m: Marks, what: str = "your answer") -> bool:
-    n = char_count(text)
-    if n > limit:
-        m.wrong(f"{what} is {n} characters; the limit is {limit} — cut it down")
-        return False
-    return True
 
 
 # =============================================================================================
@@ -279,6 +119,12 @@ TASK2_PROMPTS = [
     "写一段 100 字以内的 KV Cache 解释",
     "它避免重复计算已经处理过的 token 的 key 和 value（decode 的速度正是从这里来的）",
     "它占用的显存会增长——随上下文里的每个 token、随每个活跃请求增长（显存压力）",
+]
+TASK3_PROMPTS = [
+    "Name three scenarios that make the KV cache grow, each with its reason",
+    "for each one, say why it makes requests hold more state — what grows, and because of what",
+    "写出三种会让 KV Cache 变大的场景，每种附上理由",
+    "每种场景都要解释它为什么会让请求占用更多状态——是什么在增长、因为什么而增长",
 ]
 TASK4_PROMPTS = [
     "Explain why sampling belongs to the request's execution semantics, not to the presentation of its output",
@@ -308,8 +154,18 @@ _HINTS = {  # what to think about when an idea is missing; never the idea's word
                       "理由没有说清缓存是什么：它保存的是谁的数据，保存多久？"),
     "sampling_picks": ("The reason does not say what sampling does to the request's next steps.",
                        "理由没有说清采样对请求后续步骤的作用。"),
+    "holds_resources": ("The why does not yet say what a live request has that the engine must manage.",
+                        "理由还没有说出：一个活跃请求有什么东西需要引擎来管理。"),
+    "mixed_states": ("The why does not yet say what a batch is made of, from one step to the next.",
+                     "理由还没有说出：一个批次由什么组成，每一步之间又有什么不同。"),
     "prefill_builds": ("The reason does not say how the two phases are connected: what does decode start from?",
                        "理由没有说清两个阶段的联系：decode 从什么开始？"),
+}
+_TOPIC = {  # what an idea is about, named without stating it (feedback on a negated idea)
+    "no_recompute": ("what the cache saves", "缓存省下了什么"),
+    "memory_cost": ("what the cache costs", "缓存的代价"),
+    "token_to_history": ("where the sampled token goes", "采样出的 token 去了哪里"),
+    "next_step_depends": ("what follows from that choice", "这个选择带来的后果"),
 }
 _WEAK = {
     "no_recompute": ("You say it is faster; say where the speed comes from.", "你说它更快了；请说明快在哪里。"),
@@ -334,12 +190,14 @@ def _explain_ideas(reading, ideas, m: Marks, spoiled: set) -> float:
             m.ok(_say(lang, f"you say that {label}", f"你说到了：{label}"))
             points += 1
         elif state == "present":
-            m.missing(_say(lang, f"you say that {label}, but the misconception below cancels it",
-                           f"你说到了：{label}，但下面的误解抵消了这一点"))
+            en, zh = _TOPIC.get(item.key, (item.key, item.key))
+            m.missing(_say(lang, f"on {en}: the misconception below cancels your point",
+                           f"关于“{zh}”：下面的误解抵消了你的这一点"))
         elif state == "negated":
-            m.wrong(_say(lang, f"your answer says the opposite of: {label} — check it against the chapter",
-                         f"你的回答否定了：{label}——请对照章节再想一想"))
-            m.flag()
+            en, zh = _TOPIC.get(item.key, (item.key, item.key))
+            m.wrong(_say(lang, f"on {en}, your answer says the opposite of the chapter — check it again",
+                         f"关于“{zh}”，你的回答与章节说的相反——请再对照一下"))
+            m.flag(why="negated idea")
         elif state == "weak":
             en, zh = _WEAK.get(item.key, (_hint(item.key, "en"), _hint(item.key, "zh")))
             m.missing(_say(lang, en, zh))
@@ -347,6 +205,11 @@ def _explain_ideas(reading, ideas, m: Marks, spoiled: set) -> float:
         else:
             m.missing(_hint(item.key, lang))
     return points
+
+
+def _add_doubts(reading, m: Marks) -> None:
+    for why, amount in reading.doubts:
+        m.doubt(why, amount)
 
 
 def _report_misconceptions(reading, m: Marks) -> set:
@@ -358,6 +221,28 @@ def _report_misconceptions(reading, m: Marks) -> set:
     return spoiled
 
 
+PARTLY_COPIED_DOUBT = 0.25  # alone it does not flag: the bar's own words are the natural way to say it
+
+
+def own_words(text: str, m: Marks, lang: str, what: tuple[str, str] = ("this", "这段话")) -> bool:
+    """False (this text earns nothing, a person looks) when it is mostly text the course or its
+    feedback shows (:mod:`copies`); a partial copy only lowers the confidence."""
+    from .copies import verdict
+
+    found = verdict(text)
+    if found == "copied":
+        m.wrong(_say(lang, f"{what[0]} repeats text the exercise, its options or its feedback show; "
+                           f"say it in your own words",
+                     f"{what[1]}照搬了题目、选项或反馈里的文字；请用自己的话说"))
+        m.flag(why="copied from the course")
+        return False
+    if found == "model":
+        m.flag(why="close to the model answer")
+    elif found == "partly":
+        m.doubt("partly copied from the course", PARTLY_COPIED_DOUBT)
+    return True
+
+
 def _short_answer(text: str, m: Marks, ideas, misconceptions, prompts, limit: float, name: str) -> None:
     """Task 2 and task 4: ideas by meaning, misconceptions, salad, copied task text, a length rule."""
     from .concepts import length_units, read
@@ -367,7 +252,10 @@ def _short_answer(text: str, m: Marks, ideas, misconceptions, prompts, limit: fl
     if r.copied:
         m.wrong(_say(lang, "this repeats the task's own words; explain it in yours",
                      "这是在重复题目里的话；请用自己的话解释"))
-        m.flag()
+        m.flag(why="copied from the course")
+        return
+    if not own_words(text, m, lang):
+        _report_misconceptions(r, m)  # a misconception quoted from the notebook is still one
         return
     if r.salad:
         m.wrong(_say(lang, "this is a list of keywords, not a statement: connect them into a sentence "
@@ -376,6 +264,7 @@ def _short_answer(text: str, m: Marks, ideas, misconceptions, prompts, limit: fl
         if any(state == "present" for state in r.ideas.values()):
             m.flag()  # terse notes that do carry the ideas: a person decides
         return
+    _add_doubts(r, m)
     spoiled = _report_misconceptions(r, m)
     points = _explain_ideas(r, ideas, m, spoiled)
     units = length_units(text)
@@ -462,12 +351,12 @@ SCENARIO_KINDS = [
         r"\bfp32\b|float32|higher\s+precision", r"\bmha\b|no\s+gqa", r"层数多|更多层|头数多|大模型|精度高|fp32"]),
 ]
 
-_UNIT = (r"\btokens?\b|length|longer|\brequests?\b|\busers?\b|sessions?|sequences?|\bsteps?\b|\brounds?\b|positions?|"
+_UNIT = (r"\btokens?\b|length|longer|\bcontext\b|\bprompts?\b|\bhistory\b|\boutputs?\b|\bbatch\b|对话|越长|\brequests?\b|\busers?\b|sessions?|sequences?|\bsteps?\b|\brounds?\b|positions?|"
          r"lifetime|\btime\b|\beach\b|\bevery\b|\bper\b|concurren\w*|simultaneous\w*|at once|"
          r"token|长度|请求|用户|会话|序列|步|轮|位置|时间|更久|更长|每|各|上下文|历史|并发|同时")
 _STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|"
           r"KV|缓存|显存|内存|键值|块|状态|存储")
-_GROW = (r"grow\w*|increas\w*|scal\w*|proportional\w*|linear\w*|\bmore\b|\badd\w*|accumulat\w*|append\w*|multipl\w*|"
+_GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore\b|\badd\w*|accumulat\w*|append\w*|multipl\w*|"
          r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
          r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每")
@@ -521,6 +410,13 @@ def _scenario_items(answer) -> list[tuple[str, str]]:
     return clean
 
 
+_T3_HINTS = {  # task 3's feedback on a reason (also what copies.py checks reasons against)
+    "none": ("no reason given — say why it makes requests hold more state", "没有给出理由——请说明它为什么让请求占用更多状态"),
+    "thin": ("the reason is thin — say what grows, and why this scenario makes it grow",
+             "理由太单薄——请说明什么在增长，以及这个场景为什么让它增长"),
+    "missing": ("the reason does not say why the cache grows: what does this scenario add more of, and what does "
+                "the engine keep for each one?", "理由没有说明缓存为什么增长：这个场景让什么变多了？引擎为每一份保存了什么？"),
+}
 _KIND_ZH = {"long_context": "长上下文（长提示、长对话历史）", "high_concurrency": "高并发（同时有很多活跃请求）",
             "long_output": "长输出（生成很多 token）", "parallel_sampling": "每个请求多条序列（beam search、n > 1）",
             "not_released": "请求没有被释放（泄漏、释放过晚、取消没有传到引擎）",
@@ -532,6 +428,8 @@ _KIND_ZH = {"long_context": "长上下文（长提示、长对话历史）", "hi
 @_wrong_type
 def grade_task3(answer, m: Marks) -> None:
     """2 points per scenario: a recognised, distinct scenario, and a reason that says what state grows."""
+    from .concepts import keyword_run
+
     items = _scenario_items(answer)
     if not items:
         raise _empty("task3_pressure")
@@ -560,17 +458,18 @@ def grade_task3(answer, m: Marks) -> None:
             seen[kind.key] = name
             m.ok(_say(lang, f"'{name}' → {kind.label}", f"“{name}” → {_KIND_ZH.get(kind.key, kind.label)}"), 1)
         if not reason:
-            m.missing(_say(lang, f"'{name}': no reason given — say why it makes requests hold more state",
-                           f"“{name}”：没有给出理由——请说明它为什么让请求占用更多状态"))
+            m.missing(_say(lang, f"'{name}': {_T3_HINTS['none'][0]}", f"“{name}”：{_T3_HINTS['none'][1]}"))
             continue
         n = char_count(reason)
         if n > TASK3_REASON_LIMIT:
             m.wrong(_say(lang, f"the reason for '{name}' is {n} characters; the limit is {TASK3_REASON_LIMIT} — cut it down",
                          f"“{name}”的理由有 {n} 字，上限 {TASK3_REASON_LIMIT} 字——请精简"))
             continue
+        if not own_words(reason, m, lang, (f"the reason for '{name}'", f"“{name}”的理由")):
+            continue
         if _task3_misconceptions(reason, m, lang):
             continue
-        if keyword_list(reason) == "list":
+        if keyword_list(reason) == "list" or keyword_run(reason):
             m.wrong(_say(lang, f"'{name}': the reason is a keyword list; write why as a sentence",
                          f"“{name}”：理由是一串关键词，请写成句子"))
             continue
@@ -580,14 +479,11 @@ def grade_task3(answer, m: Marks) -> None:
         elif level == "strong":
             m.ok(_say(lang, f"'{name}': the reason says what state grows", f"“{name}”：理由说明了什么状态在增长"), 1)
         elif level == "weak":
-            m.missing(_say(lang, f"'{name}': the reason is thin — say what grows, and why this scenario makes it grow",
-                           f"“{name}”：理由太单薄——请说明什么在增长，以及这个场景为什么让它增长"))
+            m.missing(_say(lang, f"'{name}': {_T3_HINTS['thin'][0]}", f"“{name}”：{_T3_HINTS['thin'][1]}"))
             m.score += 0.5
             m.flag()
         else:
-            m.missing(_say(lang, f"'{name}': the reason does not say why the cache grows: what does this scenario "
-                                 f"add more of, and what does the engine keep for each one?",
-                           f"“{name}”：理由没有说明缓存为什么增长：这个场景让什么变多了？引擎为每一份保存了什么？"))
+            m.missing(_say(lang, f"'{name}': {_T3_HINTS['missing'][0]}", f"“{name}”：{_T3_HINTS['missing'][1]}"))
         reasons.append(reason.lower())
     if len(reasons) >= 2 and len(set(reasons)) < len(reasons):
         m.flag(_say(lang, "the same reason is repeated for different scenarios", "不同场景重复使用了同一个理由"))
@@ -830,52 +726,28 @@ def _register_question(q: Question) -> None:
             m.missing(_say(lang, "add why, in one sentence: answer (\"B\", \"because …\") for the second point",
                            "请用一句话说明理由：写成 (\"B\", \"因为……\") 可得第二分"))
             return
-        if length_units(why) > 80 or is_salad(why):
+        if length_units(why) > 80 or length_units(why) < 3 or is_salad(why):
             m.wrong(_say(lang, "the why should be one sentence (not a keyword list, not a paragraph)",
                          "理由应是一句话（不是关键词列表，也不是一大段）"))
             m.flag()
             return
+        if not own_words(why, m, lang, ("the why", "理由")):
+            return
         wanted, need_all = _quiz_why_ideas(q)
         r = read(why, wanted, [])
+        _add_doubts(r, m)
         found = [i for i in wanted if r.ideas[i.key] == "present"]
         if (need_all and len(found) == len(wanted)) or (not need_all and found):
             m.ok(_say(lang, "the why names the mechanism", "理由说清了机制"), 1)
         else:
             missing = [i for i in wanted if i not in found]
             m.missing(_hint(missing[0].key, lang) if missing[0].key in _HINTS else
-                      _say(lang, f"the why does not yet say: {missing[0].label_en}", f"理由还没有说到：{missing[0].label_zh}"))
+                      _say(lang, "the why does not yet name the mechanism", "理由还没有说清机制"))
             m.flag()
 
 
 for _q in QUIZ:
     _register_question(_q)
-
-
-KV_IS_REQUEST_STATE = idea(
-    "request_state", "the KV cache is execution state bound to one live request",
-    strong=[rf"(per|each|every|its own|their own|one|a specific|the specific|bound|tied|belong\w*|owned|attached|specific)"
-            rf"\W+{W}{{0,3}}(live\s+|active\s+|running\s+)?(requests?|sequences?)\b",
-            r"execution state|working state|(request|sequence)'?s?\s+(own\s+)?(state|history|context|tokens)",
-            r"state of (the|a|each|this|one) (live\s+)?request", r"intermediate\s+(state|results?|activations?)",
-            r"\bactivations?\b", r"attention state",
-            r"每个(活跃)?请求|绑定|执行状态|请求(自己|自身|本身)的|属于[^。；;]{0,6}请求|中间状态|活跃请求|运行状态|激活值"],
-    missing_hint="say that it holds one live request's keys and values (execution state), not answers to look up",
-)
-SAMPLING_STEERS = idea(
-    "sampling_steers", "sampling picks every token, which becomes history and steers later steps",
-    strong=[*[p.pattern for p in TOKEN_TO_HISTORY.strong],
-            rf"(picks?|chooses?|selects?|decides?|determin\w*)\s+{W}{{0,3}}(every|each|the next|which)\s+{W}{{0,2}}token",
-            r"\b(path|trajectory)\b", r"每一(轮|步)|每个 ?token|决定[^。；;]{0,6}(token|哪个|下一)|路径|走向"],
-    missing_hint="say that it picks every token, and that token is what later steps are computed from",
-)
-_PREFILL_BUILDS = (rf"prefill\w*\s+{W}{{0,5}}(build\w*|creat\w*|fill\w*|writ\w*|produc\w*|populat\w*|set\w*\s+up|"
-                   rf"comput\w*|prepar\w*|establish\w*|stor\w*|generat\w*)\s+{W}{{0,5}}(cache|state|kv|keys)",
-                   r"prefill[^。；;]{0,14}(建立|构建|生成|写入|填充|准备|计算|得到)[^。；;]{0,10}(缓存|状态|KV)")
-_DECODE_CONTINUES = (rf"decod\w*\s+{W}{{0,5}}(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
-                     rf"resum\w*|append\w*|mov\w*|picks? up|carr\w*)\s+{W}{{0,5}}(cache|state|kv|that|it|from|where|on)",
-                     r"decode[^。；;]{0,14}(继续|沿着|复用|基于|接着|读取|使用|延续|接续)")
-_SAME_LIFECYCLE = (rf"(same|one|single)\s+{W}{{0,2}}(request|lifecycle|life cycle|sequence|state machine|path)",
-                   r"同一(个|条)?(请求|生命周期|状态机)|一条(生命周期|链路)")
 
 
 @dataclass(frozen=True)
@@ -954,20 +826,6 @@ def _pitfall_answer(answer, name: str) -> tuple[bool | None, str]:
     return _verdict(verdict), normalize(reason)
 
 
-def _pitfall_reason_level(p: Pitfall, reason: str) -> str | None:
-    if p.id == "pitfall1_kv_not_hit_cache":
-        return KV_IS_REQUEST_STATE.find(reason)
-    if p.id == "pitfall2_sampling_not_ui":
-        if SAMPLING_STEERS.find(reason) == "strong" or NEXT_STEP_DEPENDS.find(reason) == "strong":
-            return "strong"
-        return "weak" if re.search(r"token|history|context|历史|上下文", reason, re.I) else None
-    hits = sum(any(re.search(pat, reason, re.I) for pat in group)
-               for group in (_PREFILL_BUILDS, _DECODE_CONTINUES, _SAME_LIFECYCLE))
-    if hits >= 2 or (hits == 1 and re.search(r"cache|kv|state|缓存|状态", reason, re.I)):
-        return "strong"
-    return "weak" if hits == 1 else None
-
-
 def _pitfall_reason(p: Pitfall, reason: str):
     """(reading, present) for a pitfall's reason, by the concept matcher."""
     from . import ideas as I
@@ -1013,7 +871,10 @@ def _register_pitfall(p: Pitfall) -> None:
         if is_salad(reason):
             m.wrong(_say(lang, "the reason is a keyword list; write it as a sentence", "理由是一串关键词，请写成句子"))
             return
+        if not own_words(reason, m, lang, ("the reason", "理由")):
+            return
         r, wanted, ok = _pitfall_reason(p, reason)
+        _add_doubts(r, m)
         spoiled = _report_misconceptions(r, m)
         if verdict != p.truth or spoiled:
             return
@@ -1081,7 +942,10 @@ def grade_task5(answer, m: Marks) -> None:
     if is_salad(why):
         m.wrong(_say(lang, "the reason is a keyword list; write it as a sentence", "理由是一串关键词，请写成句子"))
         return
+    if not own_words(why, m, lang, ("the reason", "理由")):
+        return
     r = read(why, [I.EARLY_TURN_MATTERS, I.BOUNDED_KV], [])
+    _add_doubts(r, m)
     if r.ideas["early_turn"] == "present":
         m.ok(_say(lang, "the reason says what a last-N window would lose", "理由说明了只保留最近 N 轮会丢掉什么"), 1)
         if r.ideas["bounded_kv"] != "present":

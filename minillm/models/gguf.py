@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -194,13 +195,25 @@ def tokenizer_cache_dir(path: Path) -> Path:
 
 
 def _private_cache_root() -> Path | None:
-    """The cache folder when it is this user's alone (made 0700), else None (no cache used)."""
+    """The cache folder when it is this user's alone (made 0700, or tightened to it when this user
+    owns it), else None (no cache used)."""
     root = tokenizer_cache_root()
     try:
-        os.close(open_private_dir(root))
+        os.close(open_private_dir(root, tighten=True))
     except OSError:
         return None
     return root
+
+
+def _private_entry(cached: Path) -> bool:
+    """Whether a cache entry is a folder of this user's that no one else can enter (as
+    ``mkdtemp`` made it): only then are its files (the chat template among them) trusted."""
+    try:
+        st = os.lstat(cached)
+    except OSError:
+        return False
+    uid = os.geteuid() if hasattr(os, "geteuid") else st.st_uid
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077
 
 
 def load_gguf_tokenizer(path: Path):
@@ -214,7 +227,7 @@ def load_gguf_tokenizer(path: Path):
 
     cached = tokenizer_cache_dir(path)
     root = _private_cache_root()
-    if root is not None and (cached / "tokenizer.json").is_file():
+    if root is not None and _private_entry(cached) and (cached / "tokenizer.json").is_file():
         try:
             return AutoTokenizer.from_pretrained(str(cached), local_files_only=True, trust_remote_code=False)
         except Exception:  # noqa: BLE001 - a damaged cache entry: rebuild it below

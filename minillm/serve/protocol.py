@@ -7,8 +7,8 @@ the HTTP API (``n``, ``stream``, the prompt's shape, ``messages``) is checked in
 
 Every field a body carries must be one this server acts on, or ``user`` (an end-user id
 meant for a provider's abuse monitoring: taken and ignored, minillm keeps no per-user
-record). An OpenAI field minillm does not implement (``logit_bias``, ``response_format``,
-``suffix``, ``tools``, ...) is refused with a 400 naming it unless it is ``null``; a name
+record). An OpenAI field minillm does not implement (``response_format``, ``suffix``,
+``tools``, ...) is refused with a 400 naming it unless it is ``null``; a name
 neither API has (a typo such as ``temprature``) is refused too. Silently ignoring either would
 answer a question the client did not ask.
 """
@@ -26,7 +26,7 @@ from minillm.chat import validate_messages
 
 # OpenAI's own sampling fields, then vLLM's extras (sent by the openai client in extra_body).
 OPENAI_FIELDS = ("max_tokens", "temperature", "top_p", "stop", "seed", "presence_penalty",
-                 "frequency_penalty")
+                 "frequency_penalty", "logit_bias")
 VLLM_EXTRA_FIELDS = ("top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids",
                      "skip_special_tokens", "include_stop_str_in_output")
 _PARAM_FIELDS = {f.name for f in dataclasses.fields(SamplingParams) if f.init}
@@ -36,7 +36,7 @@ COMPLETION_FIELDS = frozenset(_SHARED_FIELDS | {"prompt", "logprobs", "echo", "b
 CHAT_FIELDS = frozenset(_SHARED_FIELDS | {"messages", "logprobs", "top_logprobs", "max_completion_tokens"})
 #: OpenAI fields minillm does not implement: a 400 naming them, unless their value is null.
 UNSUPPORTED_FIELDS = frozenset({
-    "logit_bias", "suffix", "response_format", "tools", "tool_choice", "functions", "function_call",
+    "suffix", "response_format", "tools", "tool_choice", "functions", "function_call",
     "parallel_tool_calls", "audio", "modalities", "prediction", "reasoning_effort", "service_tier", "store",
     "metadata", "web_search_options", "verbosity", "prompt_cache_key", "safety_identifier"})
 #: Longest error message sent back: a message quoting a megabyte value is cut.
@@ -121,6 +121,8 @@ def _sampling_params(body: dict, overrides: dict) -> SamplingParams:
         if body.get(name) is not None:
             kwargs[name] = body[name]
     kwargs.update(overrides)
+    if "logit_bias" in kwargs:
+        kwargs["logit_bias"] = _logit_bias(kwargs["logit_bias"])
     if "include_stop_str_in_output" in kwargs and "include_stop_str_in_output" not in _PARAM_FIELDS:
         if kwargs.pop("include_stop_str_in_output"):
             raise BadRequest("include_stop_str_in_output is not supported by this engine version",
@@ -129,6 +131,21 @@ def _sampling_params(body: dict, overrides: dict) -> SamplingParams:
         return SamplingParams(**kwargs)
     except ValueError as exc:
         raise BadRequest(str(exc), param_of(str(exc))) from None
+
+
+def _logit_bias(value):
+    """JSON object keys are strings: ``{"50256": -100}`` -> ``{50256: -100}`` (the range and the
+    vocabulary are the engine's checks)."""
+    if not isinstance(value, dict):
+        raise BadRequest(f"logit_bias must be an object {{\"token id\": bias}}, got {type(value).__name__}",
+                         "logit_bias")
+    out = {}
+    for key, bias in value.items():
+        if not (key.isascii() and key.isdigit()) or len(key) > 18:
+            raise BadRequest(f"logit_bias keys must be token ids (non-negative integers), got {key[:50]!r}",
+                             "logit_bias")
+        out[int(key)] = bias
+    return out
 
 
 def _stream_flags(body: dict) -> tuple[bool, bool]:

@@ -1,0 +1,211 @@
+"""Is a written answer the student's own words, or text the course already showed them?
+
+Every text field is checked against everything the learner can read while answering: the
+task's wording and its bar, the quiz options and their explanations, the pitfall statements,
+and every hint and misconception line the feedback can print. An answer made mostly of
+that text earns nothing for the part it fills (the grader still reads the rest), and goes to a
+person. A near copy of a model answer (shown only on request, and recorded) goes to a person
+with its points: whether it was looked up is for them to judge. This is also what keeps feedback from
+being pasted back for points: the feedback is part of what is checked against.
+
+Across a class (``minillm grade FOLDER``), :func:`shared_answers` finds answers that two
+students handed in nearly word for word; both are flagged, neither loses points: who copied
+from whom is for a person to decide.
+
+A copy is measured as the share of the answer that lies in verbatim stretches of shown text
+(five words or more; a Chinese character counts as half a word), after the Unicode clean-up
+every grader uses, in lower case, with punctuation ignored: a short phrase every answer shares
+("the keys and values") is not a copy, a pasted sentence is.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from .unicode_clean import clean
+
+CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+COPIED = 0.7  # at least this share of the answer lies in verbatim stretches of shown text: copied
+PARTLY = 0.35  # at least this: partly copied (lower confidence, a person looks)
+STRETCH = 5.0  # a verbatim stretch counts from this many words (a Chinese character is half a word)
+CJK_WEIGHT = 0.5
+MIN_WORDS = 4.0  # an answer shorter than this is too short to judge
+
+
+def tokens(text: str) -> list[str]:
+    """Latin words and single Chinese characters, in order, lower case, punctuation dropped."""
+    t = clean(text).lower().replace("’", "'")
+    return re.findall(f"[a-z0-9]+(?:'[a-z]+)?|[{CJK}]", t)
+
+
+def _weight(tok: str) -> float:
+    return CJK_WEIGHT if re.match(f"[{CJK}]", tok) else 1.0
+
+
+def grams(text: str) -> list:
+    """Word triples of the Latin words and character triples of the Chinese, in order."""
+    t = clean(text).lower().replace("’", "'")
+    words = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", t)
+    zh = re.findall(f"[{CJK}]", t)
+    return [" ".join(words[i:i + 3]) for i in range(len(words) - 2)] + ["".join(zh[i:i + 3]) for i in range(len(zh) - 2)]
+
+
+def _texts_of(obj) -> list[str]:
+    """Every string inside a Bi, a tuple, a dict or a dataclass of them."""
+    from .language import Bi
+
+    if isinstance(obj, str):
+        return [obj]
+    if isinstance(obj, Bi):
+        return [obj.en, obj.zh]
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _texts_of(v)]
+    if isinstance(obj, (list, tuple)):
+        return [s for v in obj for s in _texts_of(v)]
+    return []
+
+
+_REGEX_HINT = re.compile(r"\\[a-zA-Z]|\(\?|\[\^|\{\d")
+SHOWN_MODULES = ("texts", "ideas", "messages", "build_notebooks")  # where every text a learner reads is written
+
+
+def _literals(module) -> list[str]:
+    """Every string a module's code holds (f-strings in their fixed pieces), not its docstrings
+    and not its regular expressions: the feedback, options, hints and notebook text it can show."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(module))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            out.append(node.value)
+    return [t for t in out if not _REGEX_HINT.search(t) and len(tokens(t)) >= 4]
+
+
+def shown_texts() -> list[str]:
+    """What the exercises notebook and the feedback show a learner while answering: every
+    string literal of the modules that write them, less the ideas' labels and the model answers
+    (see :func:`_labels`, :func:`model_texts`)."""
+    import importlib
+
+    out: list[str] = []
+    for name in SHOWN_MODULES:
+        out += _literals(importlib.import_module(f"{__package__}.{name}"))
+    apart = set(_labels()) | set(model_texts())
+    return [t for t in out if t not in apart]
+
+
+def _labels() -> list[str]:
+    """How feedback names an idea the answer already has ("you say that …"): shown only to whoever
+    said it, so pasting one back gains nothing, and a right answer may well read like one."""
+    from . import ideas
+    from .concepts import Idea
+
+    return [s for v in vars(ideas).values() if isinstance(v, Idea) for s in (v.label_en, v.label_zh)]
+
+
+def model_texts() -> list[str]:
+    """The model answers, shown only on request (``show_solution``, which the notebook records)."""
+    from . import texts
+    from .solutions import MODEL_ANSWERS
+
+    return [s for s in _texts_of([list(MODEL_ANSWERS.values())] + [p.why for p in texts.PITFALLS]) if s]
+
+
+def _index(texts: list[str]) -> tuple:
+    """(token lists of the texts, {triple: indexes of the texts holding it})."""
+    toks = [tokens(t) for t in texts]
+    index: dict = {}
+    for i, tt in enumerate(toks):
+        for j in range(len(tt) - 2):
+            index.setdefault(tuple(tt[j:j + 3]), set()).add(i)
+    return toks, index
+
+
+@lru_cache(maxsize=2)
+def _corpus(which: str) -> tuple:
+    return _index(shown_texts() if which == "shown" else model_texts())
+
+
+def copied_share(text: str, sources="shown") -> float:
+    """The share of the answer (in words; a Chinese character is half a word) that lies in
+    verbatim stretches of at least :data:`STRETCH` words of ``sources``: "shown" (what the
+    notebook and its feedback show), "model" (the model answers) or a list of texts. 0 for an
+    answer too short to judge."""
+    from difflib import SequenceMatcher
+
+    mine = tokens(text)
+    total = sum(_weight(t) for t in mine)
+    if total < MIN_WORDS:
+        return 0.0
+    texts, index = _corpus(sources) if isinstance(sources, str) else _index(list(sources))
+    near = {i for j in range(len(mine) - 2) for i in index.get(tuple(mine[j:j + 3]), ())}
+    covered = [False] * len(mine)
+    for i in sorted(near):
+        for block in SequenceMatcher(None, mine, texts[i], autojunk=False).get_matching_blocks():
+            run = mine[block.a:block.a + block.size]
+            if sum(_weight(t) for t in run) >= STRETCH:
+                covered[block.a:block.a + block.size] = [True] * block.size
+    return sum(_weight(t) for t, c in zip(mine, covered) if c) / total
+
+
+def verdict(text: str) -> str | None:
+    """'copied' (from what the notebook or its feedback shows: earns nothing), 'model' (a near
+    copy of a model answer: a person decides), 'partly' (lower confidence) or None."""
+    share = copied_share(text, "shown")
+    if share >= COPIED:
+        return "copied"
+    if copied_share(text, "model") >= COPIED:
+        return "model"
+    if share >= PARTLY:
+        return "partly"
+    return None
+
+
+def _similar(a: list, b: list) -> float:
+    if len(a) < 6 or len(b) < 6:
+        return 0.0
+    sa, sb = set(a), set(b)
+    return len(sa & sb) / min(len(sa), len(sb))
+
+
+def shared_answers(answers: dict, threshold: float = 0.8) -> dict:
+    """``{student: [students whose answer is nearly the same]}`` for one exercise's answers
+    (``{student: text}``): most of the shorter answer's triples are in the other one."""
+    g = {who: grams(text) for who, text in answers.items() if isinstance(text, str)}
+    found: dict[str, list[str]] = {}
+    names = sorted(g)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if _similar(g[a], g[b]) >= threshold:
+                found.setdefault(a, []).append(b)
+                found.setdefault(b, []).append(a)
+    return found
+
+
+def mark_shared_answers(reports: list[dict]) -> list[dict]:
+    """The reports (copies) with every written answer that another notebook of the class also
+    handed in nearly word for word flagged for review, naming the other notebooks."""
+    import copy
+    from pathlib import Path
+
+    from . import EXERCISES
+
+    out = copy.deepcopy(reports)
+    for ex_id, ex in EXERCISES.items():
+        if ex.kind not in ("text", "quiz"):
+            continue
+        answers = {i: r["exercises"][ex_id].get("answer") for i, r in enumerate(out)
+                   if isinstance(r.get("exercises"), dict) and ex_id in r["exercises"]}
+        for i, others in shared_answers(answers).items():
+            entry = out[i]["exercises"][ex_id]
+            names = ", ".join(Path(str(out[j].get("notebook", "?"))).name for j in others)
+            entry["needs_human_review"] = True
+            entry["flags"] = sorted(set(entry.get("flags", [])) | {f"same answer as {names}"})
+    return out
