@@ -34,9 +34,9 @@ ORDINARY = {"ordinary", "format"}
 
 # measured on the last change (README, grading section); each is a floor, not a target
 FLOORS = {  # measured: tune 99.0 % / 99.0 / 99.0, 0.9 % not-full→full, 100 % of 2 flagged;
-    # held out 94.8 % / 93.1 / 96.5, 4.5 % (3/67) not-full→full, 50 % of 6 flagged
+    # held out 95.7 % / 94.8 / 96.5, 4.5 % (3/67) not-full→full, 40 % of 5 flagged
     "tune": {"agreement": 0.97, "ordinary": 0.97, "adversarial": 0.97, "wrong_full": 0.02, "flagged": 0.5},
-    "holdout": {"agreement": 0.94, "ordinary": 0.93, "adversarial": 0.96, "wrong_full": 0.05, "flagged": 0.5},
+    "holdout": {"agreement": 0.95, "ordinary": 0.94, "adversarial": 0.96, "wrong_full": 0.05, "flagged": 0.4},
 }
 
 

@@ -300,6 +300,33 @@ def test_a_huge_prompt_is_tokenised_off_the_engine_thread_while_others_step(llm,
     assert threads and "minillm-engine" not in threads, threads  # nothing was tokenised on the engine thread
 
 
+def test_an_ordinary_request_is_not_queued_behind_a_huge_one(llm, run_async, monkeypatch):
+    """A's ~200 KB prompt is held in its tokeniser until B (a small request, sent after A)
+    has been answered: B must not wait in A's lane."""
+    server = _server(llm)
+    real_encode = llm.tokenizer.encode
+    a_tokenising, b_answered = threading.Event(), threading.Event()
+
+    def encode(text, *args, **kwargs):
+        if len(text) > 100_000:
+            a_tokenising.set()
+            assert b_answered.wait(300), "the small request waited behind the huge one"  # a failure bound
+        return real_encode(text, *args, **kwargs)
+
+    monkeypatch.setattr(llm.tokenizer, "encode", encode)
+
+    async def fn(c):
+        a = asyncio.ensure_future(c.post("/v1/completions", json={"prompt": "fox " * 50_000}))
+        while not a_tokenising.is_set() and not a.done():
+            await asyncio.sleep(0.005)
+        b = await c.post("/v1/completions", json={"prompt": "the fox", "max_tokens": 3})
+        b_answered.set()
+        return await a, b
+
+    a, b = _call(run_async, server, fn)
+    assert b.status_code == 200 and "max_model_len" in _err(a, 400, "prompt")
+
+
 def test_prepare_prompt_does_not_take_the_engine_lock(llm):
     """``LLM.prepare_prompt`` runs while another thread holds the engine's lock (as a step does)."""
     got = []

@@ -87,6 +87,7 @@ yours ours here each every does done make makes made like want need needs uses u
 same different way ways less least because since until each both either whose first last long short large
 small big huge high low fast faster slow slower speed quick quickly model models engine user users answer
 text word words part parts thing things work works world every cost costs price pay pays still keep
+redo redoes redoing redone redid rerun reruns rerunning reread refill refills reload reloads reuse reusing
 """.split())
 
 
@@ -201,9 +202,10 @@ class Idea:
 
     def _in_clause(self, clause: str) -> str:
         result = "absent"
-        for pattern in self.standalone:
-            for m in pattern.finditer(clause):
-                return "negated" if negated_at(clause, m.start()) or negated_after(clause, m.end()) else "present"
+        said = [not (negated_at(clause, m.start()) or negated_after(clause, m.end()))
+                for pattern in self.standalone for m in pattern.finditer(clause)]
+        if said:  # "only computes the new token instead of reusing …": one plain mention is enough
+            return "present" if any(said) else "negated"
         if self.parts:
             hits = []
             for group in self.parts:
