@@ -238,3 +238,88 @@ def test_a_killed_or_stopped_grader_costs_only_its_own_row(tmp_path, monkeypatch
     assert rows["c_stopped"]["status"] == "grader stopped"
     csv_rows = (subs / "gradebook.csv").read_text().splitlines()
     assert len(csv_rows) == 5 and any("grader stopped" in r for r in csv_rows)
+
+
+# =============================================================================================
+# Code answers are tested, not looked up: the engine's own answer is unavailable, cases are fresh
+# =============================================================================================
+ENGINE_TOP_P = """
+from minillm.sampler import top_p_filter as engine_top_p
+def my_top_p_filter(logits, top_p):
+    return engine_top_p(logits, top_p)
+"""
+COPIED_TOP_P = """
+import types, minillm.sampler as s
+_copy = types.FunctionType(s.top_p_filter.__code__, s.__dict__)
+def my_top_p_filter(logits, top_p):
+    return _copy(logits, top_p)
+"""
+ENGINE_KV = """
+import minillm
+def my_kv_bytes_per_token(layers, heads, dim, nbytes):
+    return minillm.kv_cache.kv_bytes_per_token(layers, heads, dim, nbytes)
+"""
+
+
+@pytest.mark.parametrize("cell,ex_id", [(ENGINE_TOP_P, "code_top_p"), (COPIED_TOP_P, "code_top_p"),
+                                        (ENGINE_KV, "code_kv_bytes")])
+def test_returning_the_engines_own_answer_scores_nothing(tmp_path, cell, ex_id):
+    rc, report = grade(write_notebook(tmp_path, "import minillm.kv_cache", cell), "--unjailed")
+    r = report["exercises"][ex_id]
+    assert rc == 0 and r["score"] == 0, r
+    assert "engine's own" in " ".join(r["feedback"]) and r["needs_human_review"]
+
+
+def test_the_engine_guard_puts_the_engine_back_and_sees_copies():
+    import torch
+
+    from minillm.grading import safecall
+    from minillm.grading.engine_guard import FORBIDDEN
+    from minillm.sampler import top_p_filter
+
+    x = torch.tensor([3.0, 1.0, 0.5, -2.0])
+    out = safecall.call(lambda lg, p: top_p_filter(lg, p), x, 0.5, forbid=FORBIDDEN["my_top_p_filter"])
+    assert not out.ok and "engine's own" in out.error
+    assert torch.equal(top_p_filter(x.clone(), 0.5), torch.tensor([3.0] + [float("-inf")] * 3))  # restored
+
+
+def test_a_lookup_table_of_the_printed_scenarios_earns_nothing(tmp_path, monkeypatch):
+    from minillm.grading.coding import PRESSURE_SCENARIOS, engine, measure
+
+    llm = engine()
+    table = {(s.num_requests, s.prompt_tokens, s.output_tokens): measure(llm, s).used_bytes
+             for s in PRESSURE_SCENARIOS.values()}
+    cell = f"""
+TABLE = {table!r}
+def scenario_kv_bytes(num_requests, prompt_tokens, output_tokens):
+    return TABLE.get((num_requests, prompt_tokens, output_tokens), 4096)
+task3_kv_bytes = scenario_kv_bytes
+"""
+    monkeypatch.setenv("MINILLM_GRADE_SEED", "12345")
+    rc, report = grade(write_notebook(tmp_path, cell), "--unjailed")
+    r = report["exercises"]["task3_kv_bytes"]
+    assert rc == 0 and r["score"] == 0 and r["needs_human_review"]
+    assert "fresh" in " ".join(r["feedback"])
+    assert report["seed"] == 12345
+
+
+def test_the_hidden_scenarios_follow_the_engines_rule():
+    """The rule used for the fresh scenarios accepts what the engine really stores for the printed ones."""
+    from minillm.grading.coding import PRESSURE_SCENARIOS, engine, hidden_scenarios, measure, plausible_bytes
+
+    llm = engine()
+    for s in PRESSURE_SCENARIOS.values():
+        got = measure(llm, s)
+        assert {got.used_bytes, got.token_bytes, got.written_bytes} <= plausible_bytes(s, got)
+    assert hidden_scenarios(1) != hidden_scenarios(2) and hidden_scenarios(7) == hidden_scenarios(7)
+
+
+def test_top_p_cases_are_fresh_per_seed_and_hostile():
+    import torch
+
+    from minillm.grading.coding import top_p_cases
+
+    a, b = top_p_cases(1), top_p_cases(2)
+    assert not torch.equal(a[0].logits, b[0].logits)
+    assert any(float(c.logits.max()) > 900 for c in a) and any(float(c.logits.max()) < -900 for c in a)
+    assert any(c.logits.dim() == 2 and bool(torch.isneginf(c.logits).all(-1).any()) for c in a)
