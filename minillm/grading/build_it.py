@@ -123,10 +123,10 @@ def small_engine(parts=None):
 
 def finish(llm) -> dict:
     """Step until every request ended, checking the invariants after each step; returns
-    {request id: (tokens, stop reason)} (raises ``programs.Broken`` saying what broke)."""
+    {request id: (tokens, stop reason)} (raises AssertionError saying what broke)."""
     out = P.run(llm, [])
     if out.broken:
-        raise P.Broken(out.broken)
+        raise AssertionError(out.broken.text(resolve(None)))
     return out.results
 
 
@@ -160,17 +160,16 @@ def engine(parts, *, quiet: bool = False, **options):
     try:
         trial = LLM(parts=parts, **opts)
         call = safecall.call(P.run, trial, SMOKE, timeout=RUN_TIMEOUT)
-        why = call.error if not call.ok else P.compare(call.value, P.run(LLM(**opts), SMOKE))
+        why = P.Why.of("raised", error=call.error) if not call.ok else P.compare(call.value, P.run(LLM(**opts), SMOKE))
     except Exception as exc:  # noqa: BLE001 - e.g. a block_pool whose constructor raises
-        why = f"{type(exc).__name__}: {exc}"
+        why = P.raised(exc)
     if why is None:
         llm = LLM(parts=parts, **opts)
         key = "mine"
     else:
         llm = LLM(parts=EngineParts(), **opts)
         key = "own"
-        if "NotImplementedError" in why:
-            why = "NotImplementedError"
+        why = "NotImplementedError" if "NotImplementedError" in why else why.text(lang)
     if not quiet:
         print(ENGINE_MESSAGES[key][lang == "zh"].format(names=names, why=why))
     return llm
@@ -199,7 +198,7 @@ class _Runner:
             _reset(eng)
         return _ENGINES[key]
 
-    def failure(self, program) -> str | None:
+    def failure(self, program) -> P.Why | None:
         if self.mine is None:
             self.mine = small_engine(self.parts)
         _reset(self.mine)
@@ -209,7 +208,7 @@ class _Runner:
             return "timeout"
         if not call.ok:  # the engine itself raised outside the program (should not happen)
             self.mine = None
-            return call.error
+            return P.Why.of("raised", error=call.error)
         mine = call.value
         why = P.compare(mine, self._reference(program))
         if why is not None:
@@ -234,7 +233,8 @@ def run_programs(m: Marks, parts, reference_parts, *, sampling=False, failures=T
             return False
         small = P.ddmin(program, lambda p: runner.failure(p) is not None and not runner.timed_out)
         final = runner.failure(small) or why
-        m.wrong(_t(m.lang, "program_failed", i=i + 1, n=n, why=final, before=len(program), after=len(small)))
+        text = final.text(m.lang) if isinstance(final, P.Why) else str(final)
+        m.wrong(_t(m.lang, "program_failed", i=i + 1, n=n, why=text, before=len(program), after=len(small)))
         m.program = P.as_code(small, code_parts)
         return False
     m.ok(_t(m.lang, "programs_ok", n=n))
