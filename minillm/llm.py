@@ -314,6 +314,8 @@ class LLM(WholeGenerations):
 
             ids = encode_conversation(self.tokenizer, messages)
         else:
+            if prompt is None and isinstance(prompt_token_ids, (list, tuple)):
+                intake.check_length(len(prompt_token_ids), self.max_model_len)  # before a look at each id
             ids = intake.check_prompt(prompt, prompt_token_ids, vocab)
             if ids is None:
                 ids = self.tokenizer.encode(prompt)
