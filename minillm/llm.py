@@ -314,6 +314,8 @@ class LLM(WholeGenerations):
 
             ids = encode_conversation(self.tokenizer, messages)
         else:
+            if prompt is None and isinstance(prompt_token_ids, (list, tuple)):
+                intake.check_length(len(prompt_token_ids), self.max_model_len)  # before a look at each id
             ids = intake.check_prompt(prompt, prompt_token_ids, vocab)
             if ids is None:
                 ids = self.tokenizer.encode(prompt)
@@ -339,8 +341,9 @@ class LLM(WholeGenerations):
         t0 = time.monotonic()
         try:
             with StepInterrupts() as interrupts:
-                if self.parts.step is not None:  # a learner's own step (minillm.seams): no rollback
-                    batch = self.parts.step(self)
+                if self.parts.step is not None:  # a learner's own step (minillm.seams): no rollback,
+                    with interrupts.deliverable():  # and Ctrl-C stops it at once (it may loop forever)
+                        batch = self.parts.step(self)
                     if not isinstance(batch, ScheduledBatch):
                         raise TypeError(f"parts.step must return the ScheduledBatch of its step, "
                                         f"got {type(batch).__name__}")

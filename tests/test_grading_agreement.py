@@ -33,10 +33,10 @@ ROWS = split.rows()
 ORDINARY = {"ordinary", "format"}
 
 # measured on the last change (README, grading section); each is a floor, not a target
-FLOORS = {  # measured: tune 99.0 % / 99.0 / 99.0, 0.9 % not-full→full, 100 % of 2 flagged;
-    # held out 95.7 % / 94.8 / 96.5, 4.5 % (3/67) not-full→full, 40 % of 5 flagged
-    "tune": {"agreement": 0.97, "ordinary": 0.97, "adversarial": 0.97, "wrong_full": 0.02, "flagged": 0.5},
-    "holdout": {"agreement": 0.95, "ordinary": 0.94, "adversarial": 0.96, "wrong_full": 0.05, "flagged": 0.4},
+FLOORS = {  # measured: tune 99.3 % (ordinary 99.3, adversarial 99.2), 0.7 % not-full→full, 2 of 2 disagreements flagged;
+    # held out 89.9 % (86.4 / 94.1), 4.7 % (4/85) not-full→full, 7 of 15 flagged
+    "tune": {"agreement": 0.98, "ordinary": 0.98, "adversarial": 0.98, "wrong_full": 0.02, "flagged": 0.5},
+    "holdout": {"agreement": 0.89, "ordinary": 0.86, "adversarial": 0.93, "wrong_full": 0.05, "flagged": 0.45},
 }
 
 

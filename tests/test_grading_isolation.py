@@ -37,6 +37,9 @@ def _jail_or_none():
 
 JAIL = _jail_or_none()
 needs_jail = pytest.mark.skipif(JAIL is None, reason="no user namespaces here: neither bwrap nor unshare can jail")
+#: each way of building the jail that works on this machine (both are tested where both work)
+MODES = [m for m in ("bwrap", "unshare") if jails._works(m) is None] or [
+    pytest.param("bwrap", marks=pytest.mark.skip(reason="no jail can be built here"))]
 
 
 def write_notebook(folder: Path, *cells: str, name: str = "sub.ipynb") -> Path:
@@ -60,8 +63,9 @@ def answer(report: dict, ex_id: str = "task2_kv_explain") -> str:
 # =============================================================================================
 # What the kernel can see
 # =============================================================================================
-@needs_jail
-def test_the_checkout_tests_and_the_solved_notebooks_are_not_visible(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_the_checkout_tests_and_the_solved_notebooks_are_not_visible(tmp_path, mode, monkeypatch):
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
     solved = REPO / "tests" / "solved"
     assert solved.is_dir()  # the attack is real: the grader runs in a checkout that has them
     marker = tmp_path / "next-to-the-submission.txt"  # the grader's files outside the jail
@@ -75,7 +79,7 @@ for p in [{str(solved)!r}, {str(REPO / 'tests')!r}, {str(REPO / '.git')!r}, {str
 task2_kv_explain = 'SEEN ' + ';'.join(seen) if seen else 'nothing'
 """
     rc, report = grade(write_notebook(tmp_path, cell))
-    assert rc == 0 and report["jail"] in ("bwrap", "unshare")
+    assert rc == 0 and report["jail"] == mode
     assert "SEEN" not in answer(report) and "answers.py" not in answer(report)
     assert report["sandbox"].startswith("ran, with a read-only view")
 
@@ -109,8 +113,9 @@ def test_a_renamed_show_solution_with_its_output_cleared_is_recorded(tmp_path):
 # =============================================================================================
 # The network and the grader's processes
 # =============================================================================================
-@needs_jail
-def test_the_kernel_has_no_network(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_the_kernel_has_no_network(tmp_path, mode, monkeypatch):
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(4)
@@ -134,8 +139,9 @@ except OSError as exc:
     assert rc == 0 and answer(report).startswith("blocked")
 
 
-@needs_jail
-def test_signals_from_the_kernel_reach_neither_the_grader_nor_other_processes(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_signals_from_the_kernel_reach_neither_the_grader_nor_other_processes(tmp_path, mode, monkeypatch):
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     try:
         cell = f"""
@@ -172,6 +178,39 @@ def test_killing_every_process_it_can_see_ends_only_the_kernel(tmp_path):
     rc, report = grade(write_notebook(tmp_path, "task2_kv_explain = 'before'", cell))
     assert rc == 0 and report["status"] == "graded"  # this process is alive to read it
     assert answer(report) == "before"
+
+
+def _can_make_task_cgroup() -> bool:
+    from minillm.grading.sandbox import _make_task_cgroup, _remove_cgroup
+
+    path = _make_task_cgroup(1)
+    _remove_cgroup(path)
+    return path is not None
+
+
+@needs_jail
+@pytest.mark.skipif(not _can_make_task_cgroup(), reason="no pids cgroup can be made here (the kernel then relies "
+                                                        "on RLIMIT_NPROC, which binds only a non-root grader)")
+def test_a_fork_bomb_stops_at_the_task_limit(tmp_path):
+    from minillm.grading.sandbox import EXTRA_PROCESSES
+
+    cell = """
+import os, time
+made = 0
+while made < 2000:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(120)
+        os._exit(0)
+    made += 1
+task2_kv_explain = str(made)
+"""
+    rc, report = grade(write_notebook(tmp_path, cell), "--timeout", "120")  # forking a big process is slow
+    assert rc == 0, report
+    assert 0 < int(answer(report)) < EXTRA_PROCESSES, report["cell_errors"]
 
 
 def test_print_patched_sigint_ignored_and_an_endless_sleep_are_stopped_with_a_reason(tmp_path):
