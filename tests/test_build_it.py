@@ -252,3 +252,23 @@ def test_ctrl_c_stops_a_learners_step_at_once():
     with pytest.raises(KeyboardInterrupt):
         llm.step()
     assert not finished
+
+
+# --- the engine's own part handed in as an answer ---------------------------------------------------
+def test_the_engines_own_parts_are_not_an_answer():
+    from minillm.request import TRANSITIONS
+    from minillm.sampler import top_k_filter, top_p_filter
+    from minillm.seams import RefCountPool
+
+    class Borrowed(RefCountPool):
+        pass
+
+    def borrowed_step(llm):
+        return llm._step_once(None)
+
+    assert "engine's own" in str(build_it.check("a", TRANSITIONS, lang="en"))
+    assert "引擎自带" in str(build_it.check("b", Borrowed, lang="zh"))
+    text = str(build_it.check("c", borrowed_step, lang="en"))
+    assert "LLM._step_once" in text and "llm.step()" in text
+    text = str(build_it.check("d", (lambda x, k: top_k_filter(x, k), lambda x, p: top_p_filter(x, p)), lang="en"))
+    assert "engine's own" in text and "top_k_filter" in text

@@ -74,6 +74,12 @@ class Why(str):
         why.zh = zh.format(**fields)
         return why
 
+    @classmethod
+    def pair(cls, en: str, zh: str | None) -> "Why":
+        why = cls(en)
+        why.zh = zh or en
+        return why
+
     def text(self, lang: str) -> str:
         return self.zh if lang == "zh" and self.zh else str(self)
 
