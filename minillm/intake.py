@@ -57,17 +57,22 @@ def check_prompt(prompt, prompt_token_ids: Sequence[int] | None, vocab_size: int
     return [int(t) for t in ids]
 
 
+def check_length(n: int, max_model_len: int) -> None:
+    """A prompt of ``n`` tokens leaves room for at least one output token."""
+    if n >= max_model_len:
+        raise ValueError(f"prompt has {n} tokens but max_model_len is {max_model_len}: shorten the "
+                         f"prompt to at most {max_model_len - 1} tokens")
+
+
 def check_fits(ids: list[int], prompt, vocab_size: int, max_model_len: int, num_blocks: int,
                block_size: int) -> list[int]:
     """Token ids that can run: ids in range, shorter than max_model_len, and (with one token of
     output) no larger than the whole KV pool."""
     n = len(ids)
+    check_length(n, max_model_len)  # first: a 400k-token prompt is refused without a look at each id
     if n == 0 or not _all_ints(ids) or not all(0 <= t < vocab_size for t in ids):
         raise ValueError(f"the tokenizer turned prompt {_short(prompt)} into {n} ids, not a non-empty "
                          f"list of ids in [0, {vocab_size})")
-    if n >= max_model_len:
-        raise ValueError(f"prompt has {n} tokens but max_model_len is {max_model_len}: shorten the "
-                         f"prompt to at most {max_model_len - 1} tokens")
     if -(-(n + 1) // block_size) > num_blocks:
         raise ValueError(f"prompt has {n} tokens but the whole KV budget holds {num_blocks * block_size} "
                          f"tokens: shorten the prompt or raise num_kv_blocks / kv_cache_tokens")

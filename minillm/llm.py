@@ -174,6 +174,7 @@ class LLM(WholeGenerations):
 
             self.runner.model = CompiledModel(self.model)
         self.sampler = Sampler(parts.top_k_filter, parts.top_p_filter)
+        self.sampler.seed = opts.seed  # the unseeded rows' shared noise on CUDA (``Sampler._noise``)
         eos = set(cfg.eos_token_ids)  # config.json's and generation_config.json's
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
@@ -313,6 +314,8 @@ class LLM(WholeGenerations):
 
             ids = encode_conversation(self.tokenizer, messages)
         else:
+            if prompt is None and isinstance(prompt_token_ids, (list, tuple)):
+                intake.check_length(len(prompt_token_ids), self.max_model_len)  # before a look at each id
             ids = intake.check_prompt(prompt, prompt_token_ids, vocab)
             if ids is None:
                 ids = self.tokenizer.encode(prompt)
@@ -338,8 +341,9 @@ class LLM(WholeGenerations):
         t0 = time.monotonic()
         try:
             with StepInterrupts() as interrupts:
-                if self.parts.step is not None:  # a learner's own step (minillm.seams): no rollback
-                    batch = self.parts.step(self)
+                if self.parts.step is not None:  # a learner's own step (minillm.seams): no rollback,
+                    with interrupts.deliverable():  # and Ctrl-C stops it at once (it may loop forever)
+                        batch = self.parts.step(self)
                     if not isinstance(batch, ScheduledBatch):
                         raise TypeError(f"parts.step must return the ScheduledBatch of its step, "
                                         f"got {type(batch).__name__}")
@@ -366,6 +370,8 @@ class LLM(WholeGenerations):
         if batch:
             sampled = batch.sampled
             rngs = [(r, r._generator.get_state()) for r in sampled if not r.params.greedy]
+            shared = getattr(self.sampler, "rng_state", None)  # (a wrapped sampler may have none)
+            shared_state = shared() if shared is not None else None
             try:
                 with interrupts.deliverable():
                     logits = self.runner.run(batch.decodes, batch.prefills, batch.prefill_chunks)
@@ -373,6 +379,8 @@ class LLM(WholeGenerations):
             except BaseException:
                 for r, state in rngs:
                     r._generator.set_state(state)
+                if shared is not None:
+                    self.sampler.set_rng_state(shared_state)
                 self.scheduler.rollback(batch)
                 raise
             self.scheduler.update_from_output(batch, token_ids, logprobs, errors)

@@ -416,12 +416,13 @@ class ModelRunner:
                     errors[i] = f"sampling failed: {type(exc).__name__}: {exc}"
                     token_ids.append(None)
                     rows.append(logits[i].float().log_softmax(-1).cpu() if want else None)
-            logprobs = torch.stack(rows) if want else None
+            logprobs = rows if want else None
         return token_ids, logprobs, errors
 
 
-def _host_logprobs(result, raw: torch.Tensor) -> torch.Tensor:
-    """The log-probabilities a sampler's result carries (``SampleResult.logprobs``); a
-    sampler that returns a plain (ids, logits) pair gets them computed here instead."""
+def _host_logprobs(result, raw: torch.Tensor):
+    """The log-probabilities a sampler's result carries (``SampleResult.logprobs``: a
+    ``TokenLogprobs`` per row); a sampler that returns a plain (ids, logits) pair gets them
+    computed here instead (a dense [rows, vocab] host tensor; ``sampler.logprob_entry`` reads both)."""
     table = getattr(result, "logprobs", None)
     return table if table is not None else raw.float().log_softmax(-1).cpu()

@@ -23,9 +23,14 @@ parameters go up in one copy; what the penalties count (``PenaltyCounts``) is ke
 device per request, built once from its tokens and bumped by each chosen token there, so a
 step's upload does not grow with the history; top-k / top-p / min-p
 share one sort, and the draw is an *exponential race*: each sampled row gets Exp(1) noise
-``q`` from its own generator and takes ``argmax(logit - log q)``, which picks token ``i``
-with probability ``softmax(logits)[i]`` (the Gumbel-max trick), so greedy and sampled rows
-end in one argmax. The chosen ids (and any log-probabilities) come back in one copy.
+``q`` and takes ``argmax(logit - log q)``, which picks token ``i`` with probability
+``softmax(logits)[i]`` (the Gumbel-max trick), so greedy and sampled rows end in one argmax.
+A request with a ``seed`` draws its noise from its own generator, so its tokens do not depend
+on what shares its batch. On CUDA (``Sampler(shared_noise=...)``) the rows without a seed
+draw theirs in one launch from the sampler's generator (seeded by ``LLM(seed=...)``) instead
+of one launch per row: reproducible run for run, but no longer alone-or-batched invariant. The
+chosen ids (and, for ``logprobs``, only each row's chosen and top-k values, picked on the
+device) come back in one copy.
 
 After penalties and after temperature, ``finite_or_best`` guards each row: any legal
 ``SamplingParams`` value, however extreme, yields a token chosen from finite logits (or, when
@@ -36,6 +41,8 @@ them one by one and look at the distribution in between.
 """
 
 from __future__ import annotations
+
+from array import array
 
 import torch
 
@@ -283,12 +290,45 @@ class PenaltyCounts:
                 self.num_counted[r] = len(r.output_token_ids) + 1
 
 
-class SampleResult(tuple):
-    """``(token_ids, raw_logits)``, plus ``logprobs``: None, or a host float32 tensor
-    [rows, vocab] holding the log-probability of each row's chosen token and of its top
-    ``max(params.logprobs)`` tokens (every other entry -inf), as the scheduler records them."""
+class TokenLogprobs(tuple):
+    """One row's log-probabilities as the sampler sends them to the host: ``(logprob, top)``,
+    the chosen token's and the row's top ``k`` as ``[(token_id, logprob), ...]`` best first
+    (``k`` the largest ``params.logprobs`` of the batch; ``logprob_entry`` keeps a request's own)."""
 
-    logprobs: torch.Tensor | None = None
+    def __new__(cls, logprob: float, top: list):
+        return super().__new__(cls, (logprob, top))
+
+    @property
+    def logprob(self) -> float:
+        return self[0]
+
+    @property
+    def top(self) -> list:
+        return self[1]
+
+
+def logprob_entry(token: int, row, n: int) -> dict:
+    """What a request records for a token (``Request.logprobs``): its log-probability and the
+    ``n`` best ``(token_id, logprob)`` pairs. ``row`` is a ``TokenLogprobs`` or a dense 1-D
+    tensor of log-probabilities (from a sampler that returns none, or a row sampled alone)."""
+    if isinstance(row, TokenLogprobs):
+        return {"token_id": token, "logprob": float(row.logprob), "top": list(row.top[:n]) if n else []}
+    top = torch.topk(row, min(max(n, 1), row.shape[-1])) if n else None
+    return {"token_id": token, "logprob": float(row[token]),
+            "top": [] if top is None else [(int(t), float(lp)) for lp, t in zip(*top)]}
+
+
+def _as_float32(values: list[float]) -> list[float]:
+    """Values rounded as a float32 tensor holds them (the log-probabilities' precision), on
+    the host without torch (no tensor made: a step's only device->host copy stays the one)."""
+    return array("f", values).tolist()
+
+
+class SampleResult(tuple):
+    """``(token_ids, raw_logits)``, plus ``logprobs``: None, or one ``TokenLogprobs`` per row
+    (host values: the chosen token's log-probability and the top ``max(params.logprobs)``)."""
+
+    logprobs: list | None = None
 
     def __new__(cls, token_ids, raw, logprobs=None):
         self = super().__new__(cls, (token_ids, raw))
@@ -298,7 +338,7 @@ class SampleResult(tuple):
 
 class Sampler:
     """Samples one token per row of a batch of logits, each row with its own request's
-    params and generator, in a fixed number of device operations: at most one host->device
+    params (and, when seeded, its own generator), in a fixed number of device operations: at most one host->device
     copy (the rows' parameters, plus the tokens of a penalised request's first step) and one
     device->host copy (the chosen ids, with the log-probabilities when a request asked for
     them). Keeps ``penalty_counts`` between calls: ``forget(req)`` when a request ends."""
@@ -311,19 +351,15 @@ class Sampler:
         wanted = [r.params.logprobs for r in requests if r.params.logprobs is not None]
         if not wanted:
             return SampleResult(chosen.tolist(), logits)  # the step's one device->host copy
-        rows, vocab = logits.shape
-        k = min(max(max(wanted), 1), vocab)
+        k = min(max(max(wanted), 1), logits.shape[1])
         lp = logits.log_softmax(-1)
         top = lp.topk(k, dim=-1)
         packet = torch.cat([chosen.unsqueeze(-1).double(), lp.gather(-1, chosen.unsqueeze(-1)).double(),
                             top.values.double(), top.indices.double()], dim=-1)
-        host = packet.tolist()  # the step's one device->host copy (ids are exact in float64)
+        host = packet.tolist()  # the step's one device->host copy: 2 + 2k values a row (ids exact in float64)
         token_ids = [int(row[0]) for row in host]
-        table = torch.full((rows, vocab), NEG_INF)
-        top_ids = torch.tensor([[int(t) for t in row[2 + k:]] for row in host], dtype=torch.long)
-        table.scatter_(1, top_ids, torch.tensor([row[2:2 + k] for row in host], dtype=torch.float32))
-        table[torch.arange(rows), torch.tensor(token_ids)] = torch.tensor([row[1] for row in host],
-                                                                          dtype=torch.float32)
+        table = [TokenLogprobs(_as_float32(row[1:2])[0], list(zip(map(int, row[2 + k:]), _as_float32(row[2:2 + k]))))
+                 for row in host]
         return SampleResult(token_ids, logits, table)
 
     def __init__(self, top_k_filter=None, top_p_filter=None):
@@ -331,6 +367,38 @@ class Sampler:
         instead of the batched shared sort (``minillm.seams``: a learner's own)."""
         self.penalty_counts = PenaltyCounts()
         self.row_filters = (top_k_filter, top_p_filter) if top_k_filter or top_p_filter else None
+        #: draw the unseeded rows' noise in one launch from a generator of the sampler's
+        #: (None: on CUDA, where a launch per row costs; ``LLM`` seeds it with its ``seed``)
+        self.shared_noise: bool | None = None
+        self.seed = 0
+        self._generator: torch.Generator | None = None  # made on the logits' device at first use
+
+    def rng_state(self):
+        """The shared generator's state (None: not made yet), for a step that may be undone."""
+        return None if self._generator is None else self._generator.get_state()
+
+    def set_rng_state(self, state) -> None:
+        """Rewind the shared generator to a ``rng_state()`` (None: as if never used)."""
+        if state is None:
+            self._generator = None
+        else:
+            self._generator.set_state(state)
+
+    def _noise(self, x: torch.Tensor, requests: list, sampled: list[bool]) -> torch.Tensor:
+        """Exp(1) noise for the sampled rows: a row with a seed from its own generator (one
+        launch each, batch-invariant); with ``shared_noise``, every other row from one launch
+        of the shared generator; without, from its request's generator, one launch per row."""
+        shared = self.shared_noise if self.shared_noise is not None else x.device.type == "cuda"
+        own = [i for i, r in enumerate(requests) if sampled[i] and not (shared and r.params.seed is None)]
+        if len(own) < sum(sampled):  # one launch for every row (greedy rows' noise goes unused)
+            if self._generator is None or self._generator.device != x.device:
+                self._generator = make_generator(self.seed, x.device)
+            noise = torch.empty_like(x).exponential_(generator=self._generator)
+        else:
+            noise = torch.ones_like(x)
+        for i in own:
+            noise[i].exponential_(generator=requests[i]._generator)
+        return noise
 
     def forget(self, req) -> None:
         """Drop what the sampler keeps for ``req`` (its penalty counts): call when it ends."""
@@ -393,13 +461,12 @@ class Sampler:
                 penalty = cols[:, _FREQ:_FREQ + 1] * counts + cols[:, _PRES:_PRES + 1]
                 x = torch.where(counts > 0, x - penalty, x)
             processed = finite_or_best(x, logits)
-        chosen = self._race(logits, processed, cols, params, requests, sampled, penalised, self.row_filters)
+        chosen = self._race(logits, processed, cols, params, requests, sampled, penalised)
         if any(penalised):
             state.bump(requests, penalised, row_ids, chosen)
         return chosen
 
-    @staticmethod
-    def _race(logits, processed, cols, params, requests, sampled, penalised, row_filters=None) -> torch.Tensor:
+    def _race(self, logits, processed, cols, params, requests, sampled, penalised) -> torch.Tensor:
         """Temperature, the shared-sort filters and the exponential race over the sampled rows;
         greedy rows take the argmax of ``processed``."""
         if not any(sampled):
@@ -410,15 +477,12 @@ class Sampler:
         on = [p for p, s in zip(params, sampled) if s]
         use_k, use_p, use_min = (any(p.top_k > 0 for p in on), any(p.top_p < 1.0 for p in on),
                                  any(p.min_p > 0.0 for p in on))
-        if row_filters is not None:
-            x = _filter_rows(x, params, sampled, *row_filters)
+        if self.row_filters is not None:
+            x = _filter_rows(x, params, sampled, *self.row_filters)
         elif use_k or use_p or use_min:
             x = sorted_filters(x, cols[:, _TOP_K] if use_k else None, cols[:, _TOP_P] if use_p else None,
                                cols[:, _MIN_P] if use_min else None)
-        noise = torch.ones_like(x)
-        for i, r in enumerate(requests):
-            if sampled[i]:  # vocab draws from the request's own generator, batch or not
-                noise[i].exponential_(generator=r._generator)
+        noise = self._noise(x, requests, sampled)
         # a draw of exactly 0 would give -log 0 = inf (and NaN on a removed token)
         race = x - noise.clamp_(min=torch.finfo(noise.dtype).tiny).log()
         return torch.where(cols[:, _GREEDY:_GREEDY + 1] > 0, processed, race).argmax(dim=-1)

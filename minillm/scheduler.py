@@ -40,6 +40,7 @@ import torch
 
 from .kv_cache import KVCache
 from .request import Request, RequestState, StopReason
+from .sampler import logprob_entry
 from .stopping import check_stop
 
 
@@ -225,7 +226,7 @@ class Scheduler:
 
     # --- the results of a step -------------------------------------------------------------
     def update_from_output(self, batch: ScheduledBatch, token_ids: list[int | None],
-                           logprobs: torch.Tensor | None, errors: dict[int, str] | None = None) -> None:
+                           logprobs: list | torch.Tensor | None, errors: dict[int, str] | None = None) -> None:
         """Apply one successful step: ``token_ids[i]`` was sampled for ``batch.sampled[i]``.
 
         A request whose own part failed (``errors[i]``: its sampling raised) or whose own
@@ -253,14 +254,12 @@ class Scheduler:
             self.allocator.commit_full_blocks(req.block_table, req.all_token_ids, req.num_computed_tokens,
                                               req.block_hashes)
 
-    def _append_token(self, req: Request, token: int, logprobs: torch.Tensor | None) -> None:
+    def _append_token(self, req: Request, token: int, logprobs) -> None:
+        """``logprobs``: None, or the row's ``TokenLogprobs`` / dense log-probabilities."""
         req.output_token_ids.append(token)
         data = {"token_id": token, "index": len(req.output_token_ids) - 1}
         if logprobs is not None:
-            n = req.params.logprobs
-            top = torch.topk(logprobs, min(max(n, 1), logprobs.shape[-1])) if n else None
-            entry = {"token_id": token, "logprob": float(logprobs[token]),
-                     "top": [] if top is None else [(int(t), float(lp)) for lp, t in zip(*top)]}
+            entry = logprob_entry(token, logprobs, req.params.logprobs)
             req.logprobs.append(entry)
             data["logprob"], data["top"] = entry["logprob"], entry["top"]
         now = _time_of(self._emit(req.request_id, "token", **data))

@@ -231,7 +231,7 @@ def run_async():
 # The files a developer's quick loop (`bash scripts/test.sh -m "not slow"`) leaves to the full run:
 # a real browser, notebook executions, torch.compile and the 93 MB GGUF model.
 SLOW_FILES = ("browser/", "test_notebooks_rerun", "test_compile.py", "test_decode_graphs.py", "test_gguf.py",
-              "test_flex_compiled.py",
+              "test_flex_compiled.py", "test_gpu_check.py",
               "test_grading_notebook.py")
 
 

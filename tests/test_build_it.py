@@ -197,3 +197,78 @@ def test_engine_runs_on_the_learners_parts_and_falls_back_with_a_reason(capsys):
     fallback = build_it.engine(EngineParts(top_k_filter=lambda logits, k: 1 / 0, top_p_filter=sol.my_top_p_filter))
     assert "ZeroDivisionError" in capsys.readouterr().out
     assert fallback.parts.top_k_filter is None
+
+
+def test_the_widgets_show_the_learners_engine():
+    """The RequestStepper and the CacheMonitor drive an engine built from every reference part:
+    the pool they draw is the learner's pool, and a shared prefix shows as a shared block."""
+    from minillm.seams import EngineParts
+    from minillm.viz.plots import CacheMonitor
+    from minillm.viz.stepper import RequestStepperCore
+
+    parts = EngineParts(transitions=sol.MY_TRANSITIONS, block_pool=sol.MyBlockPool, step=sol.my_step,
+                        top_k_filter=sol.my_top_k_filter, top_p_filter=sol.my_top_p_filter)
+    llm = build_it.engine(parts, quiet=True)
+    pool = llm.kv_cache.allocator.pool
+    assert isinstance(pool, sol.MyBlockPool)
+    core = RequestStepperCore(llm, "Once upon a time")
+    core.tokenize()
+    core.prefill()
+    core.decode_one()
+    held = core.blocks_held
+    assert held > 0 and sum(c["kind"] == "mine" for c in core.pool()) == held
+    assert pool.num_free() == llm.kv_cache.num_blocks - held
+    core.run_to_end()
+    assert core.state == S.FINISHED and pool.num_free() < llm.kv_cache.num_blocks  # held until released
+    core.release()
+    assert core.state == S.RELEASED and pool.num_free() == llm.kv_cache.num_blocks
+    monitor = CacheMonitor(llm, prompt_tokens=12, max_tokens=6)
+    monitor.add_request()
+    monitor.step(3)
+    assert monitor.stats().used_blocks == llm.kv_cache.num_blocks - pool.num_free() > 0
+    monitor.step(20)
+    assert monitor.stats().used_blocks == 0
+
+
+def test_ctrl_c_stops_a_learners_step_at_once():
+    """A learner's step may loop forever: Ctrl-C (SIGINT) must stop it inside the loop, not
+    wait for the step to end (the engine's own step defers it in its bookkeeping phases)."""
+    import os
+    import signal
+    import time
+
+    from minillm.seams import EngineParts
+
+    finished = []
+
+    def slow_step(llm):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(300):
+            time.sleep(0.01)
+        finished.append(True)
+        return llm.scheduler.schedule()
+
+    llm = build_it.small_engine(EngineParts(step=slow_step))
+    with pytest.raises(KeyboardInterrupt):
+        llm.step()
+    assert not finished
+
+
+# --- the engine's own part handed in as an answer ---------------------------------------------------
+def test_the_engines_own_parts_are_not_an_answer():
+    from minillm.request import TRANSITIONS
+    from minillm.sampler import top_k_filter, top_p_filter
+    from minillm.seams import RefCountPool
+
+    class Borrowed(RefCountPool):
+        pass
+
+    def borrowed_step(llm):
+        return llm._step_once(None)
+
+    assert "engine's own" in str(build_it.check("a", TRANSITIONS, lang="en"))
+    assert "引擎自带" in str(build_it.check("b", Borrowed, lang="zh"))
+    text = str(build_it.check("c", borrowed_step, lang="en"))
+    assert "LLM._step_once" in text and "llm.step()" in text
+    text = str(build_it.check("d", (lambda x, k: top_k_filter(x, k), lambda x, p: top_p_filter(x, p)), lang="en"))
+    assert "engine's own" in text and "top_k_filter" in text

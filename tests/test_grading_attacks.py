@@ -126,8 +126,9 @@ def test_a_cell_that_ignores_sigint_is_killed_at_its_deadline(tmp_path):
                               "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    pass")
     rc, report, took = run(path)
     assert_no_grade(rc, report, took)
-    assert any("did not finish within 3 s" in e for e in report["cell_errors"])
-    assert took < CELL_TIMEOUT * 2 + 15
+    assert any("did not finish within 3 s" in e and "SIGKILL" in e for e in report["cell_errors"])
+    # stopped by its own cell limit, not by the whole run's deadline (an outcome, not a wall-clock bound)
+    assert not any("time limit passed" in p or "could not finish" in p for p in report["problems"])
 
 
 def test_c_code_holding_the_gil_is_killed_at_its_deadline(tmp_path):

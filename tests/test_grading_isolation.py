@@ -37,6 +37,9 @@ def _jail_or_none():
 
 JAIL = _jail_or_none()
 needs_jail = pytest.mark.skipif(JAIL is None, reason="no user namespaces here: neither bwrap nor unshare can jail")
+#: each way of building the jail that works on this machine (both are tested where both work)
+MODES = [m for m in ("bwrap", "unshare") if jails._works(m) is None] or [
+    pytest.param("bwrap", marks=pytest.mark.skip(reason="no jail can be built here"))]
 
 
 def write_notebook(folder: Path, *cells: str, name: str = "sub.ipynb") -> Path:
@@ -60,8 +63,9 @@ def answer(report: dict, ex_id: str = "task2_kv_explain") -> str:
 # =============================================================================================
 # What the kernel can see
 # =============================================================================================
-@needs_jail
-def test_the_checkout_tests_and_the_solved_notebooks_are_not_visible(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_the_checkout_tests_and_the_solved_notebooks_are_not_visible(tmp_path, mode, monkeypatch):
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
     solved = REPO / "tests" / "solved"
     assert solved.is_dir()  # the attack is real: the grader runs in a checkout that has them
     marker = tmp_path / "next-to-the-submission.txt"  # the grader's files outside the jail
@@ -75,7 +79,7 @@ for p in [{str(solved)!r}, {str(REPO / 'tests')!r}, {str(REPO / '.git')!r}, {str
 task2_kv_explain = 'SEEN ' + ';'.join(seen) if seen else 'nothing'
 """
     rc, report = grade(write_notebook(tmp_path, cell))
-    assert rc == 0 and report["jail"] in ("bwrap", "unshare")
+    assert rc == 0 and report["jail"] == mode
     assert "SEEN" not in answer(report) and "answers.py" not in answer(report)
     assert report["sandbox"].startswith("ran, with a read-only view")
 
@@ -109,8 +113,9 @@ def test_a_renamed_show_solution_with_its_output_cleared_is_recorded(tmp_path):
 # =============================================================================================
 # The network and the grader's processes
 # =============================================================================================
-@needs_jail
-def test_the_kernel_has_no_network(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_the_kernel_has_no_network(tmp_path, mode, monkeypatch):
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(4)
@@ -134,8 +139,9 @@ except OSError as exc:
     assert rc == 0 and answer(report).startswith("blocked")
 
 
-@needs_jail
-def test_signals_from_the_kernel_reach_neither_the_grader_nor_other_processes(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_signals_from_the_kernel_reach_neither_the_grader_nor_other_processes(tmp_path, mode, monkeypatch):
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     try:
         cell = f"""
@@ -172,6 +178,39 @@ def test_killing_every_process_it_can_see_ends_only_the_kernel(tmp_path):
     rc, report = grade(write_notebook(tmp_path, "task2_kv_explain = 'before'", cell))
     assert rc == 0 and report["status"] == "graded"  # this process is alive to read it
     assert answer(report) == "before"
+
+
+def _can_make_task_cgroup() -> bool:
+    from minillm.grading.sandbox import _make_task_cgroup, _remove_cgroup
+
+    path = _make_task_cgroup(1)
+    _remove_cgroup(path)
+    return path is not None
+
+
+@needs_jail
+@pytest.mark.skipif(not _can_make_task_cgroup(), reason="no pids cgroup can be made here (the kernel then relies "
+                                                        "on RLIMIT_NPROC, which binds only a non-root grader)")
+def test_a_fork_bomb_stops_at_the_task_limit(tmp_path):
+    from minillm.grading.sandbox import EXTRA_PROCESSES
+
+    cell = """
+import os, time
+made = 0
+while made < 2000:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(120)
+        os._exit(0)
+    made += 1
+task2_kv_explain = str(made)
+"""
+    rc, report = grade(write_notebook(tmp_path, cell), "--timeout", "120")  # forking a big process is slow
+    assert rc == 0, report
+    assert 0 < int(answer(report)) < EXTRA_PROCESSES, report["cell_errors"]
 
 
 def test_print_patched_sigint_ignored_and_an_endless_sleep_are_stopped_with_a_reason(tmp_path):
@@ -238,3 +277,88 @@ def test_a_killed_or_stopped_grader_costs_only_its_own_row(tmp_path, monkeypatch
     assert rows["c_stopped"]["status"] == "grader stopped"
     csv_rows = (subs / "gradebook.csv").read_text().splitlines()
     assert len(csv_rows) == 5 and any("grader stopped" in r for r in csv_rows)
+
+
+# =============================================================================================
+# Code answers are tested, not looked up: the engine's own answer is unavailable, cases are fresh
+# =============================================================================================
+ENGINE_TOP_P = """
+from minillm.sampler import top_p_filter as engine_top_p
+def my_top_p_filter(logits, top_p):
+    return engine_top_p(logits, top_p)
+"""
+COPIED_TOP_P = """
+import types, minillm.sampler as s
+_copy = types.FunctionType(s.top_p_filter.__code__, s.__dict__)
+def my_top_p_filter(logits, top_p):
+    return _copy(logits, top_p)
+"""
+ENGINE_KV = """
+import minillm
+def my_kv_bytes_per_token(layers, heads, dim, nbytes):
+    return minillm.kv_cache.kv_bytes_per_token(layers, heads, dim, nbytes)
+"""
+
+
+@pytest.mark.parametrize("cell,ex_id", [(ENGINE_TOP_P, "code_top_p"), (COPIED_TOP_P, "code_top_p"),
+                                        (ENGINE_KV, "code_kv_bytes")])
+def test_returning_the_engines_own_answer_scores_nothing(tmp_path, cell, ex_id):
+    rc, report = grade(write_notebook(tmp_path, "import minillm.kv_cache", cell), "--unjailed")
+    r = report["exercises"][ex_id]
+    assert rc == 0 and r["score"] == 0, r
+    assert "engine's own" in " ".join(r["feedback"]) and r["needs_human_review"]
+
+
+def test_the_engine_guard_puts_the_engine_back_and_sees_copies():
+    import torch
+
+    from minillm.grading import safecall
+    from minillm.grading.engine_guard import FORBIDDEN
+    from minillm.sampler import top_p_filter
+
+    x = torch.tensor([3.0, 1.0, 0.5, -2.0])
+    out = safecall.call(lambda lg, p: top_p_filter(lg, p), x, 0.5, forbid=FORBIDDEN["my_top_p_filter"])
+    assert not out.ok and "engine's own" in out.error
+    assert torch.equal(top_p_filter(x.clone(), 0.5), torch.tensor([3.0] + [float("-inf")] * 3))  # restored
+
+
+def test_a_lookup_table_of_the_printed_scenarios_earns_nothing(tmp_path, monkeypatch):
+    from minillm.grading.coding import PRESSURE_SCENARIOS, engine, measure
+
+    llm = engine()
+    table = {(s.num_requests, s.prompt_tokens, s.output_tokens): measure(llm, s).used_bytes
+             for s in PRESSURE_SCENARIOS.values()}
+    cell = f"""
+TABLE = {table!r}
+def scenario_kv_bytes(num_requests, prompt_tokens, output_tokens):
+    return TABLE.get((num_requests, prompt_tokens, output_tokens), 4096)
+task3_kv_bytes = scenario_kv_bytes
+"""
+    monkeypatch.setenv("MINILLM_GRADE_SEED", "12345")
+    rc, report = grade(write_notebook(tmp_path, cell), "--unjailed")
+    r = report["exercises"]["task3_kv_bytes"]
+    assert rc == 0 and r["score"] == 0 and r["needs_human_review"]
+    assert "fresh" in " ".join(r["feedback"])
+    assert report["seed"] == 12345
+
+
+def test_the_hidden_scenarios_follow_the_engines_rule():
+    """The rule used for the fresh scenarios accepts what the engine really stores for the printed ones."""
+    from minillm.grading.coding import PRESSURE_SCENARIOS, engine, hidden_scenarios, measure, plausible_bytes
+
+    llm = engine()
+    for s in PRESSURE_SCENARIOS.values():
+        got = measure(llm, s)
+        assert {got.used_bytes, got.token_bytes, got.written_bytes} <= plausible_bytes(s, got)
+    assert hidden_scenarios(1) != hidden_scenarios(2) and hidden_scenarios(7) == hidden_scenarios(7)
+
+
+def test_top_p_cases_are_fresh_per_seed_and_hostile():
+    import torch
+
+    from minillm.grading.coding import top_p_cases
+
+    a, b = top_p_cases(1), top_p_cases(2)
+    assert not torch.equal(a[0].logits, b[0].logits)
+    assert any(float(c.logits.max()) > 900 for c in a) and any(float(c.logits.max()) < -900 for c in a)
+    assert any(c.logits.dim() == 2 and bool(torch.isneginf(c.logits).all(-1).any()) for c in a)

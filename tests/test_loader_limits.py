@@ -94,6 +94,38 @@ def test_a_truncated_gguf_is_refused(tiny_llama, tmp_path):
     assert gguf_header.scan(path).tensor_count > 0  # the whole file passes
 
 
+def test_damaged_gguf_files_give_value_errors_only(tiny_llama, tmp_path):
+    """120 seeded damages of a good file (cut at a random byte, or 1-4 header bytes changed):
+    each loads (a change the checks cannot see, e.g. in a float) or is a ValueError, never
+    another exception, a crash or a huge allocation."""
+    import random
+
+    import torch
+
+    from minillm.models import gguf as mg
+    from minillm.models.loader import build_model, load_config
+    from test_gguf import write_gguf
+
+    data = write_gguf(tmp_path / "good.gguf", tiny_llama[1]).read_bytes()
+    header_end = gguf_header.scan(tmp_path / "good.gguf").data_offset
+    rng = random.Random(26)
+    outcomes = {"loaded": 0, "refused": 0}
+    for i in range(120):
+        damaged = bytearray(data[:rng.randrange(len(data))] if i % 3 == 0 else data)
+        for _ in range(0 if i % 3 == 0 else rng.randint(1, 4)):
+            damaged[rng.randrange(header_end)] = rng.randrange(256)
+        path = tmp_path / f"damaged{i}.gguf"
+        path.write_bytes(bytes(damaged))
+        try:
+            cfg = load_config(path)
+            build_model(cfg, mg.read_gguf_tensors(path, cfg), torch.float32, torch.device("cpu"), 64, str(path))
+            outcomes["loaded"] += 1
+        except ValueError:
+            outcomes["refused"] += 1
+        path.unlink()
+    assert outcomes["refused"] >= 80, outcomes  # most damage is seen; every cut is
+
+
 def test_the_tokenizer_cache_is_keyed_by_content_not_name_size_or_time(tiny_llama, tmp_path, monkeypatch):
     """Issue 26: two different files with the same name, size and mtime shared one cached
     tokenizer and chat template. The key is now the header's SHA-256."""

@@ -201,6 +201,10 @@ def test_batched_draws_follow_the_filtered_distribution():
 
 
 def test_logprobs_table_holds_the_chosen_and_the_top_tokens():
+    """Only k values per row come back (the top k picked on the device), each row's chosen
+    token's log-probability with them; a request records its own n of them."""
+    from minillm.sampler import TokenLogprobs, logprob_entry
+
     torch.manual_seed(2)
     logits = torch.randn(3, 40)
     reqs = [_req("a", SamplingParams(temperature=0.9, logprobs=4), 1), _req("b", SamplingParams(temperature=0), 2),
@@ -209,10 +213,77 @@ def test_logprobs_table_holds_the_chosen_and_the_top_tokens():
     ids, raw = result
     full = logits.log_softmax(-1)
     table = result.logprobs
-    assert table.device.type == "cpu" and table.shape == (3, 40)
+    assert len(table) == 3 and all(isinstance(row, TokenLogprobs) for row in table)
     for i, t in enumerate(ids):
-        assert table[i, t] == full[i, t]
-        top = torch.topk(table[i], 4)
-        assert top.indices.tolist() == torch.topk(full[i], 4).indices.tolist()
-        assert torch.equal(top.values, torch.topk(full[i], 4).values)
+        assert table[i].logprob == float(full[i, t])
+        want = torch.topk(full[i], 4)
+        assert [tok for tok, _ in table[i].top] == want.indices.tolist()
+        assert [lp for _, lp in table[i].top] == want.values.tolist()
+        # the entry a request records is what a dense table of the same row gives
+        for n in (0, 2, 4):
+            assert logprob_entry(t, table[i], n) == logprob_entry(t, full[i], n)
     assert ids[1] == int(logits[1].argmax())
+
+
+def _seeded(rid, params, gen_seed):
+    """A request that gave a seed (``params.seed``), its generator seeded as the engine does."""
+    import dataclasses
+
+    return _req(rid, dataclasses.replace(params, seed=gen_seed), gen_seed)
+
+
+class _CountExponential(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += getattr(func, "__name__", "") == "exponential_"
+        return func(*args, **(kwargs or {}))
+
+
+def test_shared_noise_is_one_launch_for_the_unseeded_rows_and_seeded_rows_stay_batch_invariant():
+    """``shared_noise`` (CUDA's default): the rows without a seed get their noise in one
+    ``exponential_`` launch; a seeded row still draws from its own generator, so its tokens are
+    the same alone or next to any others, step after step."""
+    torch.manual_seed(0)
+    logits = torch.randn(6, 50)
+    p = SamplingParams(temperature=1.0, top_p=0.9)
+    sampler = Sampler()
+    sampler.shared_noise = True
+    unseeded = [_req(str(i), SamplingParams(temperature=0.8), 100 + i) for i in range(4)]
+    mixed = unseeded[:2] + [_seeded("s", p, 7)] + unseeded[2:] + [_req("g", SamplingParams(temperature=0), 3)]
+    with _CountExponential() as count:
+        sampler(logits, mixed)
+    assert count.calls == 1 + 1  # one for the unseeded rows, one for the seeded row
+    with _CountExponential() as count:
+        sampler(logits[:4], unseeded)
+    assert count.calls == 1
+    alone, batched = _seeded("x", p, 11), _seeded("y", p, 11)
+    seq1 = [sampler(logits[2:3], [alone])[0][0] for _ in range(20)]
+    seq2 = [sampler(logits[:4], [unseeded[0], unseeded[1], batched, unseeded[2]])[0][2] for _ in range(20)]
+    assert seq1 == seq2
+    # without shared noise (the CPU's default) every sampled row is a launch of its own
+    plain = Sampler()
+    with _CountExponential() as count:
+        plain(logits, mixed)
+    assert count.calls == 5
+
+
+def test_shared_noise_follows_the_distribution_and_rewinds():
+    logits = torch.tensor([[2.0, 1.5, 1.0, 0.0, -1.0, -3.0]] * 3)
+    params = SamplingParams(temperature=0.9, top_k=5)
+    reqs = [_req(str(i), params, i) for i in range(3)]
+    sampler = Sampler()
+    sampler.shared_noise, sampler.seed = True, 5
+    state = sampler.rng_state()
+    first = sampler(logits, reqs)[0]
+    sampler.set_rng_state(state)  # (None: as if never used) -> the same draw again
+    assert sampler(logits, reqs)[0] == first
+    n = 1500
+    counts = torch.zeros(6)
+    for _ in range(n):
+        for t in sampler(logits, reqs)[0]:
+            counts[t] += 1
+    want = processed_logits(logits[0], params).softmax(-1)
+    assert (counts / (3 * n) - want).abs().max() < 0.03, (counts / (3 * n), want)

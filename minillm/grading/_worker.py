@@ -36,6 +36,7 @@ def main() -> None:
     from IPython.core.interactiveshell import InteractiveShell
 
     from . import wire
+    from .engine_guard import unavailable
 
     shell = InteractiveShell.instance()
     ns = shell.user_ns
@@ -69,7 +70,11 @@ def main() -> None:
             try:
                 args = [wire.decode(a) for a in msg["args"]]
                 kwargs = {str(k): wire.decode(v) for k, v in msg.get("kwargs", {}).items()}
-                value = fn(*args, **kwargs)
+                with unavailable([str(s) for s in msg.get("forbid", [])]) as reached:
+                    value = fn(*args, **kwargs)
+                if reached:
+                    _reply(out, {"op": "engine_used", "names": reached})
+                    continue
                 _reply(out, {"op": "returned", "value": wire.encode(value)})
             except BaseException as exc:  # SystemExit and KeyboardInterrupt are feedback too
                 _reply(out, {"op": "raised", "error": _short_error(exc), "exc_type": type(exc).__name__})

@@ -378,7 +378,8 @@ Write `scenario_kv_bytes(num_requests, prompt_tokens, output_tokens)` with your 
 bytes of K and V those requests hold at that moment, for the shipped model in fp32 (4 bytes per
 number). Either count is accepted — tokens × bytes per token, or the engine's own number, which
 rounds every request up to whole blocks of `block_size` tokens; the feedback shows you the other.
-One point per scenario.""",
+One point per scenario. When all three are right, the grader also calls your function on three fresh
+scenarios it never prints: a function that only looks up the printed ones gets no points.""",
               """**b 部分。** 现在给三个具体场景算出数字。检查 `task3_kv_bytes` 时，引擎会在随附的模型上真的把每个场景跑一遍：
 随机 prompt 恰好 `prompt_tokens` 个 token（彼此不同，没有共享前缀），`ignore_eos=True` 让每个请求恰好生成
 `output_tokens` 个 token，`auto_release=False` 让已完成的请求继续占着它们的块。然后在释放之前读取
@@ -386,7 +387,8 @@ One point per scenario.""",
 
 用你自己的公式写出 `scenario_kv_bytes(num_requests, prompt_tokens, output_tokens)`：这一刻这些请求占有的
 K 和 V 的字节数（随附模型，fp32，每个数 4 字节）。两种算法都算对——token 数 × 每个 token 的字节数，或者引擎自己的
-数（它把每个请求向上取整到以 `block_size` 个 token 为一块的整块）；反馈会告诉你另一种的结果。每个场景 1 分。""")),
+数（它把每个请求向上取整到以 `block_size` 个 token 为一块的整块）；反馈会告诉你另一种的结果。每个场景 1 分。
+三个都对时，评分器还会用三个从不打印的新场景调用你的函数：只会查表返回这三个数的函数不得分。""")),
         code("# NBVAL_IGNORE_OUTPUT (the numbers depend on the shipped model)\n"
              "from minillm import LLM\n\n"
              "llm = LLM()\n"
@@ -466,9 +468,11 @@ same shape: sort the tokens by probability, keep the smallest set of the most li
 probabilities add up to **at least** `top_p` (always at least one token), and set every other logit
 to `-inf`. Kept logits stay as they are — no softmax in the output, no renormalising.
 
-It is compared with the engine on 11 cases (3 points, in proportion): random rows and batches,
-`top_p=1.0`, a tiny `top_p`, a dominant token, logits that already hold `-inf`, a one-token
-vocabulary, tied logits, and logits large enough to overflow a hand-written softmax.""",
+It is compared with the engine on 14 cases, the random ones drawn afresh each time it is graded
+(3 points, in proportion): random rows and batches, `top_p=1.0`, a tiny `top_p`, a dominant token,
+logits that already hold `-inf`, a one-token vocabulary, tied logits, logits near ±1000 that overflow
+or underflow a hand-written softmax, and a batch with a row that is all `-inf`. While it is graded the
+engine's own `top_p_filter` is not available to it (calling it counts as a failed case).""",
               """## 编程练习
 ### Coding tasks
 
@@ -482,9 +486,10 @@ vocabulary, tied logits, and logits large enough to overflow a hand-written soft
 保留累计概率**至少**达到 `top_p` 的最少的那几个 token（至少保留一个），其余 logits 设为 `-inf`。
 保留下来的 logits 原样不动——输出里不做 softmax，也不重新归一化。
 
-它会在 11 个用例上与引擎对照（3 分，按通过比例给分）：随机的单行和批量、`top_p=1.0`、极小的 `top_p`、
-一个占主导的 token、已经含有 `-inf` 的 logits、只有一个 token 的词表、并列的 logits，以及大到足以让手写
-softmax 溢出的 logits。""")),
+它会在 14 个用例上与引擎对照，其中随机用例每次评分都重新抽取（3 分，按通过比例给分）：随机的单行和批量、
+`top_p=1.0`、极小的 `top_p`、一个占主导的 token、已经含有 `-inf` 的 logits、只有一个 token 的词表、并列的
+logits、接近 ±1000、会让手写 softmax 上溢或下溢的 logits，以及有一整行都是 `-inf` 的批量。评分时引擎自带的
+`top_p_filter` 对它不可用（调用它算作该用例失败）。""")),
         ans("code_top_p"),
         chk("code_top_p"),
         md(Bi("""### Code 2 — KV bytes per token

@@ -10,7 +10,10 @@
   student's own formula, against what the engine's ``cache_stats()`` reports when the
   scenario really runs.
 
-Student functions run through :mod:`safecall` (a time limit, errors become feedback).
+Student functions run through :mod:`safecall` (a time limit, errors become feedback), with the
+engine's own answer to the task unavailable (:mod:`engine_guard`). The random cases, and task 3's
+hidden scenarios, are drawn fresh from :func:`run_seed` (recorded in ``minillm grade``'s report;
+``MINILLM_GRADE_SEED`` repeats a run), so answers looked up from earlier output fail.
 torch and the engine are imported only when one of these checks runs.
 """
 
@@ -21,8 +24,24 @@ import weakref
 from dataclasses import dataclass
 
 from . import safecall
+from .engine_guard import FORBIDDEN
 from .messages import msg
 from .registry import CannotGrade, Marks, NotAttempted, register
+
+
+_SEED: list[int] = []
+
+
+def run_seed() -> int:
+    """This process's seed for fresh cases: ``MINILLM_GRADE_SEED`` if set, else drawn once at random."""
+    import os
+
+    given = os.environ.get("MINILLM_GRADE_SEED", "").strip()
+    if given.isdigit():
+        return int(given)
+    if not _SEED:
+        _SEED.append(random.SystemRandom().randrange(2**31))
+    return _SEED[0]
 
 
 def _not_attempted_if_stub(outcome: safecall.Outcome, name: str) -> None:
@@ -84,10 +103,12 @@ def _safe_margin(logits, top_p) -> bool:
     return bool(((cum - top_p).abs() > 1e-4).all())
 
 
-def top_p_cases() -> list[_TopPCase]:
+def top_p_cases(seed: int | None = None) -> list[_TopPCase]:
+    """Random cases drawn from ``seed`` (default: :func:`run_seed`), fixed edge cases, and numerically
+    hostile ones (logits near ±1000 where a hand-written softmax overflows, an all-masked row)."""
     import torch
 
-    g = torch.Generator().manual_seed(2024)
+    g = torch.Generator().manual_seed(run_seed() if seed is None else seed)
     cases = []
 
     def rand(shape, scale, p, name, zh):
@@ -102,6 +123,7 @@ def top_p_cases() -> list[_TopPCase]:
     rand((50,), 1.5, 0.5, "50 random logits, top_p=0.5", "50 个随机 logits，top_p=0.5")
     rand((4, 32), 3.0, 0.8, "a batch of 4 rows × 32, top_p=0.8", "一批 4 行 × 32，top_p=0.8")
     rand((3, 100), 0.5, 0.95, "flat-ish distribution, 3 rows × 100, top_p=0.95", "较平的分布，3 行 × 100，top_p=0.95")
+    _hostile(cases, g, rand)
     C = _TopPCase
     cases.append(C("top_p=1.0 keeps every token", torch.randn(16, generator=g), 1.0, zh="top_p=1.0 保留所有 token"))
     cases.append(C("tiny top_p keeps only the most likely token", torch.randn(16, generator=g), 1e-6,
@@ -118,6 +140,34 @@ def top_p_cases() -> list[_TopPCase]:
                    torch.tensor([1000.0, 999.0, 998.0, 990.0, 0.0]), 0.6,
                    zh="很大的 logits（手写 softmax 会数值溢出），top_p=0.6"))
     return cases
+
+
+def _hostile(cases: list, g, rand) -> None:
+    """Cases a shortcut gets wrong: logits shifted to ±1000 (exp overflows or underflows unless the
+    maximum is subtracted first) that keep several tokens, and a batch with a row that is all -inf."""
+    import torch
+
+    for shift, zh in ((1000.0, "很大"), (-1000.0, "很小")):
+        for _ in range(50):
+            x = torch.randn(8, generator=g) * 1.5
+            if _safe_margin(x + shift, 0.85) and int((~torch.isneginf(_ref_top_p(x, 0.85))).sum()) >= 3:
+                cases.append(_TopPCase(f"logits near {shift:+.0f} that keep several tokens, top_p=0.85",
+                                       x + shift, 0.85, zh=f"接近 {shift:+.0f} 的{zh} logits，要保留好几个 token，top_p=0.85"))
+                break
+    for _ in range(50):
+        rows = torch.randn(3, 12, generator=g) * 2.0
+        rows[1] = float("-inf")
+        if not _safe_margin(rows[[0, 2]], 0.7):
+            continue
+        cases.append(_TopPCase("a batch whose middle row is all -inf (it stays all -inf), top_p=0.7", rows, 0.7,
+                               zh="一批中间一行全是 -inf（它应保持全 -inf），top_p=0.7"))
+        break
+
+
+def _ref_top_p(x, p):
+    from minillm.sampler import top_p_filter
+
+    return top_p_filter(x.clone(), p)
 
 
 def _describe_keep(mask) -> str:
@@ -149,7 +199,7 @@ def grade_top_p(fn, m: Marks) -> None:
     for i, case in enumerate(cases):
         name = case.label(m.lang)
         given = case.logits.clone()
-        out = safecall.call(fn, given, case.top_p)
+        out = safecall.call(fn, given, case.top_p, forbid=FORBIDDEN["my_top_p_filter"])
         if i == 0:
             _not_attempted_if_stub(out, "my_top_p_filter")
         ref = top_p_filter(case.logits.clone(), case.top_p)
@@ -260,7 +310,7 @@ def grade_kv_bytes(fn, m: Marks) -> None:
     passed, problems, hints = 0, [], set()
     for i, (name, layers, heads, dim, nbytes) in enumerate(configs):
         name = KV_CONFIG_ZH.get(name, name) if m.lang == "zh" else name
-        out = safecall.call(fn, layers, heads, dim, nbytes)
+        out = safecall.call(fn, layers, heads, dim, nbytes, forbid=FORBIDDEN["my_kv_bytes_per_token"])
         if i == 0:
             _not_attempted_if_stub(out, "my_kv_bytes_per_token")
         if not out.ok:
@@ -408,7 +458,7 @@ def grade_stop(fn, m: Marks) -> None:
         name = case.label(m.lang)
         params = SamplingParams(**case.params)
         out = safecall.call(fn, case.token_id, list(case.output_ids), case.text, params, case.eos_token_id,
-                            case.prompt_len, case.max_model_len)
+                            case.prompt_len, case.max_model_len, forbid=FORBIDDEN["my_check_stop"])
         if i == 0:
             _not_attempted_if_stub(out, "my_check_stop")
         if not out.ok:
@@ -535,6 +585,39 @@ def measure(llm, s: Scenario) -> Measured:
     return done[s]
 
 
+def hidden_scenarios(seed: int | None = None) -> list[Scenario]:
+    """Three scenarios never printed (drawn from :func:`run_seed`): a function answer must get them
+    right too, so a lookup table of the printed ones earns nothing."""
+    rng = random.Random((run_seed() if seed is None else seed) ^ 0x5EED)
+    return [Scenario(rng.randint(2, 8), rng.randint(5, 60), rng.randint(3, 40), "hidden") for _ in range(3)]
+
+
+def plausible_bytes(s: Scenario, ref: Measured) -> set:
+    """Every count the printed scenarios accept, by the rule: whole blocks or exact tokens, with or
+    without the last sampled token (whose K and V are not yet written)."""
+    bs, bpt, n = ref.block_size, ref.bytes_per_token, s.num_requests
+    t = s.prompt_tokens + s.output_tokens
+    return {n * -(-k // bs) * bs * bpt for k in (t, t - 1)} | {n * k * bpt for k in (t, t - 1)}
+
+
+def _check_hidden(fn, m: Marks, ref: Measured) -> None:
+    """Score 0 and a flag when the function is right on every printed scenario but not on fresh ones."""
+    hidden = hidden_scenarios()
+    misses = []
+    for s in hidden:
+        out = safecall.call(fn, **s.as_kwargs())
+        v = out.value if out.ok else None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v not in plausible_bytes(s, ref):
+            misses.append((s, v))
+    if misses:
+        s, v = misses[0]
+        want = s.num_requests * -(-(s.prompt_tokens + s.output_tokens) // ref.block_size) * ref.block_size \
+            * ref.bytes_per_token
+        m.score = 0
+        m.flag(m.t("bytes.hidden", n=len(misses), total=len(hidden), r=s.num_requests, p=s.prompt_tokens,
+                   o=s.output_tokens, got=v, want=want))
+
+
 def _student_numbers(answer) -> dict:
     if isinstance(answer, dict):
         return {"kind": "dict", "values": answer}
@@ -566,6 +649,7 @@ def grade_task3_bytes(answer, m: Marks) -> None:
         llm = engine()
     except Exception as exc:
         raise CannotGrade(m.t("bytes.no_engine", error=f"{type(exc).__name__}: {exc}")) from exc
+    got = None
     for name, s in PRESSURE_SCENARIOS.items():
         v = values[name]
         if isinstance(v, safecall.Outcome):
@@ -596,6 +680,8 @@ def grade_task3_bytes(answer, m: Marks) -> None:
         waste = 1 - got.token_bytes / got.used_bytes if got.used_bytes else 0
         if waste > 0.3:
             m.info(m.t("bytes.waste", name=name, waste=waste, n=s.num_requests))
+    if given["kind"] == "function" and got is not None and m.score >= len(PRESSURE_SCENARIOS):
+        _check_hidden(given["fn"], m, got)
 
 
 # =============================================================================================
@@ -655,7 +741,8 @@ def grade_chat_kv(fn, m: Marks) -> None:
     cases = chat_cases()
     for i, c in enumerate(cases):
         name = c.label(m.lang)
-        out = safecall.call(fn, c.turn, c.system_tokens, c.user_tokens, c.reply_tokens, bpt, c.keep_last)
+        out = safecall.call(fn, c.turn, c.system_tokens, c.user_tokens, c.reply_tokens, bpt, c.keep_last,
+                            forbid=FORBIDDEN["chat_kv_bytes"])
         if i == 0:
             _not_attempted_if_stub(out, "chat_kv_bytes")
         if not out.ok:

@@ -87,6 +87,7 @@ yours ours here each every does done make makes made like want need needs uses u
 same different way ways less least because since until each both either whose first last long short large
 small big huge high low fast faster slow slower speed quick quickly model models engine user users answer
 text word words part parts thing things work works world every cost costs price pay pays still keep
+redo redoes redoing redone redid rerun reruns rerunning reread refill refills reload reloads reuse reusing
 """.split())
 
 
@@ -109,7 +110,7 @@ def fix_typos(text: str) -> str:
 # --- clauses and negation ---------------------------------------------------------------------------
 _CLAUSE_SPLIT = re.compile(
     r"[.;!?。；！？:：\n,，、()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
-    r"\bso that\b|\bso\b|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
+    r"\bso that\b|\bso\b(?!\s+(far|much|many|long)\b)|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
     r"\bdownside\b|\bthe catch\b|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
 
 
@@ -133,7 +134,7 @@ _NEG_WIDE = re.compile(r"\b(is|are|was|it's)\s+(not|n't)\s+(a|an|the|some|any)\b
                        r"\bnot\s+(a|an)\s+(\w+\s+){0,2}?(cache|store|lookup|table|kind|sort|type)\b|"
                        r"不是|并非|并不是|不属于|不算是?|\bwithout\b|\binstead of\b|\brather than\b|\bno need\b|\bnever\b|\bneedn't\b|"
                        r"\bno longer\b|\bnothing\b|\bnone\b|\bnor\b|\bneither\b|\bavoid(?:s|ed|ing)?\b|"
-                       r"无需|无须|不必|不用|不需要|无需再|不再|免去|省去|省掉|省了|避免|没有必要|从不|永远不", _I)
+                       r"无需|无须|不必|不用|不需要|无需再|不再|免去|免得|以免|省得|省去|省掉|省了|避免|没有必要|从不|永远不", _I)
 _NEG_NEAR = re.compile(r"\bnot\b(?!\s+(just|only|merely|simply|solely)\b)|n't\b(?!\s+(just|only|merely|simply)\b)|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
                        r"\bcannot\b|\bhardly\b|\bbarely\b|\bfails? to\b|"
                        r"(?<!得)不(?!断|同|少|过|仅|只|止|单|管|停|久|然|但|论|得不|够)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
@@ -201,9 +202,10 @@ class Idea:
 
     def _in_clause(self, clause: str) -> str:
         result = "absent"
-        for pattern in self.standalone:
-            for m in pattern.finditer(clause):
-                return "negated" if negated_at(clause, m.start()) or negated_after(clause, m.end()) else "present"
+        said = [not (negated_at(clause, m.start()) or negated_after(clause, m.end()))
+                for pattern in self.standalone for m in pattern.finditer(clause)]
+        if said:  # "only computes the new token instead of reusing …": one plain mention is enough
+            return "present" if any(said) else "negated"
         if self.parts:
             hits = []
             for group in self.parts:
@@ -271,16 +273,18 @@ _SEGMENT_SPLIT = re.compile(r"\s*(?:[,;|\n•·、，；→⇒]|->|=>|\s/\s|(?<=
 # what links parts of a statement (stricter than glue: "no", "of", "的" do not)
 _LINK_EN = set("""because so but which that since thus therefore hence while whereas then when if instead it its
 they is are was were be been has have had can could will would does do did must should""".split())
-_LINK_ZH = re.compile(r"因为|所以|但|而|从而|因此|由于|于是|如果|就|才|让|使|会|能|是|把|被|随|越|导致|需要|可以|要")
+_LINK_ZH = re.compile(r"因为|所以|但|而|从而|因此|由于|于是|如果|就|才|让|使|会|能|(?<!不)是|把|被|随|越|导致|需要|可以|要")
 
 
 def keyword_run(text: str) -> bool:
-    """Three or more short pieces between separators, none a clause: "避免重算；显存增长；长上下文"."""
+    """Short pieces between separators and nothing linking them into a clause: three or more
+    ("避免重算；显存增长；长上下文"), or two bare terms ("requests, memory")."""
     t = normalize(text)
     segments = [s for s in _SEGMENT_SPLIT.split(t) if s and s.strip(" .。!！?？")]
-    if len(segments) < 3:
+    if len(segments) < 2:
         return False
-    short = all(len(latin_words(s)) <= 3 and cjk_chars(s) <= 6 for s in segments)
+    words_each, cjk_each = (3, 6) if len(segments) >= 3 else (2, 4)  # two pieces: both must be bare terms
+    short = all(len(latin_words(s)) <= words_each and cjk_chars(s) <= cjk_each for s in segments)
     linked = any(w in _LINK_EN for w in latin_words(t)) or bool(_LINK_ZH.search(_ZH_TERMS.sub("", t)))
     return short and not linked
 
@@ -342,7 +346,7 @@ MAX_READ = 4000  # characters the matcher looks at: a pasted novel cannot stall 
 
 def read(text: str, ideas, misconceptions=(), prompts=()) -> Reading:
     t = normalize(text)[:MAX_READ]
-    fixed = fix_typos(t)
+    fixed = re.sub(r"\bO\((\w{1,12})\)", r"O_of_\1", fix_typos(t))  # "O(n)" is a growth rate, not a clause break
     r = Reading(t, language(t), salad=is_salad(t), copied=copied_from(t, prompts))
     for i in ideas:
         r.ideas[i.key] = i.find(fixed)
@@ -373,4 +377,21 @@ def _doubts(text: str, ideas, r: Reading) -> list:
                 break
     if present and r.misconceptions:
         out.append(("an idea and a misconception", MIXED_DOUBT))
+    for i in ideas:
+        if r.ideas[i.key] == "absent" and _partly_there(i, text):
+            out.append((f"part of an idea ({i.key})", PARTLY_DOUBT))
     return out
+
+
+PARTLY_DOUBT = 0.2  # an idea not found, but some of its words are there: a paraphrase may have been missed
+
+
+def _partly_there(i: Idea, text: str) -> bool:
+    """Some of the idea's words without the rest: a plain mention of what only counts negated
+    ("重算" with no "avoid"), or one part of a two-part idea in a clause ("占用" without "显存")."""
+    for _, clause in clauses(text):
+        if any(p.search(clause) for p in i.inverted):
+            return True
+        if len(i.parts) > 1 and any(any(p.search(clause) for p in group) for group in i.parts[-1:]):
+            return True
+    return False

@@ -12,19 +12,22 @@ _COMPUTE = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bcomput\w*", r"\bcalcula
             r"\bmath\b", r"计算", r"重算", r"运算", r"(?<![打清])算"]
 _AVOID = [r"\bavoid\w*", r"\bskip\w*", r"\bsav(e|es|ed|ing)\b", r"\bspar\w*", r"\beliminat\w*", r"\bprevent\w*",
           r"\breduc\w*", r"\bcut\w*", r"\bless\b", r"\bfewer\b", r"\bsidestep\w*", r"\bbypass\w*", r"\bspare\w*",
-          r"\bomit\w*", r"\bdrop\w*", r"省去", r"避免", r"减少", r"节省", r"节约", r"免去", r"省掉", r"省了", r"(?<![节])省", r"跳过",
+          r"\bomit\w*", r"\bdrop\w*", r"省去", r"避免", r"减少", r"节省", r"节约", r"免去", r"省掉", r"省了", r"(?<![节])省", r"跳过", r"免得", r"以免", r"省得",
           r"降低"]
 _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r"\bredid\b", r"\bre-?run\w*",
            r"\bre-?process\w*", r"\bre-?encod\w*",
-           r"\b(comput|calculat|process|encod|run|work)\w*\s+(\w+\s+){0,3}?(again|twice|from scratch|each time|"
+           r"\b(comput|calculat|process|encod|run|work|produc|generat|creat|build|rebuil)\w*\s+(\w+\s+){0,6}?(again|twice|from scratch|each time|"
            r"every time|over and over|repeatedly)", r"\b(comput|calculat)\w*\s+(\w+\s+){0,3}?(anew)",
            r"\bredundant\w*", r"\brepeat\w*\s+(\w+\s+){0,1}(comput\w*|work|calculat\w*)", r"\bwasted?\s+work",
            r"重复计算", r"重新计算", r"重算", r"从头(计算|算)", r"再算", r"再次计算", r"反复计算", r"重复运算", r"冗余计算",
-           r"重新算", r"重复算", r"再计算", r"(重新|重复|再次?)[^，。；,;]{0,6}(计算|算)",
+           r"重新算", r"重复算", r"再计算", r"(重新|再)[^，。；,;]{0,6}(过|跑|算|走)一遍", r"\brebuil\w*", r"(重新|重复|再次?)[^，。；,;]{0,6}(计算|算|处理)",
            r"(重新|重复|再次)\s*[A-Za-z][^，。；,;]{0,12}的?(计算|运算)",
            r"(重新|重复|再次?)\s*(re-?)?(comput\w*|calculat\w*|process\w*)"]
-_REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"重用", r"重复利用", r"直接用", r"直接使用",
+_REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|取)",
+          r"\btrad\w*\s+(\w+\s+){0,2}?(memory|space|vram|storage)\s+for\s+(\w+\s+)?(compute|computation|speed|time|flops)",
+          r"\b(memory|space)\s+for\s+(compute|computation|speed|time)\b", r"(以|用)(显存|空间|内存)换(计算|时间|速度)", r"重用", r"重复利用", r"直接用", r"直接使用",
           r"\bonly\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
+          r"\bonly\s+(\w+\s+){0,2}?(one|a single)\s+new\b", r"(算|计算)一次就(存|保存|缓存)",
           r"只(需|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前)", r"每(一)?步只(需|要)?(计算|算|处理)"]
 
 RECOMPUTE = idea(
@@ -33,26 +36,28 @@ RECOMPUTE = idea(
     weak=[r"\b(fast\w*|speed\w*|quick\w*|accelerat\w*|latency|efficien\w*)\b", r"加速|更快|提速|加快|速度|快"])
 
 _MEM = [r"\bmemory\b", r"\bvram\b", r"\bhbm\b", r"\bram\b", r"\bstorage\b", r"\bfootprint\b", r"\bspace\b",
-        r"\bcapacity\b", r"显存", r"内存", r"存储空间", r"(?<![上时])空间", r"容量"]
+        r"\bcapacity\b", r"显存", r"内存", r"存储", r"大小", r"(?<![上时])空间", r"容量"]
 _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|ing)\b", r"\boccup\w*", r"\beat\w*",
          r"\bgrow\w*", r"\bincreas\w*", r"\bris(e|es|ing)\b", r"\bclimb\w*", r"\bheav\w*", r"\bpressure\b",
          r"\bexpensive\b", r"\bburden\w*", r"\bbound\b", r"\blimit\w*", r"\bfill\w*", r"\bmore\b", r"\blots\b",
          r"\blarge\w*", r"\bbig\w*", r"\bscal\w*", r"\blinear\w*", r"\bproportional\b", r"\bbottleneck\w*",
          r"\bbudget\b", r"\bspend\w*", r"\bprice\b", r"\btrad(e|es|ing)\b", r"\btrade-?off\b", r"\bhungry\b",
          r"\bintensive\b", r"\bdemand\w*", r"\bneed\w*", r"\brequir\w*", r"\bhog\w*", r"\baccumulat\w*",
-         r"\bballoon\w*", r"\bexpand\w*", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
+         r"\bballoon\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
          r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
          r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
          r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨",
-         r"换", r"越多", r"越大", r"耗", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)"]
+         r"换", r"越多", r"越大", r"耗", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
 MEMORY = idea(
     "memory_cost", "it costs memory that grows", "它要占用显存，而且随长度和请求数增长",
     parts=[_MEM, _COST],
     inverted=[r"\b(sav|reduc|lower|decreas|shrink|conserv)\w*\s+(\w+\s+){0,2}?(gpu\s+)?(memory|vram)\b",
               r"(节省|节约|减少|降低)[^，。；,;]{0,3}(显存|内存)"],
     standalone=[r"\bmemory[- ]bound\b", r"\bmemory pressure\b", r"显存压力", r"以显存换", r"用显存换",
+                r"\b(its|the|cache)\s+(size|footprint|usage)\s+(\w+\s+){0,2}?(grows?|growing|increases?|scales?|rises?)\b",
+                r"占用(量)?[^，。；,;]{0,12}(增长|增加|增大|变大|越来越|上升|膨胀|线性)",
                 r"\b(cache|it|kv)\s+(\w+\s+){0,2}(grows?|growing|gets? (bigger|larger)|balloons?|expands?)\b",
-                r"(缓存|KV)[^，。；,;]{0,8}(越来越大|增长|变大|膨胀)"],
+                r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀)"],
     weak=_MEM)
 
 _TOKEN = [r"\btokens?\b", r"\bwords?\b", r"\bchoice\b", r"\bresult\b", r"\boutput\b", r"\bsampl\w*", r"\bchos\w*",
@@ -65,11 +70,13 @@ _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*
          r"接到", r"接入", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
          r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回", r"(写|加|放|存|塞|并|拼)进", r"进到"]
 _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
-         r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bback\b",
+         r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bso far\b", r"\bback\b",
          r"历史", r"上下文", r"序列", r"输入", r"状态", r"前缀", r"KV", r"缓存", r"context", r"history"]
 TOKEN_TO_HISTORY = idea(
     "token_to_history", "the sampled token is appended to the request's history", "采样出的 token 会加入请求的历史（上下文）",
     parts=[_HIST, _JOIN],  # the subject is often in the clause before ("… 不会被丢弃，而是追加到历史里")
+    standalone=[r"\b(output|token|result|sample)s?\b\s+(\w+\s+){0,4}?(is|becomes|serves as|used as)\s+(\w+\s+){0,2}?input\b",
+                r"(作为|成为|当作|当成)[^，。；]{0,6}输入"],
     weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"])
 
 _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|"
@@ -83,7 +90,9 @@ _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcomin
          r"依赖", r"基于", r"为条件", r"depend", r"next step"]
 NEXT_STEP_DEPENDS = idea(
     "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",
-    standalone=_NEXT)
+    standalone=_NEXT + [r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(it|that|this|them)\b",
+                        r"\b(continu\w*|carr(y|ies) on|goes on|builds?)\s+from\s+(it|that|this|there)\b",
+                        r"\binput\s+(of|for|to)\s+(the\s+)?(next|following|later)\b", r"(下一步|后面|之后)[^，。；]{0,4}(的)?输入"])
 
 REQUEST_STATE = idea(
     "request_state", "it is execution state that belongs to one live request", "它是属于某一个活跃请求的执行状态",
@@ -110,8 +119,10 @@ DECODE_CONTINUES = idea(
     standalone=[r"decod\w*\s+(\w+\s+){0,5}?(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
                 r"resum\w*|append\w*|mov\w*|picks? up|carr\w*)",
                 r"decode[^。；;]{0,14}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一)",
-                r"\b(same|one|single)\s+(\w+\s+){0,2}?(request|lifecycle|life cycle|sequence|state machine|path|cache)",
-                r"\bthis very request\b", r"同一(个|条|份)?(请求|生命周期|状态机|缓存|状态)", r"一条(生命周期|链路)"])
+                r"\b(same|one|single)\s+(\w+\s+){0,2}?(state machine|cache)", r"\bwhere prefill left off\b",
+                r"同一(个|条|份)?(状态机|缓存|状态)"],
+    weak=[r"\b(same|one|single)\s+(\w+\s+){0,2}?(request|lifecycle|life cycle|sequence|path)", r"\bthis very request\b",
+          r"同一(个|条)?(请求|生命周期)", r"一条(生命周期|链路)"])
 
 HIT_MISS = misconception(
     "hit_miss",
@@ -163,7 +174,7 @@ NO_EFFECT_LATER = misconception(
 
 HOLDS_RESOURCES = idea(
     "holds_resources", "each request holds state and resources until it is released", "每个请求从进入到释放都占着状态和资源",
-    standalone=[r"\b(holds?|holding|occup\w*|owns?|keeps?)\b\s+(\w+\s+){0,3}?(resources?|state|kv|blocks?|slots?|memory|"
+    standalone=[r"\bblocks?\b", r"\bslots?\b", r"\b(holds?|holding|occup\w*|owns?|keeps?)\b\s+(\w+\s+){0,3}?(resources?|state|kv|blocks?|slots?|memory|"
                 r"tokens)", r"\b(resources?|state|states)\b", r"\bkv blocks?\b", r"\bstate machines?\b",
                 r"资源", r"状态", r"占用", r"持有", r"KV ?块", r"槽位"])
 MIXED_STATES = idea(
@@ -172,7 +183,8 @@ MIXED_STATES = idea(
                 r"\b(join|leave|enter|exit|finish)\w*\b[^.;]{0,40}\b(batch|step)", r"\b(mix|mixes|mixed|mixing)\b",
                 r"\bchang\w*\s+(\w+\s+){0,2}?(every|each)\s+step", r"\b(transition|move)\w*\b",
                 r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)",
-                r"(改|更新|推进|切换|变)[^，。；]{0,6}(state|状态)", r"有的[^。；]{0,16}有的",
+                r"(改|更新|推进|切换|变)[^，。；]{0,6}(state|状态)", r"有的[^。；]{0,16}有的", r"有的(在|处于|正在)",
+                r"状态[^，。；]{0,4}(一直|不断|每一?步|总)[^，。；]{0,4}(变|改)",
                 r"\bsome\b[^.;]{0,40}\bothers?\b", r"(加入|离开|进出|进进出出)", r"混合", r"每一?步[^，。；]{0,6}变"])
 
 EARLY_TURN_MATTERS = idea(

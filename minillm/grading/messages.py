@@ -50,6 +50,11 @@ MESSAGES: dict[str, Bi] = {
     "call.no_kernel": B("the sandboxed kernel is not running (see the report's problems)",
                         "沙箱内核没有在运行（见报告中的 problems）"),
     "call.ended_kernel": B("the call ended the kernel ({error})", "这次调用让内核退出了（{error}）"),
+    "grade.engine_named": B("the notebook names the engine's own implementation of this task: a person should "
+                            "check the function does not use it",
+                            "笔记本里出现了引擎对这道题的自带实现：请人工确认函数没有调用它"),
+    "call.engine_used": B("calls the engine's own {name} (the task is to write it yourself)",
+                          "调用了引擎自带的 {name}（这道题要求自己实现）"),
     "call.unreadable": B("the function returned data the grader cannot read", "函数返回了评分器无法读取的数据"),
     # --- the code graders' shared preamble ------------------------------------------------------------
     "code.cannot_import": B("the engine's {module} could not be imported ({error})",
@@ -126,6 +131,11 @@ MESSAGES: dict[str, Bi] = {
                           "output_tokens) or a dict {{scenario name: bytes}}, got {type}",
                           "task3_kv_bytes 应该是你的函数 scenario_kv_bytes(num_requests, prompt_tokens, "
                           "output_tokens)，或一个字典 {{场景名: 字节数}}，得到的是 {type}"),
+    "bytes.hidden": B("right on the printed scenarios but not on {n} of {total} fresh ones, e.g. {r} request(s) × "
+                      "({p} + {o}) tokens: got {got}, the engine stores {want} bytes. The function must compute the "
+                      "bytes, not look them up; no points for it",
+                      "对公开的场景正确，但 {total} 个新场景中有 {n} 个不对，例如 {r} 个请求 × ({p} + {o}) 个 token："
+                      "得到 {got}，引擎存的是 {want} 字节。函数要真正计算字节数，而不是查表；这道题不得分"),
     "bytes.no_numbers": B("task3_kv_bytes has no numbers yet", "task3_kv_bytes 还没有数字"),
     "bytes.no_engine": B("the engine could not be loaded to run the scenarios ({error})",
                          "无法加载引擎来运行这些场景（{error}）"),

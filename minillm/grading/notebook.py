@@ -175,13 +175,13 @@ class Session:
         except ValueError:  # malformed data
             return True, None, False
 
-    def call(self, name: str, args: tuple, kwargs: dict, timeout: float) -> safecall.Outcome:
+    def call(self, name: str, args: tuple, kwargs: dict, timeout: float, forbid: tuple = ()) -> safecall.Outcome:
         from .sandbox import Deadline, KernelDied
 
         if not self.ensure():
             return safecall.Outcome.failed("call.no_kernel", timed_out=True)
         try:
-            kind, payload = self.kernel.call(name, args, kwargs, timeout)
+            kind, payload = self.kernel.call(name, args, kwargs, timeout, forbid)
         except Deadline:
             return safecall.Outcome.failed("call.timeout", t=timeout, timed_out=True)
         except KernelDied as exc:
@@ -299,6 +299,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
         if r.exercise_id in viewed or any(v == UNKNOWN or r.exercise_id.startswith(v) for v in viewed):
             r.needs_human_review = True
             r.feedback.append(Feedback("warn", msg("grade.solution_viewed", lang)))
+    _flag_engine_references(nb, results, lang)
     if tampered:
         for r in results:
             r.needs_human_review = True
@@ -320,11 +321,27 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
         "solutions_viewed": viewed,
         "sandbox": _sandbox_line(session, jail),
         "jail": jail.mode if jail is not None else None,
+        "seed": coding_seed(),
         "cell_errors": session.cell_errors if session else [],
         "problems": (session.problems if session else []) + [
             f"the submission modified the grader's files (restored): {c}" for c in tampered[:20]],
     })
     return report
+
+
+def _flag_engine_references(nb, results, lang: str) -> None:
+    """A person reads a code answer whose notebook names the engine's own implementation of it."""
+    from . import EXERCISES
+    from .engine_guard import FORBIDDEN
+    from .messages import msg
+    from .peeking import engine_references
+    from .result import Feedback
+
+    named = engine_references(nb, FORBIDDEN)
+    for r in results:
+        if EXERCISES[r.exercise_id].answer_name in named:
+            r.needs_human_review = True
+            r.feedback.append(Feedback("warn", msg("grade.engine_named", lang)))
 
 
 def _sandbox_line(session, jail) -> str:
@@ -334,6 +351,13 @@ def _sandbox_line(session, jail) -> str:
     if session.isolated:
         return "ran, with a read-only view of the file system" + where
     return "ran (no read-only view on this platform: the grader's files were checked and restored)" + where
+
+
+def coding_seed() -> int:
+    """The seed of this run's fresh code cases (``MINILLM_GRADE_SEED=…`` repeats them)."""
+    from .coding import run_seed
+
+    return run_seed()
 
 
 def grader_version(snapshot=None) -> str:

@@ -114,3 +114,35 @@ def solution_lookups(nb) -> set[str]:
         if tree is not None:
             tracker.visit(tree)
     return tracker.seen
+
+
+_TAMPERING = frozenset({"__code__", "setprofile", "engine_guard", "FORBIDDEN"})
+
+
+def _names_in(tree) -> set[str]:
+    out = set()
+    for sub in ast.walk(tree):
+        if isinstance(sub, ast.Name):
+            out.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            out.add(sub.attr)
+        elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+            out.update(part for a in sub.names for part in a.name.split("."))
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and len(sub.value) < 200:
+            out.add(sub.value)
+    return out
+
+
+def engine_references(nb, forbidden: dict) -> set[str]:
+    """Answer names (keys of ``forbidden``: answer name -> "module:function" specs) whose engine
+    function the notebook's code names anywhere, or every one when it touches the guard itself."""
+    names: set[str] = set()
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            source = cell.get("source", "")
+            tree = _parse(source if isinstance(source, str) else "".join(source))
+            if tree is not None:
+                names |= _names_in(tree)
+    if names & _TAMPERING:
+        return set(forbidden)
+    return {answer for answer, specs in forbidden.items() if any(s.split(":")[1] in names for s in specs)}

@@ -18,6 +18,7 @@ on the program alone.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 GRID = dict(block_size=4, num_kv_blocks=10, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=48)
@@ -30,8 +31,73 @@ class InjectedFailure(Exception):
     """Raised on purpose in the model's forward pass (a failed step the engine must undo)."""
 
 
+WHY = {  # what broke, in English and Chinese
+    "queue": ("request {rid} is {state} but in neither the waiting nor the running queue: it vanished without a "
+              "stop reason", "请求 {rid} 处于 {state}，却既不在等待队列也不在运行队列里：它没有停止原因就消失了"),
+    "twice": ("request {rid} holds a block twice: {table}", "请求 {rid} 把同一个块持有了两次：{table}"),
+    "no_reason": ("request {rid} is {state} without a stop reason", "请求 {rid} 处于 {state}，却没有停止原因"),
+    "released_holds": ("request {rid} is RELEASED but still holds blocks {table}",
+                       "请求 {rid} 已经 RELEASED，却还占着块 {table}"),
+    "refcount": ("block {b}: ref_count is {count}, but {n} request(s) hold it ({who})",
+                 "块 {b}：ref_count 是 {count}，但持有它的请求有 {n} 个（{who}）"),
+    "num_free": ("num_free() is {free}, but {unheld} of {total} blocks are held by no request",
+                 "num_free() 是 {free}，但 {total} 个块中有 {unheld} 个没有任何请求持有"),
+    "stuck": ("the engine did not finish its requests: {n} steps in a row advanced none of them (still unfinished: "
+              "{ids})", "引擎没能让请求结束：连续 {n} 步没有任何请求前进（仍未结束：{ids}）"),
+    "too_long": ("the engine did not finish its requests in {n} steps (still unfinished: {ids})",
+                 "引擎在 {n} 步内没能让请求结束（仍未结束：{ids}）"),
+    "never_released": ("request {rid} FINISHED ({reason}) but was never RELEASED: it still holds blocks {table}",
+                       "请求 {rid} 已 FINISHED（{reason}），却一直没有 RELEASED：它还占着块 {table}"),
+    "ended": ("request {rid} ended {state} with stop reason {reason}", "请求 {rid} 结束时处于 {state}，停止原因 {reason}"),
+    "leak": ("every request ended, but {n} blocks are still in use (a leak)",
+             "所有请求都结束了，却还有 {n} 个块被占着（泄漏）"),
+    "vanished": ("request {rid} vanished", "请求 {rid} 不见了"),
+    "differs": ("request {rid}: your engine gave tokens {got} and stop reason {got_reason}{error}; the reference "
+                "engine gave {want} and {want_reason}",
+                "请求 {rid}：你的引擎生成的 token 是 {got}、停止原因 {got_reason}{error}；参考引擎是 {want} 和 {want_reason}"),
+    "illegal": ("IllegalTransition: your table does not allow {old} -> {new} (request {rid})",
+                "IllegalTransition：你的表不允许 {old} -> {new}（请求 {rid}）"),
+    "raised": ("{error}", "{error}"),
+}
+_ILLEGAL = re.compile(r"request '(?P<rid>[^']*)': (?P<old>\w+) -> (?P<new>\w+) is not a legal transition")
+
+
+class Why(str):
+    """A finding: the English text (it is a ``str``), with ``.zh`` its Chinese twin."""
+
+    zh: str = ""
+
+    @classmethod
+    def of(cls, key: str, **fields) -> "Why":
+        en, zh = WHY[key]
+        why = cls(en.format(**fields))
+        why.zh = zh.format(**fields)
+        return why
+
+    @classmethod
+    def pair(cls, en: str, zh: str | None) -> "Why":
+        why = cls(en)
+        why.zh = zh or en
+        return why
+
+    def text(self, lang: str) -> str:
+        return self.zh if lang == "zh" and self.zh else str(self)
+
+
+def raised(exc: BaseException) -> Why:
+    """What the learner's code (or the engine around it) raised, as a finding."""
+    m = _ILLEGAL.search(str(exc))
+    if type(exc).__name__ == "IllegalTransition" and m:
+        return Why.of("illegal", **m.groupdict())
+    return Why.of("raised", error=f"{type(exc).__name__}: {exc}")
+
+
 class Broken(Exception):
-    """A program broke an invariant (or the learner's code raised): the message says which."""
+    """A program broke an invariant (or the learner's code raised): ``why`` says which."""
+
+    def __init__(self, key: str, **fields):
+        self.why = Why.of(key, **fields)
+        super().__init__(str(self.why))
 
 
 @dataclass(frozen=True)
@@ -134,7 +200,7 @@ class Outcome:
 
     results: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)  # request id -> why the engine ended it (req.error)
-    broken: str | None = None
+    broken: Why | None = None
     at: int | None = None  # the action after which it broke (None: while draining)
 
 
@@ -155,24 +221,20 @@ def check_invariants(llm) -> None:
     queued = {r.request_id for r in llm.scheduler.waiting} | {r.request_id for r in llm.scheduler.running}
     for r in llm.requests.values():
         if r.state in LIVE_STATES and r.state != RequestState.NEW and r.request_id not in queued:
-            raise Broken(f"request {r.request_id} is {r.state} but in neither the waiting nor the running queue: "
-                         f"it vanished without a stop reason")
+            raise Broken("queue", rid=r.request_id, state=r.state)
         if len(set(r.block_table)) != len(r.block_table):
-            raise Broken(f"request {r.request_id} holds a block twice: {r.block_table}")
+            raise Broken("twice", rid=r.request_id, table=r.block_table)
         if r.state not in LIVE_STATES and r.stop_reason is None:
-            raise Broken(f"request {r.request_id} is {r.state} without a stop reason")
+            raise Broken("no_reason", rid=r.request_id, state=r.state)
         if r.state == RequestState.RELEASED and r.block_table:
-            raise Broken(f"request {r.request_id} is RELEASED but still holds blocks {r.block_table}")
+            raise Broken("released_holds", rid=r.request_id, table=r.block_table)
     for b in range(alloc.num_blocks):
         count, holders = alloc.ref_count[b], held.get(b, [])
         if count != len(holders):
-            who = ", ".join(holders) or "no request"
-            raise Broken(f"block {b}: ref_count is {count}, but {who} hold{'s' if len(holders) == 1 else ''} it "
-                         f"({len(holders)})")
+            raise Broken("refcount", b=b, count=count, n=len(holders), who=", ".join(holders) or "-")
     free = alloc.num_free
     if free != alloc.num_blocks - len(held):
-        raise Broken(f"num_free() is {free}, but {alloc.num_blocks - len(held)} of {alloc.num_blocks} blocks "
-                     f"are held by no request")
+        raise Broken("num_free", free=free, unheld=alloc.num_blocks - len(held), total=alloc.num_blocks)
 
 
 def _apply(llm, action, added: list[str], index: int) -> None:
@@ -214,9 +276,9 @@ def _drain(llm) -> None:
         if still >= STUCK_STEPS:
             break
     unfinished = ", ".join(r.request_id for r in llm.requests.values() if r.is_live)
-    raise Broken(f"the engine did not finish its requests: {STUCK_STEPS} steps in a row advanced none of them "
-                 f"(still unfinished: {unfinished})" if still >= STUCK_STEPS else
-                 f"the engine did not finish its requests in {MAX_DRAIN_STEPS} steps (still unfinished: {unfinished})")
+    if still >= STUCK_STEPS:
+        raise Broken("stuck", n=STUCK_STEPS, ids=unfinished)
+    raise Broken("too_long", n=MAX_DRAIN_STEPS, ids=unfinished)
 
 
 def run(llm, program: list) -> Outcome:
@@ -233,24 +295,22 @@ def run(llm, program: list) -> Outcome:
         _drain(llm)
         for r in llm.requests.values():
             if r.state.value == "FINISHED":
-                raise Broken(f"request {r.request_id} FINISHED ({r.stop_reason}) but was never RELEASED: it still "
-                             f"holds blocks {r.block_table}")
+                raise Broken("never_released", rid=r.request_id, reason=r.stop_reason, table=r.block_table)
             if r.state.value != "RELEASED" or r.stop_reason is None:
-                raise Broken(f"request {r.request_id} ended {r.state} with stop reason {r.stop_reason}")
+                raise Broken("ended", rid=r.request_id, state=r.state, reason=r.stop_reason)
             out.results[r.request_id] = (list(r.output_token_ids), r.stop_reason.value)
             if r.error:
                 out.errors[r.request_id] = r.error
         if llm.kv_cache.allocator.num_used:
-            raise Broken(f"every request ended, but {llm.kv_cache.allocator.num_used} blocks are still in use "
-                         f"(a leak)")
+            raise Broken("leak", n=llm.kv_cache.allocator.num_used)
     except Broken as exc:
-        out.broken, out.at = str(exc), at
+        out.broken, out.at = exc.why, at
     except Exception as exc:  # noqa: BLE001 - the learner's part raised: that is the finding
-        out.broken, out.at = f"{type(exc).__name__}: {exc}", at
+        out.broken, out.at = raised(exc), at
     return out
 
 
-def compare(mine: Outcome, ref: Outcome) -> str | None:
+def compare(mine: Outcome, ref: Outcome) -> Why | None:
     """The first difference between the learner's engine and the reference, or None."""
     if ref.broken:  # the reference itself broke: not the learner's fault (the grader's)
         raise RuntimeError(f"the reference engine broke an invariant: {ref.broken}")
@@ -259,11 +319,11 @@ def compare(mine: Outcome, ref: Outcome) -> str | None:
     for rid, (tokens, reason) in ref.results.items():
         got = mine.results.get(rid)
         if got is None:
-            return f"request {rid} vanished"
+            return Why.of("vanished", rid=rid)
         if got != (tokens, reason):
-            error = f" (the engine ended it: {mine.errors[rid]})" if rid in mine.errors else ""
-            return (f"request {rid}: your engine gave tokens {got[0]} and stop reason {got[1]}{error}; "
-                    f"the reference engine gave {tokens} and {reason}")
+            error = f" ({mine.errors[rid]})" if rid in mine.errors else ""
+            return Why.of("differs", rid=rid, got=got[0], got_reason=got[1], error=error, want=tokens,
+                          want_reason=reason)
     return None
 
 

@@ -69,19 +69,24 @@ def _where(exc: BaseException) -> str:
     return f" (line {f.lineno}, in {f.name})"
 
 
-def call(fn, *args, timeout: float | None = None, **kwargs) -> Outcome:
+def call(fn, *args, timeout: float | None = None, forbid: tuple = (), **kwargs) -> Outcome:
     """Run ``fn(*args, **kwargs)`` with a time limit (``DEFAULT_TIMEOUT`` seconds unless given);
-    never raises for the student's errors."""
+    never raises for the student's errors. ``forbid``: engine functions ("module:function") that
+    are unavailable during the call (:mod:`engine_guard`); reaching one fails the call."""
+    from .engine_guard import unavailable
+
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
     if isinstance(fn, RemoteFunction):
-        return fn.outcome(args, kwargs, timeout)
+        return fn.outcome(args, kwargs, timeout, forbid)
     if not callable(fn):
         return Outcome.failed("call.not_function", type=type(fn).__name__, exc_type=TypeError)
     box: dict = {}
 
     def target():
         try:
-            box["value"] = fn(*args, **kwargs)
+            with unavailable(forbid) as reached:
+                box["reached"] = reached
+                box["value"] = fn(*args, **kwargs)
         except StudentTimeout:
             box["timeout"] = True
         except BaseException as exc:  # SystemExit, KeyboardInterrupt in student code are feedback too
@@ -96,6 +101,8 @@ def call(fn, *args, timeout: float | None = None, **kwargs) -> Outcome:
             _interrupt(worker)
             worker.join(1.0)
             return Outcome.failed("call.timeout", t=timeout, timed_out=True)
+    if box.get("reached"):
+        return Outcome.failed("call.engine_used", name=", ".join(box["reached"]), exc_type=RuntimeError)
     if "exc" in box:
         exc = box["exc"]
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -121,8 +128,8 @@ class RemoteFunction:
             raise RuntimeError(out.error)
         return out.value
 
-    def outcome(self, args, kwargs, timeout: float) -> Outcome:
-        return self.session.call(self.name, tuple(args), dict(kwargs), timeout)
+    def outcome(self, args, kwargs, timeout: float, forbid: tuple = ()) -> Outcome:
+        return self.session.call(self.name, tuple(args), dict(kwargs), timeout, forbid)
 
     def __repr__(self) -> str:
         return f"<function {self.name} (in the sandboxed kernel)>"
@@ -135,6 +142,8 @@ def remote_outcome(kind: str, payload) -> Outcome:
     """An :class:`Outcome` from what the kernel sent back."""
     if kind == "returned":
         return Outcome(value=payload)
+    if kind == "engine_used":
+        return Outcome.failed("call.engine_used", name=str(payload)[:200], exc_type=RuntimeError)
     message, exc_name = payload
     return Outcome(error=message, exc_type=_EXC_BY_NAME.get(exc_name, type(exc_name, (Exception,), {})))
 

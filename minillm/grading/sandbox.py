@@ -359,11 +359,14 @@ class Kernel:
             return False, None, False
         return True, wire.decode(msg.get("value")), bool(msg.get("callable"))
 
-    def call(self, name: str, args: tuple, kwargs: dict, timeout: float):
-        """``("returned", value)`` or ``("raised", (message, exception type name))``."""
+    def call(self, name: str, args: tuple, kwargs: dict, timeout: float, forbid: tuple = ()):
+        """``("returned", value)``, ``("raised", (message, exception type name))``, or
+        ``("engine_used", names)`` when it reached an engine function in ``forbid``."""
         self._send({"op": "call", "name": name, "args": [wire.encode(a) for a in args],
-                    "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}})
+                    "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}, "forbid": list(forbid)})
         msg = self._read(timeout)
+        if msg.get("op") == "engine_used":
+            return "engine_used", ", ".join(str(n) for n in msg.get("names", []))[:200]
         if msg.get("op") == "returned":
             return "returned", wire.decode(msg.get("value"))
         if msg.get("op") == "raised":

@@ -330,7 +330,7 @@ SCENARIO_KINDS = [
         r"clients|sequences|conversations|chats)", r"high\s+(traffic|load|qps|throughput)", r"(large|big)\s+batch",
         r"batch\s+size", rf"(lots of|thousands of|hundreds of|multiple|several|more)\s+{W}{{0,1}}(requests|users|sessions|"
         r"sequences|conversations)", r"simultaneous\w*", r"at the same time", r"peak\s+(traffic|load)",
-        r"高并发|并发|同时[^。；;]{0,6}(请求|用户|会话)|大批量|大 ?batch|多(个)?(用户|请求|会话)|请求[^。；;]{0,2}多|流量(高峰|大)|峰值"]),
+        r"(请求|用户|会话)[^。；;]{0,4}同时|大量(请求|用户|会话)|高峰|高并发|并发|同时[^。；;]{0,6}(请求|用户|会话)|大批量|大 ?batch|多(个)?(用户|请求|会话)|请求[^。；;]{0,2}多|流量(高峰|大)|峰值"]),
     _kind("long_output", "long outputs (many generated tokens)", [
         rf"long\w*\s+{W}{{0,2}}(outputs?|generations?|answers?|responses?|completions?|replies|essays?|stories|code|"
         r"reasoning|decod\w*)", rf"(output|generation|response|answer|completion)s?\s+{W}{{0,3}}(very\s+)?(long|lengthy)",
@@ -347,13 +347,15 @@ SCENARIO_KINDS = [
     _kind("not_released", "requests that are not released (leaks, late release, cancels that never arrive)", [
         rf"(not|never|late|slow\w*|forgot\w*)\s+{W}{{0,2}}(releas\w*|freed|free\w*|clean\w*|reclaim\w*)", r"leak\w*",
         rf"cancel\w*\s+{W}{{0,5}}(api|layer|never|doesn't|does not|not)", r"zombie", r"orphan\w*", r"idle\s+sessions?",
-        r"泄漏|泄露|没有?释放|未释放|释放[^。；;]{0,2}晚|取消[^。；;]{0,10}(接口|没有|未)|僵尸|残留"]),
+        r"泄漏|泄露|没有?释放|未释放|释放[^。；;]{0,2}晚|取消[^。；;]{0,10}(接口|没有|未)|僵尸|残留",
+        rf"(never|not)\s+{W}{{0,2}}cancel\w*", r"\btim(e|es|ed|ing)\s*out\b|\btimeouts?\b",
+        r"\b(stay|stays|remain|remains|left)\s+allocated\b", r"超时|一直占着|迟迟不释放"]),
     _kind("bigger_model", "a model with more layers or KV heads (more bytes per token)", [
         r"(more|many|deep\w*)\s+layers", r"(more|many)\s+(kv\s+)?heads", r"larger\s+(model|head_dim|hidden)",
         r"\bfp32\b|float32|higher\s+precision", r"\bmha\b|no\s+gqa", r"层数多|更多层|头数多|大模型|精度高|fp32"]),
 ]
 
-_UNIT = (r"\btokens?\b|length|longer|\bcontext\b|\bprompts?\b|\bhistory\b|\boutputs?\b|\bbatch\b|对话|越长|\brequests?\b|\busers?\b|sessions?|sequences?|\bsteps?\b|\brounds?\b|positions?|"
+_UNIT = (r"\btokens?\b|length|longer|\bclients?\b|\bcontext\b|\bprompts?\b|\bhistory\b|\boutputs?\b|\bbatch\b|对话|越长|\brequests?\b|\busers?\b|sessions?|sequences?|\bsteps?\b|\brounds?\b|positions?|"
          r"lifetime|\btime\b|\beach\b|\bevery\b|\bper\b|concurren\w*|simultaneous\w*|at once|"
          r"token|长度|请求|用户|会话|序列|步|轮|位置|时间|更久|更长|每|各|上下文|历史|并发|同时")
 _STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|"

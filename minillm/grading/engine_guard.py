@@ -1,0 +1,80 @@
+"""The engine's own answer to a coding task, made unavailable while the learner's function is graded.
+
+``my_top_p_filter`` that returns ``minillm.sampler.top_p_filter(logits, top_p)`` would pass every
+case, having written nothing. For the length of one graded call, :func:`unavailable` swaps the
+code of each engine function that answers the task for code that raises a RuntimeError saying so
+(every reference to the function sees it, however it was imported or renamed), and a profiler
+notes any call that still reaches the original code (a copy made from ``__code__``). The code is
+put back when the call ends. It runs where the call runs: in the sandboxed kernel for
+``minillm grade``, in the learner's kernel for ``check()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from contextlib import contextmanager
+
+#: answer name -> the engine functions ("module:function") that must not answer it
+FORBIDDEN = {
+    "my_top_p_filter": ("minillm.sampler:top_p_filter",),
+    "my_kv_bytes_per_token": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token"),
+    "my_check_stop": ("minillm.stopping:check_stop",),
+    "chat_kv_bytes": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token"),
+}
+
+
+def _resolve(spec: str):
+    module, name = spec.split(":")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except Exception:  # noqa: BLE001 - a piece that is not there cannot be called either
+        return None
+    return fn if hasattr(fn, "__code__") else None
+
+
+MESSAGE = "is the engine's own answer; the task is to write it yourself"
+
+
+def _blocked(spec: str):
+    """Code that raises, needing no globals or closure of its own (it runs as the engine function)."""
+    source = f"def blocked(*args, **kwargs):\n    raise RuntimeError({spec.replace(':', '.') + ' ' + MESSAGE!r})\n"
+    namespace: dict = {}
+    exec(compile(source, "<minillm grading: engine function unavailable>", "exec"), namespace)  # noqa: S102
+    return namespace["blocked"].__code__
+
+
+@contextmanager
+def unavailable(specs):
+    """Within the block, the functions named by ``specs`` raise a RuntimeError. Yields the list of
+    specs that were reached anyway (through a copy of their original code)."""
+    swapped, reached = [], []
+    originals = {}
+    for spec in specs or ():
+        fn = _resolve(spec)
+        if fn is None:
+            continue
+        originals[fn.__code__] = spec
+        if not fn.__code__.co_freevars:  # a closure cannot take other code; the profiler still sees it
+            swapped.append((fn, fn.__code__))
+            fn.__code__ = _blocked(spec)
+
+    def watch(frame, event, arg):
+        if event == "call" and frame.f_code in originals and originals[frame.f_code] not in reached:
+            reached.append(originals[frame.f_code])
+
+    before = sys.getprofile()
+    if originals:
+        sys.setprofile(watch)
+        threading.setprofile(watch)
+    try:
+        yield reached
+    finally:
+        if originals:
+            if sys.getprofile() is not watch:
+                reached.append("(the grader's profiler was removed)")
+            sys.setprofile(before)
+            threading.setprofile(None)
+        for fn, code in swapped:
+            fn.__code__ = code

@@ -1,0 +1,77 @@
+"""What the text graders read before they read anything: the Unicode clean-up, keyword runs, copied
+text in every field, and clause-scoped negation, in both languages."""
+
+from __future__ import annotations
+
+import pytest
+
+from minillm.grading import check
+from minillm.grading.concepts import is_salad, keyword_run
+from minillm.grading.copies import copied_share, verdict
+from minillm.grading.diagram import _holds_kv, roles_of
+from minillm.grading.unicode_clean import clean, tricks
+
+ZW = "\u200b"
+
+
+@pytest.mark.parametrize("raw, seen, found", [
+    ("n" + ZW + "ot", "not", ["invisible"]),
+    ("n\u2060o\u00adt", "not", ["invisible"]),
+    ("nоt", "not", ["lookalike"]),  # Cyrillic о
+    ("ΚV cache", "KV cache", ["lookalike"]),  # Greek Κ
+    ("ｎｏｔ ＫＶ", "not KV", ["width"]),
+    ("\u202enot", "not", ["invisible"]),
+    ("显存" + ZW + "占用", "显存占用", ["invisible"]),
+    ("λ = 0.5 and дом", "λ = 0.5 and дом", []),  # real Greek and Russian words stay
+])
+def test_the_text_is_read_as_a_reader_sees_it(raw, seen, found):
+    assert clean(raw) == seen and tricks(raw) == found
+
+
+def test_a_hidden_negation_is_still_a_negation():
+    hidden = check("task2_kv_explain", "It does n" + ZW + "ot avoid recomputation; it only takes memory that grows.")
+    plain = check("task2_kv_explain", "It does not avoid recomputation; it only takes memory that grows.")
+    assert hidden.score == plain.score == 1 and hidden.needs_human_review
+    lookalike = check("task4_sampling", "The sаmpled token is аppended to the history and the next step is computed from it.")
+    assert lookalike.score == 2
+
+
+def test_negation_is_scoped_to_its_clause_in_both_languages():
+    assert check("task2_kv_explain", "它不是那种按提示命中的缓存，而是存已处理 token 的键值，免去重算；显存占用随上下文增长。").score == 2
+    assert check("task2_kv_explain", "It is not a cache of answers: it keeps past K/V so decode never recomputes "
+                                     "them, and its memory grows with tokens.").score == 2
+    assert check("task2_kv_explain", "Each step only computes the new token instead of redoing the prefix, but the "
+                                     "cache takes memory proportional to context length.").score == 2
+    assert check("task2_kv_explain", "KV Cache 并不能减少计算，只是占用显存。").score <= 1
+
+
+@pytest.mark.parametrize("text", ["避免重算；显存增长；长上下文", "重复计算、显存占用、上下文增长、decode 加速",
+                                  "no recomputation / memory growth / context length", "缓存 键值 复用 显存 增长 并发",
+                                  "KV, recompute, memory grows, 显存, decode"])
+def test_keyword_runs_score_nothing_in_either_language(text):
+    assert is_salad(text)
+    assert check("task2_kv_explain", text).score == 0
+
+
+@pytest.mark.parametrize("text", ["缓存 K/V 避免 recompute, memory 占用随 context 增长",
+                                  "Stored K/V, no recompute, but memory grows"])
+def test_terse_statements_are_not_keyword_runs(text):
+    assert not is_salad(text) and not keyword_run(text)
+
+
+def test_copies_of_what_the_notebook_shows_earn_nothing_in_every_field():
+    option = "It spares decode from redoing past tokens' keys and values, and that storage grows with tokens and live requests."
+    assert verdict(option) == "copied" and check("task2_kv_explain", option).score == 0
+    quiz = check("quiz1_live_requests", ("B", "Because each request holds resources until it is released, and the "
+                                              "engine decides who runs, who waits, who is freed."))
+    assert quiz.score == 1 and quiz.needs_human_review
+    bar = "for each one, say why it makes requests hold more state — what grows, and because of what"
+    task3 = check("task3_pressure", [("long context", bar), ("high concurrency", bar), ("long outputs", bar)])
+    assert task3.score == 3
+    own = "Past keys and values stay in memory so decode never redoes them; that memory grows with each token."
+    assert copied_share(own) < 0.35 and check("task2_kv_explain", own).score == 2
+
+
+def test_diagram_names_and_notes_are_cleaned_and_zero_is_none():
+    assert roles_of("DЕCODE") == {"decode"} and roles_of("WAIT" + ZW + "ING") == {"enqueue"}
+    assert not _holds_kv("0 KV blocks") and not _holds_kv("零个 KV 块") and _holds_kv("10 KV blocks")
