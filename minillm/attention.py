@@ -278,8 +278,30 @@ def paged_block_mask(block_tables: torch.Tensor, context_lens: torch.Tensor, num
         keep = (block != last[b]) | (kv_idx % block_size < tail[b])
         return keep & owner[b, block] if owner is not None else keep
 
-    return BlockMask.from_kv_blocks(used.view(rows, 1, 1), indices, BLOCK_SIZE=(1, block_size), mask_mod=mask_mod,
-                                    seq_lengths=(1, num_blocks * block_size), compute_q_blocks=False)
+    # one query per row: a single Q tile of the default size holds it; no Q-side indices (they
+    # serve the backward pass only, and their transpose would be [B, num_blocks] more work)
+    return BlockMask.from_kv_blocks(used.view(rows, 1, 1), indices, BLOCK_SIZE=(FLEX_Q_TILE, block_size),
+                                    mask_mod=mask_mod, seq_lengths=(1, num_blocks * block_size),
+                                    **_NO_Q_BLOCKS)
+
+
+#: FlexAttention's default tile of query rows (a decode row's one query sits in the first)
+FLEX_Q_TILE = 128
+
+
+def _no_q_blocks() -> dict:
+    """``compute_q_blocks=False`` where this torch's ``BlockMask.from_kv_blocks`` takes it."""
+    import inspect
+
+    try:
+        from torch.nn.attention.flex_attention import BlockMask
+    except ImportError:
+        return {}
+    return {"compute_q_blocks": False} if "compute_q_blocks" in inspect.signature(BlockMask.from_kv_blocks).parameters \
+        else {}
+
+
+_NO_Q_BLOCKS = _no_q_blocks()
 
 
 def flex_available() -> bool:
@@ -316,8 +338,11 @@ class FlexPaged(AttentionBackend):
     uses_block_tables = True
     uses_mask = False
 
-    def __init__(self, compiled: bool | None = None):
+    def __init__(self, compiled: bool | None = None, kernel_options: dict | None = None):
         self.compiled = compiled
+        #: passed to the fused kernel (e.g. {"BLOCK_N": 16} if a GPU's default KV tile is larger
+        #: than the pool's blocks: unverified which it needs, ``scripts/gpu_check.sh`` tries)
+        self.kernel_options = kernel_options
 
     def decode(self, q, k_pool, v_pool, batch, scale):
         meta: DecodeMeta = batch.decode_meta
@@ -332,8 +357,9 @@ class FlexPaged(AttentionBackend):
             attend = _compiled_flex()
         else:
             from torch.nn.attention.flex_attention import flex_attention as attend
+        extra = {"kernel_options": self.kernel_options} if compiled and self.kernel_options else {}
         out = attend(q.view(n, heads, 1, dim), keys, values, block_mask=meta.flex_mask, scale=scale,
-                     enable_gqa=heads != kv_heads)
+                     enable_gqa=heads != kv_heads, **extra)
         return out.reshape(n, heads * dim)
 
 

@@ -76,6 +76,8 @@ def test_a_extra_edge_is_named_with_its_reason():
     v = build_it.check("a", table, lang="zh")
     assert v.result.score == 2, v
     assert "RELEASED → WAITING" in str(v) and "没有任何转移能让它回来" in str(v)
+    assert v.program.splitlines()[-1].startswith("r.move_to(S.WAITING, MY_TRANSITIONS)"), v.program
+    assert len(v.program.splitlines()) <= 4 and "不会被发现" in str(v)
 
 
 # --- (b) the block pool ----------------------------------------------------------------------
@@ -252,3 +254,23 @@ def test_ctrl_c_stops_a_learners_step_at_once():
     with pytest.raises(KeyboardInterrupt):
         llm.step()
     assert not finished
+
+
+# --- the engine's own part handed in as an answer ---------------------------------------------------
+def test_the_engines_own_parts_are_not_an_answer():
+    from minillm.request import TRANSITIONS
+    from minillm.sampler import top_k_filter, top_p_filter
+    from minillm.seams import RefCountPool
+
+    class Borrowed(RefCountPool):
+        pass
+
+    def borrowed_step(llm):
+        return llm._step_once(None)
+
+    assert "engine's own" in str(build_it.check("a", TRANSITIONS, lang="en"))
+    assert "引擎自带" in str(build_it.check("b", Borrowed, lang="zh"))
+    text = str(build_it.check("c", borrowed_step, lang="en"))
+    assert "LLM._step_once" in text and "llm.step()" in text
+    text = str(build_it.check("d", (lambda x, k: top_k_filter(x, k), lambda x, p: top_p_filter(x, p)), lang="en"))
+    assert "engine's own" in text and "top_k_filter" in text

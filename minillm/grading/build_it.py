@@ -61,6 +61,12 @@ MESSAGES = {
                    "{name} 必须返回形状相同的 logits（{want}），现在是 {got}。"),
     "case_values": ("{name} on logits {logits} with {arg} changed the values it kept: keep them as they were and set "
                     "the others to -inf.", "{name} 在 logits {logits}、{arg} 上改了保留下来的数值：保留的原样不动，其余设为 -inf。"),
+    "engine_own": ("{name} is the engine's own {what}: the task is to write it yourself.",
+                   "{name} 就是引擎自带的{what}：这个任务要你自己写。"),
+    "lax_demo": ("With your table this bug goes unnoticed (the code below): a {old} request is moved to {new} "
+                 "and nothing complains; the engine's own table raises IllegalTransition there.",
+                 "用你的表，这个 bug 不会被发现（见下面的代码）：一个 {old} 请求被移到 {new}，没有任何报错；"
+                 "引擎自带的表在这里会抛出 IllegalTransition。"),
     "timeout": ("your part did not return within {s:.0f} s (an endless loop?)", "你的部件在 {s:.0f} 秒内没有返回（死循环？）"),
 }
 
@@ -184,8 +190,9 @@ class _Runner:
     """Runs programs on a learner's engine and on the reference, rebuilding the learner's after
     a failure (its state may be anything then) and remembering the reference's outcomes."""
 
-    def __init__(self, parts, reference_parts):
+    def __init__(self, parts, reference_parts, forbid=(), prepare=None):
         self.parts, self.reference_parts = parts, reference_parts
+        self.forbid, self.prepare = tuple(forbid), prepare
         self.mine = None
         self.timed_out = False
 
@@ -201,14 +208,16 @@ class _Runner:
     def failure(self, program) -> P.Why | None:
         if self.mine is None:
             self.mine = small_engine(self.parts)
+            if self.prepare is not None:
+                self.prepare(self.mine)
         _reset(self.mine)
-        call = safecall.call(P.run, self.mine, program, timeout=RUN_TIMEOUT)
+        call = safecall.call(P.run, self.mine, program, timeout=RUN_TIMEOUT, forbid=self.forbid)
         if call.timed_out:
             self.timed_out, self.mine = True, None
             return "timeout"
-        if not call.ok:  # the engine itself raised outside the program (should not happen)
+        if not call.ok:  # the engine's own answer reached (engine_guard), or the engine raised outside the program
             self.mine = None
-            return P.Why.of("raised", error=call.error)
+            return P.Why.pair(call.error, call.error_zh)
         mine = call.value
         why = P.compare(mine, self._reference(program))
         if why is not None:
@@ -217,9 +226,11 @@ class _Runner:
 
 
 def run_programs(m: Marks, parts, reference_parts, *, sampling=False, failures=True, seed=0,
-                 n=N_PROGRAMS, code_parts="", name="") -> bool:
-    """Seeded programs on both engines; on the first failure, shrink it and show it. True if all pass."""
-    runner = _Runner(parts, reference_parts)
+                 n=N_PROGRAMS, code_parts="", name="", forbid=(), prepare=None) -> bool:
+    """Seeded programs on both engines; on the first failure, shrink it and show it. True if all pass.
+    ``forbid``: engine functions the learner's part must not reach (``engine_guard``);
+    ``prepare(llm)``: applied to each new engine of the learner's (e.g. to block the engine's own step)."""
+    runner = _Runner(parts, reference_parts, forbid, prepare)
     rng = random.Random(seed)
     for i in range(n):
         program = P.random_program(rng, PROGRAM_LENGTH, sampling=sampling, failures=failures)
@@ -235,7 +246,8 @@ def run_programs(m: Marks, parts, reference_parts, *, sampling=False, failures=T
         final = runner.failure(small) or why
         text = final.text(m.lang) if isinstance(final, P.Why) else str(final)
         m.wrong(_t(m.lang, "program_failed", i=i + 1, n=n, why=text, before=len(program), after=len(small)))
-        m.program = P.as_code(small, code_parts)
+        code = P.as_code(small, code_parts)
+        m.program = f"{m.program}\n\n{code}" if m.program else code
         return False
     m.ok(_t(m.lang, "programs_ok", n=n))
     return True
@@ -249,6 +261,9 @@ def grade_moves(table, m: Marks) -> None:
     if not isinstance(table, dict):
         m.wrong(_t(m.lang, "not_dict", type=type(table).__name__))
         return
+    if table is TRANSITIONS:
+        m.wrong(_t(m.lang, "engine_own", name="MY_TRANSITIONS", what=_WHAT["a"][m.lang == "zh"]))
+        return
     extra = []
     for old in RequestState:
         allowed = {str(s) for s in table.get(old, ())}
@@ -258,11 +273,51 @@ def grade_moves(table, m: Marks) -> None:
         m.wrong(_t(m.lang, "extra_edges"))
         for line in extra[:6]:
             m.wrong(line)
+        _show_lax_move(table, m)
     else:
         m.ok(_t(m.lang, "no_extra"), 1)
     if run_programs(m, EngineParts(transitions=table), EngineParts(), seed=11,
                     code_parts="EngineParts(transitions=MY_TRANSITIONS)", name="MY_TRANSITIONS"):
         m.score += 2
+
+
+_ADD = "r = llm.add_request(prompt_token_ids=[5, 6, 7], request_id='r0'"
+_ONE = "params=SamplingParams(max_tokens={n}, ignore_eos=True)"
+LAX_SETUP = {  # a few lines that bring request r to each state (PREEMPTED needs a crowd: none)
+    "NEW": ["r = llm.new_request(prompt_token_ids=[5, 6, 7], request_id='r0')"],
+    "WAITING": [_ADD + ")"],
+    "PREFILL": ["r = llm.add_request(prompt_token_ids=list(range(5, 25)), request_id='r0')",
+                "llm.step()"],
+    "DECODE": [_ADD + ", " + _ONE.format(n=5) + ")", "llm.step()"],
+    "FINISHED": [_ADD + ", " + _ONE.format(n=1) + ", auto_release=False)", "llm.step()"],
+    "RELEASED": [_ADD + ", " + _ONE.format(n=1) + ")", "llm.step()"],
+}
+
+
+def _show_lax_move(table, m: Marks) -> None:
+    """For the first move the diagram lacks that a few lines can reach, run those lines on an
+    engine guarded by the learner's table and, if the wrong move passes, show them."""
+    from ..params import SamplingParams
+    from ..request import TRANSITIONS, RequestState
+    from ..seams import EngineParts
+
+    states = {s.value for s in RequestState}
+    for old in RequestState:
+        for new in sorted({str(s) for s in table.get(old, ())} - {s.value for s in TRANSITIONS[old]}):
+            if old.value not in LAX_SETUP or new not in states:
+                continue
+            note = "没有报错：这个 bug 不会被发现" if m.lang == "zh" else "no error: the bug goes unnoticed"
+            lines = LAX_SETUP[old.value] + [f"r.move_to(S.{new}, MY_TRANSITIONS)   # {note}"]
+            ns = {"llm": small_engine(EngineParts(transitions=table)), "SamplingParams": SamplingParams,
+                  "S": RequestState, "MY_TRANSITIONS": table}
+            call = safecall.call(exec, "\n".join(lines[:-1]), ns, timeout=RUN_TIMEOUT)
+            if not call.ok or ns.get("r") is None or ns["r"].state != old:
+                continue
+            if not safecall.call(exec, lines[-1], ns, timeout=RUN_TIMEOUT).ok:
+                continue
+            m.wrong(_t(m.lang, "lax_demo", old=old.value, new=new))
+            m.program = "\n".join(["llm = build_it.small_engine(EngineParts(transitions=MY_TRANSITIONS))", *lines])
+            return
 
 
 # --- part (b): a block pool with reference counts ------------------------------------------
@@ -271,6 +326,12 @@ def grade_pool(cls, m: Marks) -> None:
 
     if not isinstance(cls, type):
         m.wrong(_t(m.lang, "not_class", name="MyBlockPool", type=type(cls).__name__))
+        return
+    from ..kv_cache import BlockAllocator
+    from ..seams import RefCountPool
+
+    if issubclass(cls, (RefCountPool, BlockAllocator)):
+        m.wrong(_t(m.lang, "engine_own", name="MyBlockPool", what=_WHAT["b"][m.lang == "zh"]))
         return
     probe = safecall.call(lambda: cls(4).num_free())
     if probe.not_implemented:
@@ -281,6 +342,21 @@ def grade_pool(cls, m: Marks) -> None:
 
 
 # --- part (c): one engine step --------------------------------------------------------------
+_WHAT = {"a": ("transition table (request.TRANSITIONS)", "转移表（request.TRANSITIONS）"),
+         "b": ("pool (or a subclass of it)", "块池（或它的子类）")}
+
+
+def _block_own_step(llm) -> None:
+    """The engine's own step is unavailable to a learner's engine (the task is to write it)."""
+    from .messages import both
+
+    en, _zh = both("call.engine_used", name="LLM._step_once")
+
+    def blocked(*args, **kwargs):
+        raise RuntimeError(en)
+
+    llm._step_once = blocked
+
 def grade_step(fn, m: Marks) -> None:
     from ..seams import EngineParts
 
@@ -288,13 +364,14 @@ def grade_step(fn, m: Marks) -> None:
         m.wrong(_t(m.lang, "not_function", name="my_step", type=type(fn).__name__))
         return
     if run_programs(m, EngineParts(step=fn), EngineParts(), seed=33, failures=False,
-                    code_parts="EngineParts(step=my_step)", name="my_step"):
+                    code_parts="EngineParts(step=my_step)", name="my_step", prepare=_block_own_step):
         m.score += 3
 
 
 # --- part (d): top-k and top-p -----------------------------------------------------------
 TOP_K_CASES = [([2.0, 1.0, 0.0], 1), ([0.5, 3.0, 1.0, 2.0], 2), ([1.0, 2.0, 3.0], 3), ([1.0, 2.0, 3.0], 5),
                ([0.1, -1.0, 4.0, 2.5, 2.0, -3.0], 3)]
+FORBID_D = ("minillm.sampler:top_k_filter", "minillm.sampler:top_p_filter", "minillm.sampler:sorted_filters")
 TOP_P_CASES = [([2.0, 1.0, 0.0], 0.5), ([0.0, 3.0, 1.0], 0.99), ([1.0, 1.5, 0.2, 0.7], 0.6), ([3.0, 0.0], 0.01),
                ([0.3, -1.0, 2.0, 1.2, 0.0, 0.9], 0.8), ([1.0, 0.0, 2.0], 1.0)]
 
@@ -304,7 +381,7 @@ def _check_cases(m: Marks, fn, name: str, cases, engine_fn, arg: str) -> bool:
 
     for logits, x in cases:
         given = torch.tensor(logits)
-        out = safecall.call(fn, given.clone(), x)
+        out = safecall.call(fn, given.clone(), x, forbid=FORBID_D)
         label = f"{arg}={x}"
         if out.not_implemented:
             raise NotAttempted(_t("en", "stub", name=name), _t("zh", "stub", name=name))
@@ -344,7 +421,7 @@ def grade_filters(pair, m: Marks) -> None:
             m, EngineParts(top_k_filter=top_k, top_p_filter=top_p),
             EngineParts(top_k_filter=top_k_filter, top_p_filter=top_p_filter), seed=44, sampling=True,
             failures=False, code_parts="EngineParts(top_k_filter=my_top_k_filter, top_p_filter=my_top_p_filter)",
-            name="my_top_k_filter"):
+            name="my_top_k_filter", forbid=FORBID_D):
         m.score += 1
 
 

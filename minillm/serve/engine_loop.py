@@ -146,7 +146,9 @@ class EngineLoop:
     def submit(self, request_id: str, params: SamplingParams, *, prompt: str | None = None,
                prompt_token_ids: list[int] | None = None) -> Stream:
         """Queue a request for the engine. Raises ``Overloaded`` / ``ShuttingDown`` at once;
-        the engine's own verdict (a prompt too long, ...) arrives in ``stream.accepted``."""
+        the engine's own verdict (a prompt too long, ...) arrives in ``stream.accepted``.
+        A ``prompt`` text is tokenised on the engine's thread, delaying every stream by that
+        long: the server passes ``prompt_token_ids`` made by ``LLM.prepare_prompt`` in a worker."""
         loop = asyncio.get_running_loop()
         stream = Stream(request_id, loop, accepted=loop.create_future())
         with self._lock:
