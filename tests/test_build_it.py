@@ -76,6 +76,8 @@ def test_a_extra_edge_is_named_with_its_reason():
     v = build_it.check("a", table, lang="zh")
     assert v.result.score == 2, v
     assert "RELEASED → WAITING" in str(v) and "没有任何转移能让它回来" in str(v)
+    assert v.program.splitlines()[-1].startswith("r.move_to(S.WAITING, MY_TRANSITIONS)"), v.program
+    assert len(v.program.splitlines()) <= 4 and "不会被发现" in str(v)
 
 
 # --- (b) the block pool ----------------------------------------------------------------------
