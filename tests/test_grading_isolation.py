@@ -30,9 +30,10 @@ REPO = Path(minillm.__file__).resolve().parent.parent
 
 def _jail_or_none():
     try:
-        return jails.choose()
+        jail = jails.choose(allow_unjailed=True)
     except jails.NoJail:
         return None
+    return jail if jail.isolated else None
 
 
 JAIL = _jail_or_none()
@@ -228,6 +229,7 @@ def test_print_patched_sigint_ignored_and_an_endless_sleep_are_stopped_with_a_re
 # No jail: a refusal, or the weaker mode when asked for
 # =============================================================================================
 def test_without_a_jail_grading_refuses_unless_the_weaker_mode_is_asked_for(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("MINILLM_GRADE_UNJAILED", raising=False)
     monkeypatch.setenv("MINILLM_GRADE_JAIL", "bwrap")
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
     path = write_notebook(tmp_path, "task2_kv_explain = str()")

@@ -63,6 +63,10 @@ MESSAGES = {
                     "the others to -inf.", "{name} 在 logits {logits}、{arg} 上改了保留下来的数值：保留的原样不动，其余设为 -inf。"),
     "engine_own": ("{name} is the engine's own {what}: the task is to write it yourself.",
                    "{name} 就是引擎自带的{what}：这个任务要你自己写。"),
+    "lax_demo": ("With your table this bug goes unnoticed (the code below): a {old} request is moved to {new} "
+                 "and nothing complains; the engine's own table raises IllegalTransition there.",
+                 "用你的表，这个 bug 不会被发现（见下面的代码）：一个 {old} 请求被移到 {new}，没有任何报错；"
+                 "引擎自带的表在这里会抛出 IllegalTransition。"),
     "timeout": ("your part did not return within {s:.0f} s (an endless loop?)", "你的部件在 {s:.0f} 秒内没有返回（死循环？）"),
 }
 
@@ -242,7 +246,8 @@ def run_programs(m: Marks, parts, reference_parts, *, sampling=False, failures=T
         final = runner.failure(small) or why
         text = final.text(m.lang) if isinstance(final, P.Why) else str(final)
         m.wrong(_t(m.lang, "program_failed", i=i + 1, n=n, why=text, before=len(program), after=len(small)))
-        m.program = P.as_code(small, code_parts)
+        code = P.as_code(small, code_parts)
+        m.program = f"{m.program}\n\n{code}" if m.program else code
         return False
     m.ok(_t(m.lang, "programs_ok", n=n))
     return True
@@ -268,11 +273,51 @@ def grade_moves(table, m: Marks) -> None:
         m.wrong(_t(m.lang, "extra_edges"))
         for line in extra[:6]:
             m.wrong(line)
+        _show_lax_move(table, m)
     else:
         m.ok(_t(m.lang, "no_extra"), 1)
     if run_programs(m, EngineParts(transitions=table), EngineParts(), seed=11,
                     code_parts="EngineParts(transitions=MY_TRANSITIONS)", name="MY_TRANSITIONS"):
         m.score += 2
+
+
+_ADD = "r = llm.add_request(prompt_token_ids=[5, 6, 7], request_id='r0'"
+_ONE = "params=SamplingParams(max_tokens={n}, ignore_eos=True)"
+LAX_SETUP = {  # a few lines that bring request r to each state (PREEMPTED needs a crowd: none)
+    "NEW": ["r = llm.new_request(prompt_token_ids=[5, 6, 7], request_id='r0')"],
+    "WAITING": [_ADD + ")"],
+    "PREFILL": ["r = llm.add_request(prompt_token_ids=list(range(5, 25)), request_id='r0')",
+                "llm.step()"],
+    "DECODE": [_ADD + ", " + _ONE.format(n=5) + ")", "llm.step()"],
+    "FINISHED": [_ADD + ", " + _ONE.format(n=1) + ", auto_release=False)", "llm.step()"],
+    "RELEASED": [_ADD + ", " + _ONE.format(n=1) + ")", "llm.step()"],
+}
+
+
+def _show_lax_move(table, m: Marks) -> None:
+    """For the first move the diagram lacks that a few lines can reach, run those lines on an
+    engine guarded by the learner's table and, if the wrong move passes, show them."""
+    from ..params import SamplingParams
+    from ..request import TRANSITIONS, RequestState
+    from ..seams import EngineParts
+
+    states = {s.value for s in RequestState}
+    for old in RequestState:
+        for new in sorted({str(s) for s in table.get(old, ())} - {s.value for s in TRANSITIONS[old]}):
+            if old.value not in LAX_SETUP or new not in states:
+                continue
+            note = "没有报错：这个 bug 不会被发现" if m.lang == "zh" else "no error: the bug goes unnoticed"
+            lines = LAX_SETUP[old.value] + [f"r.move_to(S.{new}, MY_TRANSITIONS)   # {note}"]
+            ns = {"llm": small_engine(EngineParts(transitions=table)), "SamplingParams": SamplingParams,
+                  "S": RequestState, "MY_TRANSITIONS": table}
+            call = safecall.call(exec, "\n".join(lines[:-1]), ns, timeout=RUN_TIMEOUT)
+            if not call.ok or ns.get("r") is None or ns["r"].state != old:
+                continue
+            if not safecall.call(exec, lines[-1], ns, timeout=RUN_TIMEOUT).ok:
+                continue
+            m.wrong(_t(m.lang, "lax_demo", old=old.value, new=new))
+            m.program = "\n".join(["llm = build_it.small_engine(EngineParts(transitions=MY_TRANSITIONS))", *lines])
+            return
 
 
 # --- part (b): a block pool with reference counts ------------------------------------------

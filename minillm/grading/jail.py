@@ -14,8 +14,8 @@ is started inside new user, mount, PID, network, IPC and UTS namespaces, so it
 
 Two ways to build it, tried in this order: Debian's ``bubblewrap`` (``bwrap``, installed by
 ``scripts/setup.sh``), then util-linux ``unshare`` with :mod:`_jail_boot` doing the mounts inside.
-``MINILLM_GRADE_JAIL=bwrap|unshare|none`` forces one; ``none`` (or ``minillm grade --unjailed``)
-is the weaker mode: the kernel is only a limited, killable process of the grader's user, and the
+``MINILLM_GRADE_JAIL=bwrap|unshare|none`` forces one; ``none`` (or ``minillm grade --unjailed``,
+or ``MINILLM_GRADE_UNJAILED=1``, where no jail works) is the weaker mode: the kernel is only a limited, killable process of the grader's user, and the
 report says so. Without a working jail and without that explicit choice, grading refuses to run.
 """
 
@@ -64,7 +64,8 @@ def package_dir() -> Path:
 
 
 def _python_roots() -> list[str]:
-    """The folders the interpreter needs: its prefix (a venv), its base prefix, the executable's."""
+    """What the kernel may read besides the package: the interpreter's prefix (a venv), its base prefix,
+    the executable's, torch's site-packages, and ``MINILLM_MODEL`` when the instructor set one."""
     roots = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix),
              os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
     try:
@@ -73,6 +74,9 @@ def _python_roots() -> list[str]:
         roots.add(os.path.realpath(Path(torch.__file__).parent.parent))
     except Exception:
         pass
+    model = os.environ.get("MINILLM_MODEL")  # a model the instructor chose for LLM() cells: readable too
+    if model and os.path.exists(model):
+        roots.add(os.path.realpath(model))
     return sorted(r for r in roots if r not in ("/", "/usr"))
 
 
@@ -161,7 +165,9 @@ _CHOSEN: dict[bool, Jail] = {}
 
 def choose(allow_unjailed: bool = False) -> Jail:
     """The jail this machine can build (checked once per process). ``MINILLM_GRADE_JAIL`` forces a
-    mode. Raises :class:`NoJail` when none works, unless ``allow_unjailed``."""
+    mode. Raises :class:`NoJail` when none works, unless ``allow_unjailed`` (or ``MINILLM_GRADE_UNJAILED=1``,
+    the same as ``--unjailed``)."""
+    allow_unjailed = allow_unjailed or os.environ.get("MINILLM_GRADE_UNJAILED", "").strip() == "1"
     forced = os.environ.get("MINILLM_GRADE_JAIL", "").strip().lower()
     if forced and forced not in MODES:
         raise NoJail(f"MINILLM_GRADE_JAIL must be one of {', '.join(MODES)}, got {forced!r}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 GRID = dict(block_size=4, num_kv_blocks=10, max_num_seqs=3, max_num_batched_tokens=12, max_model_len=48)
 PREFIXES = ((), (5, 6, 7, 8), (5, 6, 7, 8, 9, 10, 11, 12))
@@ -360,15 +360,25 @@ def ddmin(program: list, fails, budget: int = 80) -> list:
     return program
 
 
+def _smaller_adds(a: Add):
+    """Smaller versions of one Add: one output token, half the prompt (either end), half the output."""
+    yield replace(a, max_tokens=1)
+    if len(a.prompt) > 1:
+        yield replace(a, prompt=a.prompt[len(a.prompt) // 2:])
+        yield replace(a, prompt=a.prompt[:len(a.prompt) // 2])
+    yield replace(a, max_tokens=max(1, a.max_tokens // 2))
+
+
 def _shrink_add(program: list, i: int, still) -> list:
-    a = program[i]
-    for smaller in (Add(a.prompt, 1, a.temperature, a.top_k, a.top_p, a.seed),
-                    Add(a.prompt[-max(1, len(a.prompt) // 2):], a.max_tokens, a.temperature, a.top_k, a.top_p, a.seed),
-                    Add(a.prompt, max(1, a.max_tokens // 2), a.temperature, a.top_k, a.top_p, a.seed)):
-        if smaller != a:
+    """Make the Add at ``i`` smaller while the program still fails (until nothing smaller does)."""
+    progress = True
+    while progress:
+        progress = False
+        for smaller in _smaller_adds(program[i]):
             trial = program[:i] + [smaller] + program[i + 1:]
-            if still(trial):
-                program, a = trial, smaller
+            if smaller != program[i] and still(trial):
+                program, progress = trial, True
+                break
     return program
 
 
