@@ -85,13 +85,19 @@ def part_env(plan: Plan, rep: Report) -> None:
 
     from minillm.attention import backends_for, flex_available, resolve_backend
 
+    import minillm
+
     rep.set("python", f"{sys.executable} {platform.python_version()}")
+    rep.set("minillm", minillm.__file__)
     versions = {}
-    for name in PACKAGES:
+    for name in PACKAGES:  # importable, and which version (None: not there)
         try:
+            __import__(name)
             versions[name] = md.version(name)
-        except md.PackageNotFoundError:
+        except ImportError:
             versions[name] = None
+        except md.PackageNotFoundError:
+            versions[name] = "?"
     rep.set("packages", versions)
     rep.set("torch_cuda", torch.version.cuda)
     rep.set("cuda_available", torch.cuda.is_available())
@@ -148,6 +154,8 @@ def run_tests(plan: Plan, rep: Report, name: str) -> bool:
 
     files, gpu_k, dry_k = TESTS[name]
     os.environ["MINILLM_TEST_DEVICE"] = plan.device
+    # only pytest's own plugins, as on the GPU machine (here nbval, xdist and the like are installed)
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     k = dry_k if plan.dry_run else gpu_k
     args = [*files, "-q", "-p", "no:cacheprovider", "-W", "ignore", "--rootdir", str(REPO)]
     if k:

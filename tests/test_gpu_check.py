@@ -16,17 +16,39 @@ REPO = Path(__file__).resolve().parent.parent
 PARTS = ("env", "parity", "flex", "sync_sampler", "graphs", "bench")
 
 
+#: what the GPU machine's python3 does not have: the dry run must not need any of them
+ABSENT_ON_THE_GPU_MACHINE = ("fastapi", "uvicorn", "ipywidgets", "nbval", "matplotlib", "jupyterlab")
+
+BLOCKER = """
+import importlib.abc, sys
+ABSENT = {absent!r}
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ABSENT:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not on the GPU machine)")
+        return None
+sys.meta_path.insert(0, Absent())
+"""
+
+
 def test_dry_run_reaches_every_part_and_writes_one_report(tmp_path):
-    env = {**os.environ, "PY": sys.executable, "OUT": str(tmp_path), "MINILLM_GPU_CHECK_SCALE": "0.05",
-           "MINILLM_DRY_RUN_SLACK": "6"}  # a shared CPU is slow: the limits here are the GPU's x 6
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER.format(absent=ABSENT_ON_THE_GPU_MACHINE))
+    out = tmp_path / "out"
+    env = {**os.environ, "PY": sys.executable, "OUT": str(out), "MINILLM_GPU_CHECK_SCALE": "0.05",
+           "MINILLM_DRY_RUN_SLACK": "6",  # a shared CPU is slow: the limits here are the GPU's x 6
+           "PYTHONPATH": str(site)}  # (the script puts the tree first)
     done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run"], env=env,
                           capture_output=True, text=True)
-    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    report = json.loads((out / "gpu_check.json").read_text())
     assert done.returncode == 0, (done.stdout[-3000:], {k: p.get("error") for k, p in report["parts"].items()})
     assert report["status"] == "ok" and tuple(report["parts"]) == PARTS
     parts = report["parts"]
     assert all(p["status"] == "ok" and p["device"] == "cpu" for p in parts.values())
     assert parts["env"]["auto_backend"] in ("gather", "kernel") and "flex" in parts["env"]["backends"]
+    assert parts["env"]["minillm"].startswith(str(REPO))  # the tree's, not an installed copy
+    assert all(parts["env"]["packages"][name] is None for name in ("fastapi", "uvicorn", "ipywidgets", "nbval"))
     assert parts["parity"]["tests"]["passed"] > 0 and parts["parity"]["tests"]["failed"] == 0
     flex = parts["flex"]["flex_vs_gather"]
     assert flex["eager"]["tokens_equal_gather"] and flex["graphs"]["tokens_equal_gather"]
