@@ -270,7 +270,7 @@ def test_a_killed_or_stopped_grader_costs_only_its_own_row(tmp_path, monkeypatch
     real_limit = nbmod._child_limit
     monkeypatch.setattr(nbmod, "_child_command", command)
     monkeypatch.setattr(nbmod, "_child_limit", lambda nb, args: 2 if nb.stem == "c_stopped" else real_limit(nb, args))
-    assert cli_grade([str(subs), "--timeout", str(CELL_TIMEOUT), "--deadline", str(DEADLINE)]) == 0
+    assert cli_grade([str(subs), "--timeout", str(CELL_TIMEOUT), "--deadline", str(DEADLINE), "--jobs", "2"]) == 0
     book = json.loads((subs / "gradebook.json").read_text())
     rows = {Path(r["notebook"]).stem: r for r in book["reports"]}
     assert book["complete"] is True
@@ -279,6 +279,7 @@ def test_a_killed_or_stopped_grader_costs_only_its_own_row(tmp_path, monkeypatch
     assert rows["c_stopped"]["status"] == "grader stopped"
     csv_rows = (subs / "gradebook.csv").read_text().splitlines()
     assert len(csv_rows) == 5 and any("grader stopped" in r for r in csv_rows)
+    assert [Path(r["notebook"]).stem for r in book["reports"]] == ["a_honest", "b_killed", "c_stopped", "d_honest"]
 
 
 # =============================================================================================
