@@ -72,7 +72,8 @@ LAB_SETTINGS_DIR = LAB_SETTINGS_DIRS[DEFAULT_LANG]
 LAB_LOCALES = {"en": None, "zh": "zh_CN"}
 #: Kernels of notebooks no longer open anywhere (no browser tab connected) are shut down after 10
 #: idle minutes: each holds hundreds of MB, and a learner moving through the chapter leaves many.
-#: A notebook that is open keeps its kernel however long it idles.
+#: A notebook that is open keeps its kernel however long it idles. Closing a notebook shuts its
+#: kernel down at once (``kernelShutdown`` in the shipped settings, both editions).
 KERNEL_CULL_ARGS = ("--MappingKernelManager.cull_idle_timeout=600", "--MappingKernelManager.cull_interval=60")
 _CONTENTS_ARG = "--ServerApp.contents_manager_class=minillm.lab_contents.CourseContentsManager"
 COURSE_ARGS = (f"--LabApp.app_settings_dir={LAB_SETTINGS_DIR}", _CONTENTS_ARG)

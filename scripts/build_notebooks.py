@@ -21,6 +21,10 @@ source still reads well as Markdown)::
     <!-- code en -->      a code cell only in the English notebook ...
     <!-- code zh -->      ... only in the Chinese one (prompts, printed sentences, lang="zh")
 
+A printed sentence in a shared code cell may be written ``say("English", "中文")``: the build
+writes only the edition's own string into its notebook (a learner reads one language, with no
+``say`` in sight). Both arguments must be string literals (f-strings included).
+
 A notebook whose cells are unchanged is left alone, so its committed outputs stay; one whose
 cells changed is rewritten without outputs and must be executed again (``--execute``).
 """
@@ -99,9 +103,66 @@ def parse(path: Path) -> list[Cell]:
     return cells
 
 
-def cells_for(cells: list[Cell], lang: str) -> list[tuple[str, str]]:
-    """(cell_type, source) of the notebook in ``lang``."""
-    return [("markdown" if c.kind == "md" else "code", c.text) for c in cells if c.lang in (None, lang)]
+def _say_calls(tree) -> list:
+    import ast
+
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "say"]
+
+
+def _offsets(text: str) -> list[int]:
+    starts, total = [], 0
+    for line in text.splitlines(keepends=True):
+        starts.append(total)
+        total += len(line)
+    return starts + [total]
+
+
+def edition_code(text: str, lang: str, where: str = "<cell>") -> str:
+    """A shared code cell with every ``say(en, zh)`` replaced by the ``lang`` argument's source."""
+    import ast
+
+    if "say(" not in text:
+        return text
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as e:
+        raise SourceError(f"{where}: the code cell does not parse ({e.msg}, line {e.lineno})") from None
+    line_at = _offsets(text)
+    inside_brackets = {id(child) for node in ast.walk(tree) if isinstance(node, (ast.Call, ast.Dict, ast.List, ast.Set))
+                       for child in ast.iter_child_nodes(node)}
+    edits = []
+    for call in _say_calls(tree):
+        if len(call.args) != 2 or call.keywords or not all(
+                isinstance(a, (ast.Constant, ast.JoinedStr)) and not (isinstance(a, ast.Constant)
+                                                                       and not isinstance(a.value, str))
+                for a in call.args):
+            raise SourceError(f"{where}: say(...) takes two string literals, English then Chinese "
+                              f"(line {call.lineno} of the cell)")
+        arg = call.args[LANGS.index(lang)]
+        chosen = ast.get_source_segment(text, arg)
+        if "\n" in chosen:  # strings joined over several lines: keep them joined (brackets) and aligned
+            wrap = id(call) not in inside_brackets
+            cut = 3 if wrap else 4  # "say(" becomes "(" or nothing
+            head, *rest = chosen.split("\n")
+            rest = [r[cut:] if r.startswith(" " * cut) else r for r in rest]
+            chosen = "\n".join([("(" if wrap else "") + head, *rest]) + (")" if wrap else "")
+        start = line_at[call.lineno - 1] + len(text.splitlines(keepends=True)[call.lineno - 1]
+                                               .encode()[:call.col_offset].decode())
+        end = line_at[call.end_lineno - 1] + len(text.splitlines(keepends=True)[call.end_lineno - 1]
+                                                 .encode()[:call.end_col_offset].decode())
+        edits.append((start, end, chosen))
+    for start, end, chosen in sorted(edits, reverse=True):
+        if any(s < end and start < e for s, e, _ in edits if (s, e) != (start, end) and s >= start):
+            raise SourceError(f"{where}: say(...) inside say(...) is not supported")
+        text = text[:start] + chosen + text[end:]
+    return text
+
+
+def cells_for(cells: list[Cell], lang: str, where: str = "<source>") -> list[tuple[str, str]]:
+    """(cell_type, source) of the notebook in ``lang``; shared code keeps only this edition's strings."""
+    return [("markdown", c.text) if c.kind == "md" else ("code", edition_code(c.text, lang, f"{where}:{c.line}"))
+            for c in cells if c.lang in (None, lang)]
 
 
 def target(source: Path, lang: str) -> Path:
@@ -118,7 +179,7 @@ def notebook(source: Path, lang: str, cells: list[Cell]):
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
     nb = new_notebook()
-    for i, (kind, text) in enumerate(cells_for(cells, lang)):
+    for i, (kind, text) in enumerate(cells_for(cells, lang, str(source))):
         cell = new_markdown_cell(text) if kind == "markdown" else new_code_cell(text)
         cell["id"] = f"c{i:02d}"
         nb.cells.append(cell)

@@ -8,14 +8,16 @@ with this script rather than by hand:
     .venv/bin/python scripts/run_notebooks.py notebooks/ch04/03_kv_cache.ipynb
     .venv/bin/python scripts/run_notebooks.py --twice --no-save    # check that Run All works twice
     .venv/bin/python scripts/run_notebooks.py --each-twice --no-save   # ... and that each cell can be re-run
+    .venv/bin/python scripts/run_notebooks.py --all-then-each --no-save   # both, in one kernel (what the tests do)
 
 Each notebook runs in a fresh ``python3`` kernel whose working directory is the notebook's
 folder, with OMP_NUM_THREADS=1 (the shipped model gains nothing from more threads, and the
 numbers are steadier). Widget state is saved with the notebook, so widgets render from the
 file before any kernel runs. ``--twice`` runs the whole notebook a second time in the same
 kernel (Run All again); ``--each-twice`` runs each cell twice in a row (Shift+Enter again after
-changing something); tests/test_notebooks_rerun.py uses ``--twice``. Saved outputs are those of the
-last run of each cell.
+changing something); ``--all-then-each`` runs the whole notebook once, then each cell twice in a
+row: every cell runs again after the whole notebook and right after itself, in one kernel
+(tests/test_notebooks_rerun*.py). Saved outputs are those of the last run of each cell.
 """
 
 from __future__ import annotations
@@ -37,13 +39,15 @@ def execute(path: Path, *, rerun: str | None = None, timeout: int = 600, kernel:
             after_round=None):
     """Run every cell of ``path`` in one kernel; return the executed notebook.
 
-    ``rerun``: None (once), "all" (Run All twice) or "each" (every cell twice in a row).
+    ``rerun``: None (once), "all" (Run All twice), "each" (every cell twice in a row) or
+    "all-then-each" (Run All, then every cell twice in a row: three runs of each cell).
     ``after_round(round_index, nb)`` is called after each Run All, before the next one clears the
     outputs: tests/test_notebooks_rerun.py compares the first round's outputs with the saved ones
     there, so one kernel does both nbval's comparison and the re-run check.
     Raises ``nbclient.exceptions.CellExecutionError`` naming the cell that failed."""
-    if rerun not in (None, "all", "each"):
-        raise ValueError(f"rerun must be None, 'all' or 'each', got {rerun!r}")
+    rounds = {None: (1,), "all": (1, 1), "each": (2,), "all-then-each": (1, 2)}
+    if rerun not in rounds:
+        raise ValueError(f"rerun must be None, 'all', 'each' or 'all-then-each', got {rerun!r}")
     import nbformat
     from nbclient import NotebookClient
 
@@ -54,9 +58,9 @@ def execute(path: Path, *, rerun: str | None = None, timeout: int = 600, kernel:
                             store_widget_state=True, record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}})
     with client.setup_kernel(env={**os.environ, "OMP_NUM_THREADS": "1"}):
-        for _round in range(2 if rerun == "all" else 1):
+        for _round, times in enumerate(rounds[rerun]):
             for index, cell in enumerate(nb.cells):
-                for _again in range(2 if rerun == "each" else 1):
+                for _again in range(times):
                     client.execute_cell(cell, index)
             if after_round is not None:
                 after_round(_round, nb)
@@ -70,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     again = p.add_mutually_exclusive_group()
     again.add_argument("--twice", action="store_true", help="Run All twice in the same kernel")
     again.add_argument("--each-twice", action="store_true", help="run each cell twice in a row")
+    again.add_argument("--all-then-each", action="store_true",
+                       help="Run All, then each cell twice in a row, in one kernel")
     p.add_argument("--no-save", action="store_true", help="only check that the notebooks run")
     p.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     args = p.parse_args(argv)
@@ -85,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t0 = time.monotonic()
         try:
-            nb = execute(path, rerun="all" if args.twice else "each" if args.each_twice else None,
-                         timeout=args.timeout)
+            mode = "all" if args.twice else "each" if args.each_twice else "all-then-each" if args.all_then_each else None
+            nb = execute(path, rerun=mode, timeout=args.timeout)
         except Exception as exc:  # noqa: BLE001 - report and go on with the next notebook
             print(f"FAILED {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {exc}", file=sys.stderr)
             failed += 1

@@ -4,6 +4,7 @@ marks through the engine's seams, and every seeded bug is caught with a short sh
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -274,3 +275,39 @@ def test_the_engines_own_parts_are_not_an_answer():
     assert "LLM._step_once" in text and "llm.step()" in text
     text = str(build_it.check("d", (lambda x, k: top_k_filter(x, k), lambda x, p: top_p_filter(x, p)), lang="en"))
     assert "engine's own" in text and "top_k_filter" in text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_chinese_notebook_with_the_reference_parts_runs_on_them(tmp_path):
+    """The zh edition of 06b with its four stub cells replaced by the reference parts: every check
+    gives full marks in the kernel, and every engine cell says it runs on the learner's parts."""
+    import inspect
+
+    import nbformat
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "scripts"))
+    import run_notebooks
+
+    nb = nbformat.read(str(root / "notebooks" / "zh" / "ch04" / "06b_build_it.ipynb"), as_version=4)
+    table = inspect.getsource(sys.modules[sol.__name__]).split("# (a) the request state machine's legal moves\n")[1]
+    table = table.split("\n\n\n")[0]
+    answers = {"MY_TRANSITIONS = {": table, "class MyBlockPool": inspect.getsource(sol.MyBlockPool),
+               "def my_step": inspect.getsource(sol.my_step),
+               "def my_top_k_filter": inspect.getsource(sol.my_top_k_filter) + "\n\n"
+               + inspect.getsource(sol.my_top_p_filter)}
+    replaced = 0
+    for cell in nb.cells:
+        for head, source in answers.items():
+            if cell.cell_type == "code" and cell.source.startswith(head):
+                cell.source, replaced = source, replaced + 1
+    assert replaced == 4
+    path = tmp_path / "06b_solved.ipynb"
+    nbformat.write(nb, str(path))
+    done = run_notebooks.execute(path)
+    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+                     for c in done.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    for part in ("build_a_moves", "build_b_pool", "build_c_step", "build_d_filters"):
+        assert re.search(rf"{part}[^\n]*3 / 3", text), text
+    assert text.count("这个引擎用的是你写的部件") == 5 and "还没准备好" not in text, text

@@ -121,3 +121,28 @@ def test_a_stale_notebook_is_reported(tmp_path, monkeypatch):
     assert build.main(["--check"]) == 1
     nb = nbformat.read(str(tmp_path / "notebooks" / "zh" / "ch04" / "x.ipynb"), as_version=4)
     assert nb.metadata["minillm"]["lang"] == "zh"
+
+
+def test_say_is_written_as_each_editions_own_string():
+    """A shared code cell's say("English", "中文") becomes the edition's literal: no say() and no
+    sentence of the other language in a notebook; strings joined over lines stay valid Python."""
+    src = ('x = say("a", "甲")\n'
+           'print(say(f"n={1}: "\n'
+           '          f"more", f"中 {2}"))\n'
+           'y = say("b"\n'
+           '        "c", "乙")\n'
+           'd = {say("k", "键"): 1}\n')
+    en, zh = build.edition_code(src, "en"), build.edition_code(src, "zh")
+    assert "say(" not in en + zh and not HAN.search(en) and "a" not in zh.replace("lang", "")
+    assert en.splitlines()[1:3] == ['print(f"n={1}: "', '      f"more")']
+    ns_en, ns_zh = {}, {}
+    exec(compile(en, "en", "exec"), ns_en)
+    exec(compile(zh, "zh", "exec"), ns_zh)
+    assert (ns_en["x"], ns_en["y"], ns_en["d"]) == ("a", "bc", {"k": 1})
+    assert (ns_zh["x"], ns_zh["y"], ns_zh["d"]) == ("甲", "乙", {"键": 1})
+    with pytest.raises(build.SourceError, match="two string literals"):
+        build.edition_code('say(name, "名")', "en")
+    for source in SOURCES:  # no notebook shows say() to a learner
+        for lang in build.LANGS:
+            code = [t for k, t in build.cells_for(build.parse(source), lang) if k == "code"]
+            assert not any(re.search(r"\bsay\(", t) for t in code), f"{source.name} ({lang}) still calls say()"

@@ -247,6 +247,12 @@ def test_editor_buttons_build_a_full_marks_diagram(tmp_path):
     assert list(ed.from_state.options) == list(NOTES)
     assert "Added FINISHED → RELEASED" in ed.status.value
     assert "<svg" in ed.view.value or "<pre" in ed.view.value
+    if "<svg" in ed.view.value:  # a full diagram is wide: it scrolls rather than shrink its text to ~7 px
+        import re
+
+        natural = float(re.search(r'<svg[^>]* width="([\d.]+)pt"', ed.view.value).group(1)) * 4 / 3
+        least = float(re.search(r"min-width:(\d+)px", ed.view.value).group(1))
+        assert natural > 1000 and least >= 0.75 * natural and "overflow-x:auto" in ed.view.value
     r = check("task1_diagram", ed)
     assert r.passed, str(r)
     ed.check_button.click()

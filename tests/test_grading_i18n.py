@@ -267,7 +267,7 @@ def test_both_editions_share_their_code_ids_and_points():
             assert a.source != b.source and CJK.search(b.source)
     checks = [c.source for c in zh if c.cell_type == "code" and "check(" in c.source]
     assert [re.search(r'check\("(\w+)"\)', s).group(1) for s in checks] == list(EXERCISES)
-    assert sum(ex.max_score for ex in EXERCISES.values()) == 51
+    assert sum(ex.max_score for ex in EXERCISES.values()) == 60
     zh_text = "\n".join(c.source for c in zh if c.cell_type == "markdown")
     for term in ("预填充", "解码", "采样", "抢占", "释放"):
         assert term in zh_text, term
@@ -297,7 +297,7 @@ def test_the_stored_chinese_solved_outputs_show_full_marks():
     cells = nbformat.read(SOLVED_ZH, as_version=4).cells
     summary = next(c for c in cells if c.cell_type == "code" and c.source == "summary()")
     text = "".join(o.get("data", {}).get("text/plain", "") for o in summary.outputs)
-    assert "51/51" in text and "总分" in text
+    assert "60/60" in text and "总分" in text
     assert msg("badge.full", "zh") in "".join(o.get("data", {}).get("text/html", "")
                                              for c in cells for o in c.get("outputs", []))
 

@@ -1,18 +1,19 @@
-"""Every course notebook prints what it saved, and survives Run All twice, in one kernel.
+"""Every course notebook prints what it saved, survives being run again, and every cell survives
+being run twice in a row, in one kernel.
 
-The course tells learners to change something and run it again, so each experiment makes what
-it needs (fresh request ids, or its own small engine) instead of assuming it runs once in a
-fresh kernel. This test executes every notebook under ``notebooks/`` twice in the same kernel
-(Run All, then Run All again): the second pass sees everything the first one left behind, its
-request ids, its finished and cancelled requests, its engines.
+The course tells learners to change something and run it again, and a learner's most common move
+is Shift+Enter on the same cell twice. So each experiment makes what it needs (fresh request ids,
+or its own small engine), and a walkthrough cell that steps one request checks that its step still
+applies, instead of assuming it runs once in a fresh kernel. This test runs every notebook under
+``notebooks/`` in one kernel: Run All, then each cell twice in a row (``run_notebooks.py
+--all-then-each``). The second pass sees everything the first left behind, its request ids, its
+finished and cancelled requests, its engines; and each cell sees itself just run.
 
 The first Run All is also nbval's check: its outputs are compared with the ones saved in the
-file (``tests/notebook_outputs.py``, nbval's rules and sanitize patterns), so each notebook is
-executed twice in all, not three times (scripts/test.sh runs nbval on ``exercises/`` only).
+file (``tests/notebook_outputs.py``, nbval's rules and sanitize patterns), so nbval needs no run
+of its own (scripts/test.sh runs nbval on ``exercises/`` only). Each cell runs three times in all.
 
 One kernel per notebook; the notebooks run one after the other in this process.
-(``scripts/run_notebooks.py --each-twice`` is the stricter check a cell author can run by hand:
-each cell twice in a row; walkthrough cells that step one request on purpose do not pass it.)
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def test_there_are_notebooks():
     assert NOTEBOOKS, "no notebooks under notebooks/"
 
 
-def run_all_twice(path, monkeypatch):
+def run_all_then_each_twice(path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     run = _run_notebooks_module()
     saved = saved_outputs(nbformat.read(str(path), as_version=4))
@@ -57,7 +58,7 @@ def run_all_twice(path, monkeypatch):
             first_round.extend(differences(saved, nb))
 
     # raises CellExecutionError naming the cell
-    nb = run.execute(path, rerun="all", timeout=600, after_round=compare_first_round)
+    nb = run.execute(path, rerun="all-then-each", timeout=600, after_round=compare_first_round)
     assert not first_round, (f"{path.name}: outputs differ from the saved ones (rebuild with "
                              f"scripts/run_notebooks.py):\n" + "\n".join(first_round))
     code = [c for c in nb.cells if c.cell_type == "code"]
@@ -67,5 +68,5 @@ def run_all_twice(path, monkeypatch):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[str(p.relative_to(ROOT / "notebooks")) for p in NOTEBOOKS])
-def test_run_all_twice_in_one_kernel(path, monkeypatch):
-    run_all_twice(path, monkeypatch)
+def test_run_all_then_each_cell_twice_in_one_kernel(path, monkeypatch):
+    run_all_then_each_twice(path, monkeypatch)

@@ -103,6 +103,11 @@ def test_render_diagram_svg_and_fallback_without_dot(monkeypatch):
     svg = view._repr_svg_()
     assert svg.startswith("<svg") and 'style="max-width:100%;height:auto' in svg
     assert 'viewBox="' in svg and ">RELEASED</text>" in svg  # every state, the last one included
+    # JupyterLab draws a run cell's SVG as an <img> at its natural size: it must fit the output area
+    import re
+
+    width = int(re.search(r'<svg[^>]* width="(\d+)px"', svg).group(1))
+    assert 400 <= width <= 900
     assert "WAITING lit" in repr(view)
     assert view._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n" and view._repr_html_() is None
 
@@ -439,3 +444,15 @@ def test_explorer_widget(shared_llm):
     assert len(ex.core.context_ids) == n0
     ex.seed.value = 99
     assert ex.core.seed == 99 and ex.core.draws(50) == ex.core.draws(50)
+
+
+def test_sampling_explorer_draws_panel_shares_tokens_order_and_scale_at_temperature_0(shared_llm):
+    from minillm.viz import SamplingExplorerCore
+
+    core = SamplingExplorerCore(shared_llm, temperature=0.0, num_draws=50)
+    fig = core.figure(n=8)
+    *stages, draws = fig.axes
+    assert len(draws.patches) == len(stages[0].patches) == 8  # one row per token of the stage panels
+    widths = [p.get_width() for p in draws.patches]
+    assert sorted(widths) == [0.0] * 7 + [1.0]  # greedy: every draw is the argmax, the other rows empty
+    assert draws.get_xlim() == stages[-1].get_xlim()  # one scale for every panel

@@ -9,8 +9,9 @@ Exercise ids (stable; the notebook lists them):
 
     task1_diagram, task2_kv_explain, task3_pressure, task3_kv_bytes, task4_sampling,
     quiz1_live_requests, quiz2_kv_tradeoff, quiz3_sampling_interface, quiz4_states_before_batching,
+    quiz5_debug_by_request, quiz6_key_table_decode, quiz7_scheduling_states,
     pitfall1_kv_not_hit_cache, pitfall2_sampling_not_ui, pitfall3_one_lifecycle,
-    code_top_p, code_kv_bytes, code_stop_check, code_chat_kv, task5_trim_policy
+    code_top_p, code_kv_bytes, code_stop_check, code_chat_kv, task5_trim_policy, task6_gpu_capacity
 
 Feedback follows the answer's language (a Chinese answer gets Chinese feedback); code, letters
 and numbers have none, so they follow the notebook's: ``set_language("zh")`` in the Chinese
@@ -25,6 +26,7 @@ from __future__ import annotations
 from . import diagram as _diagram  # noqa: F401  (registers task 1)
 from . import texts as _texts  # noqa: F401  (registers tasks 2-4, quiz, pitfalls)
 from . import coding as _coding  # noqa: F401  (registers the coding tasks and task 3's byte count)
+from . import capacity as _capacity  # noqa: F401  (registers task 6, requests in GPU memory)
 from .coding import PRESSURE_SCENARIOS, show_scenarios
 from .language import get_language, set_language
 from .registry import EXERCISES, Marks, NotAttempted, check, check_all, summary
@@ -34,8 +36,10 @@ from .solutions import show_solution
 # the order of the notebook (and of reports)
 ORDER = ["task1_diagram", "task2_kv_explain", "task3_pressure", "task3_kv_bytes", "task4_sampling",
          "quiz1_live_requests", "quiz2_kv_tradeoff", "quiz3_sampling_interface", "quiz4_states_before_batching",
+         "quiz5_debug_by_request", "quiz6_key_table_decode", "quiz7_scheduling_states",
          "pitfall1_kv_not_hit_cache", "pitfall2_sampling_not_ui", "pitfall3_one_lifecycle",
-         "code_top_p", "code_kv_bytes", "code_stop_check", "code_chat_kv", "task5_trim_policy"]
+         "code_top_p", "code_kv_bytes", "code_stop_check", "code_chat_kv", "task5_trim_policy",
+         "task6_gpu_capacity"]
 assert sorted(ORDER) == sorted(EXERCISES), "every registered exercise must have its place in ORDER"
 _registered = dict(EXERCISES)
 EXERCISES.clear()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -92,6 +93,9 @@ def my_check_stop(token_id, output_ids, text, params, eos_token_id, prompt_len, 
     keep_last=None re-sends the whole history; keep_last=N re-sends only the last N earlier turns."""
     raise NotImplementedError("your formula here · 在这里写你的公式")''',
     "task5_trim_policy": 'task5_trim_policy = ("", "")   # ("summary" or "last_n", "why, in a sentence") · ("summary" 或 "last_n", "一句话理由")',
+    "task6_gpu_capacity": '''def max_requests(num_layers, num_kv_heads, head_dim, num_params, card_gb, context_tokens, kv_dtype_bytes=2):
+    """How many requests of context_tokens (prompt + output) fit at once in the KV cache of one GPU."""
+    raise NotImplementedError("your formula here · 在这里写你的公式")''',
 }
 
 
@@ -114,8 +118,8 @@ def _grade_command(lang: str) -> str:
 
 
 SETUP = {  # the set-up cell: the only code that differs, and only in telling check() its language
-    "en": "from minillm.grading import DiagramEditor, check, show_scenarios, summary",
-    "zh": "from minillm.grading import DiagramEditor, check, set_language, show_scenarios, summary\n\n"
+    "en": "from minillm.grading import DiagramEditor, check, show_scenarios, show_solution, summary",
+    "zh": "from minillm.grading import DiagramEditor, check, set_language, show_scenarios, show_solution, summary\n\n"
           "set_language(\"zh\")   # 代码题、选择题等没有自身语言的反馈也用中文（文字答案的反馈跟随答案的语言）",
 }
 
@@ -128,7 +132,7 @@ def cells(solved: bool, lang: str = "en") -> list:
     code = new_code_cell
 
     def md(text: Bi):
-        return new_markdown_cell(text(lang))
+        return new_markdown_cell(_own_language(text(lang), lang))
 
     def ans(ex_id):
         return code(answer[ex_id])
@@ -218,6 +222,8 @@ diagram, in a few sentences, and in small pieces of code that are compared with 
 | `code_stop_check` | the stop-condition check, compared with the engine's semantics | 3 | §6 |
 | `code_chat_kv` | the long chat: KV bytes at turn k, full history or the last N turns | 2 | §3 scenario 1 |
 | `task5_trim_policy` | the long chat: pick a trimming policy, and why | 2 | §3 scenario 1 |
+| `task6_gpu_capacity` | how many requests fit in a GPU's memory, by your formula | 3 | §3, 显存 |
+| `quiz5_debug_by_request` … `quiz7_scheduling_states` | the judgement "debug by the request", the key table, §5 and conclusion 2 | 3 × 2 | judgements, key table, §5 |
 
 `check("task1")` works too: a unique prefix of an id is enough.""",
               """| 练习编号 | 要做什么 | 分值 | 对应章节 |
@@ -234,6 +240,8 @@ diagram, in a few sentences, and in small pieces of code that are compared with 
 | `code_stop_check` | 停止条件检查，与引擎的停止语义对照 | 3 | §6 |
 | `code_chat_kv` | 长对话：第 k 轮的 KV 字节数，完整历史或只保留最近 N 轮 | 2 | §3 场景 1 |
 | `task5_trim_policy` | 长对话：选一种裁剪历史的策略，并说明理由 | 2 | §3 场景 1 |
+| `task6_gpu_capacity` | 用你的公式算出一张 GPU 的显存里能同时放下多少个请求 | 3 | §3、显存 |
+| `quiz5_debug_by_request` … `quiz7_scheduling_states` | 工程判断“从请求对象出发排查”、关键表格、§5 与结论 2 | 3 × 2 | 工程判断、关键表格、§5 |
 
 `check("task1")` 也可以：只要编号的前缀唯一就行。""")),
         code(SETUP[lang]),
@@ -415,7 +423,8 @@ a UI knob" is the chapter's pitfall 2 and cancels both points.""",
         md(Bi("""## Self-check quiz
 ### 自测问题
 
-The chapter's four self-check questions, each with one best answer. Answer with a pair: the letter
+The chapter's four self-check questions, then three on what they leave out (the judgement "debug by the
+request object", the key table, §5 and conclusion 2), each with one best answer. Answer with a pair: the letter
 and **why, in one sentence** — `("B", "because …")` (2 points: one for the letter, one for the
 why). "Answer: B", "选B" or "I think B" are read as B; two letters are not an answer. A wrong pick
 tells you why it is wrong, so you can try again; the right one shows the explanation of every
@@ -423,7 +432,7 @@ option.""",
               """## 自测问题
 ### Self-check quiz
 
-本章的四道自测题，每题有一个最佳答案。用一对值作答：选项字母和**一句话理由**——`("B", "因为……")`
+本章的四道自测题，再加三道补上它们没覆盖的内容（工程判断“从请求对象出发排查”、关键表格、§5 与结论 2），每题有一个最佳答案。用一对值作答：选项字母和**一句话理由**——`("B", "因为……")`
 （2 分：字母 1 分，理由 1 分）。“选B”“答案：B”“Answer: B”都按 B 处理；写两个字母不算作答。
 选错时会告诉你错在哪里，可以再试；选对后会显示每个选项的解析。""")),
     ]
@@ -582,6 +591,43 @@ Answer `("summary", "why …")` or `("last_n", "why …")`.""",
 用 `("summary", "理由……")` 或 `("last_n", "理由……")` 作答。""")),
         ans("task5_trim_policy"),
         chk("task5_trim_policy"),
+        md(Bi("""## Exercise 6 — how many requests fit in a GPU's memory
+### 任务 6：显存里放得下多少个请求
+*§3 "the KV cache is the core memory burden", on real cards; notebook 03 builds the table.*
+
+Write `max_requests(num_layers, num_kv_heads, head_dim, num_params, card_gb, context_tokens,
+kv_dtype_bytes=2)`: how many requests of `context_tokens` tokens (prompt + output) fit at once in the
+KV cache of one GPU with `card_gb` GB, under notebook 03's assumptions:
+
+- GB is 10^9 bytes, and the engine may use 90% of the card;
+- the weights come first: `num_params` × 2 bytes (bf16); what is left is the KV budget;
+- one token's K and V take the engine's bytes per token, with `kv_dtype_bytes` per number
+  (2 for bf16, 1 for FP8);
+- a request takes whole blocks of 16 tokens (round `context_tokens` up to a multiple of 16);
+- the answer is a whole number of requests, 0 when the weights alone do not fit.
+
+Check one case by hand first: Llama-3-8B (32 layers, 8 KV heads, head_dim 128, 8.03 billion
+parameters) on an 80 GB card at 8,192 tokens gives 52. Compared with `minillm.viz.kv_capacity` on 9
+cases: three published models, 24 / 80 / 141 GB, several lengths, bf16 and FP8 (3 points, in
+proportion). A wrong count says which slip would explain it.""",
+              """## 任务 6：显存里放得下多少个请求
+*§3“KV 缓存是显存压力的核心来源”，放到真实的卡上；第 03 个笔记本里有这张表。*
+
+写出 `max_requests(num_layers, num_kv_heads, head_dim, num_params, card_gb, context_tokens,
+kv_dtype_bytes=2)`：一张 `card_gb` GB 的 GPU 上，KV 缓存里能同时放下多少个 `context_tokens` 个 token（提示 + 输出）的请求。
+前提和笔记本 03 相同：
+
+- GB 指 10^9 字节，引擎最多用卡上 90% 的显存；
+- 先放权重：`num_params` × 2 字节（bf16），剩下的才是 KV 预算；
+- 一个 token 的 K 和 V 按引擎的每 token 字节数算，每个数 `kv_dtype_bytes` 字节（bf16 是 2，FP8 是 1）；
+- 请求按 16 个 token 一块整块占用（把 `context_tokens` 向上取整到 16 的倍数）；
+- 答案是整数个请求；权重本身都放不下时为 0。
+
+先手算一个用例：Llama-3-8B（32 层、8 个 KV 头、head_dim 128、80.3 亿参数）在 80 GB 的卡上、每个请求 8,192 个 token，
+结果是 52。会在 9 个用例上与 `minillm.viz.kv_capacity` 对照：三个公开模型，24 / 80 / 141 GB，几种长度，bf16 和 FP8
+（3 分，按通过比例给分）。算错时，反馈会指出哪种失误能解释你的结果。""")),
+        ans("task6_gpu_capacity"),
+        chk("task6_gpu_capacity"),
         md(Bi("""## Your score
 ### 总分
 
@@ -593,6 +639,18 @@ All exercises at once — the same table `minillm grade` prints.""",
         code("summary()"),
     ]
     return out
+
+
+def _own_language(text: str, lang: str) -> str:
+    """The Chinese edition's headings without their English subtitle (a '### …' line in English right
+    under a heading); the English edition keeps its Chinese subtitles, the chapter's own words."""
+    if lang != "zh":
+        return text
+    lines = text.split("\n")
+    keep = [line for i, line in enumerate(lines)
+            if not (i > 0 and lines[i - 1].startswith("#") and line.startswith("### ")
+                    and len(re.findall(r"[\u4e00-\u9fff]", line)) < 3)]
+    return "\n".join(keep)
 
 
 _DATA_EXAMPLE = {

@@ -27,6 +27,8 @@ import re
 import ipywidgets as widgets
 
 from .diagram import Diagram, from_data, render_svg, to_dot
+
+MIN_SCALE = 0.8  # the editor's picture never shrinks below this: 11 pt labels stay ~12 px
 from .extract import DIAGRAM_MIME
 
 from .language import resolve
@@ -286,9 +288,13 @@ class DiagramEditor(widgets.VBox):
         svg, why = render_svg(dot)
         if svg is not None:
             svg = re.sub(r"^<\?xml[^>]*>\s*(<!DOCTYPE[^>]*>\s*)?", "", svg.strip())
-            # shrink to the output's width (height from the aspect ratio): a state just added stays in view
-            svg = svg.replace("<svg", '<svg style="max-width:100%;height:auto;display:block"', 1)
-            return f"<div style='max-width:100%'>{svg}</div>"
+            # shrink to the output's width (height from the aspect ratio), but not below MIN_SCALE of its
+            # size: a full lifecycle with notes is ~2000 px wide, and fitted into a notebook its 11 pt text
+            # came out ~7 px; past that the box scrolls sideways instead
+            m = re.search(r'<svg[^>]* width="([\d.]+)pt"', svg)
+            least = f"min-width:{float(m.group(1)) * 4 / 3 * MIN_SCALE:.0f}px;" if m else ""
+            svg = svg.replace("<svg", f'<svg style="max-width:100%;{least}height:auto;display:block"', 1)
+            return f"<div style='max-width:100%;overflow-x:auto'>{svg}</div>"
         return (f"<div style='color:#9a6700'>{html.escape(why)}</div>"
                 f"<pre style='font-size:12px'>{html.escape(dot)}</pre>")
 

@@ -198,3 +198,13 @@ EARLY_TURN_MATTERS = idea(
 BOUNDED_KV = idea(
     "bounded_kv", "the KV each turn holds stays bounded", "每轮占用的 KV 保持有界",
     standalone=[r"\b(bound\w*|budget|cap\w*|limit\w*|fixed|constant|stays? (small|flat)|fits?)\b", r"预算|上限|有界|固定|不再增长|受控"])
+DECODE_PER_TOKEN = idea(
+    "decode_per_token", "decode takes one step per output token, so output length and scheduling set latency and use",
+    "decode 每个输出 token 一步，所以输出长度和调度决定总延迟和设备利用率",
+    standalone=[r"\b(one|a|each|every)\s+(\w+\s+){0,2}?(step|round|pass|iteration|forward)s?\s+(\w+\s+){0,2}?"
+                r"(per|for each|for every|for one)\s+(\w+\s+){0,1}?tokens?", r"\bper\s+(output\s+|generated\s+)?token\b",
+                r"\b(token by token|round by round|step by step|one token at a time)\b",
+                r"\b(long|longer|more)\s+(\w+\s+){0,2}?(outputs?|tokens)\b[^.;]{0,50}\b(steps?|rounds?|latency|longer|time)",
+                r"\bschedul\w*\b[^.;]{0,50}\b(batch\w*|together|utili[sz]\w*|throughput|busy|idle)",
+                r"每(个|一个)?(输出|生成的?)?\s*token\s*(一|1)\s*(步|轮)", r"逐(个|一)?\s*token|一轮一轮|一步一步",
+                r"输出(越|很)?长[^。；;]{0,20}(步|轮|延迟|越久|时间)", r"(调度|批|batch)[^。；;]{0,16}(利用率|吞吐|一起|合批|空闲)"])

@@ -75,13 +75,15 @@ def _as_text(answer, name: str) -> str:
 
 
 def _wrong_type(fn):
-    """A grader wrapper that turns a wrong answer type into feedback (in the notebook's language:
-    a value of the wrong type has no language of its own)."""
+    """A grader wrapper that turns a wrong answer type into feedback: in the answer's language when
+    it is text with Chinese in it (a bare "对" is a Chinese answer), else in the notebook's."""
 
     def grader(answer, m: Marks):
         try:
             fn(answer, m)
         except _TypeProblem as exc:
+            if isinstance(answer, str) and re.search(r"[\u4e00-\u9fff]", answer):
+                m.lang = "zh"
             m.wrong(exc.zh if m.lang == "zh" else str(exc))
 
     grader.__name__ = fn.__name__
@@ -643,6 +645,71 @@ QUIZ = [
                            "Right: batching operates on a set of changing states, not on static tasks.",
                            "正确：batching 操作的是一批不断变化的状态，而不是静态任务。"),
              }, "D"),
+    Question("quiz5_debug_by_request", "judgement: debug by the request object",
+             Bi("A server's KV cache keeps filling up although traffic is flat, and the forward function is correct. "
+                "What do you look at first?",
+                "一个服务的流量很平稳，前向函数也没有问题，KV 缓存却越占越满。你首先看什么？"), {
+                 "A": _opt("A profile of the forward pass, kernel by kernel, to find the slow layer.",
+                           "前向计算的性能剖析，逐个算子找出慢的那一层。",
+                           "The forward pass is correct and speed is not the symptom; the question is who holds memory.",
+                           "前向计算是对的，症状也不是慢；问题在于谁占着显存。"),
+                 "B": _opt("The live request objects: their states, the blocks each holds, and when those change.",
+                           "活跃的请求对象：它们的状态、各自占着的块，以及这些何时变化。",
+                           "Right: debug by the request object. A request that finished or was cancelled but still "
+                           "holds blocks shows up there at once (lifecycle first, capacity second).",
+                           "正确：从请求对象出发排查。已经结束或被取消、却还占着块的请求，在这里一眼就能看到（先看生命周期，再看容量）。"),
+                 "C": _opt("Store the KV cache in FP8 so that it takes half the memory.",
+                           "把 KV 缓存改成 FP8 存储，让它只占一半显存。",
+                           "Quantization comes last: it halves a leak's growth but does not stop it.",
+                           "量化是最后一步：它让泄漏涨得慢一半，却堵不住泄漏。"),
+                 "D": _opt("Buy a card with more memory.", "换一张显存更大的卡。",
+                           "A leak fills any card; more memory only delays the moment.",
+                           "泄漏能填满任何一张卡；更大的显存只是推迟了那一刻。"),
+             }, "B"),
+    Question("quiz6_key_table_decode", "key table: decode",
+             Bi("In the chapter's key table, which row is Decode's: what it is most sensitive to, and what that "
+                "affects later?",
+                "本章关键表格里，哪一行属于 Decode：它最敏感的资源或问题是什么，又影响后面的什么？"), {
+                 "A": _opt("Input length and first-token latency; it decides whether the request enters decode smoothly.",
+                           "输入长度、首 token 延迟；影响请求能否顺利进入 decode。",
+                           "That is Prefill's row: the whole prompt is processed before the first token.",
+                           "这是 Prefill 那一行：首个 token 之前要先处理完整个提示词。"),
+                 "B": _opt("Output length, scheduling policy and throughput; it affects total latency and device "
+                           "utilization.",
+                           "输出长度、调度策略、吞吐；影响总延迟和设备利用率。",
+                           "Right: decode takes one step per output token, so the output's length and how the "
+                           "scheduler batches those steps set the total latency and how busy the device is.",
+                           "正确：decode 每个输出 token 一步，所以输出有多长、调度器怎样把这些步合批，决定了总延迟和设备有多忙。"),
+                 "C": _opt("Memory capacity, bandwidth and memory management; it affects concurrency and cache layout.",
+                           "显存容量、带宽、内存管理；影响并发能力和缓存布局设计。",
+                           "That is the KV cache's row: how much history fits decides how many requests live together.",
+                           "这是 KV 缓存那一行：能放下多少历史，决定了能同时活着多少请求。"),
+                 "D": _opt("Generation parameters and request semantics; it affects output style and state advancement.",
+                           "生成参数、请求语义；影响输出风格和状态推进。",
+                           "That is Sampling's row: the parameters travel with the request and pick each token.",
+                           "这是 Sampling 那一行：参数随请求一起走，决定每一个 token。"),
+             }, "B"),
+    Question("quiz7_scheduling_states", "§5 scheduling + conclusion 2",
+             Bi("With many requests in the engine, what does one scheduling step manage?",
+                "引擎里有很多请求时，调度器的一步管理的是什么？"), {
+                 "A": _opt("One model computation at a time: the next forward pass and nothing else.",
+                           "一次一个模型计算：下一次前向，别的不管。",
+                           "The forward pass is one part of the step; deciding who is in it is the scheduling.",
+                           "前向只是这一步的一部分；决定谁进入这次前向，才是调度。"),
+                 "B": _opt("A cache of finished answers, looked up by prompt, that must not grow too large.",
+                           "一个按提示词查找的、已完成答案的缓存，不能让它太大。",
+                           "That is the hit/miss misunderstanding of the KV cache (pitfall 1), not scheduling.",
+                           "这是把 KV 缓存当成命中 / 未命中缓存的误解（误区 1），不是调度。"),
+                 "C": _opt("A set of requests whose states keep changing: who prefills, who decodes, who stopped and "
+                           "must be released now, who waits.",
+                           "一组状态不断变化的请求：谁预填充、谁解码、谁刚满足停止条件必须马上释放、谁还在等待。",
+                           "Right: the request lifecycle is state advancement, and scheduling is managing many "
+                           "requests whose states change at every step.",
+                           "正确：请求生命周期就是状态推进，调度就是管理许多每一步都在变化状态的请求。"),
+                 "D": _opt("The order of the tokens inside one request's prompt.", "一个请求的提示词里 token 的顺序。",
+                           "The prompt's order is fixed by the user; the scheduler decides between requests.",
+                           "提示词的顺序由用户决定；调度器是在请求之间做决定。"),
+             }, "C"),
 ]
 
 _CUE = re.compile(r"(answer|option|choice|pick|choose|select|go with|i think|i'd say|it's|it is|is)\s*[:：]?\s*\(?$|"
@@ -677,7 +744,10 @@ def _quiz_why_ideas(q: Question):
     return {"quiz1_live_requests": ([I.HOLDS_RESOURCES], False),
             "quiz2_kv_tradeoff": ([I.RECOMPUTE, I.MEMORY], True),
             "quiz3_sampling_interface": ([I.TOKEN_TO_HISTORY, I.NEXT_STEP_DEPENDS], False),
-            "quiz4_states_before_batching": ([I.MIXED_STATES], False)}[q.id]
+            "quiz4_states_before_batching": ([I.MIXED_STATES], False),
+            "quiz5_debug_by_request": ([I.HOLDS_RESOURCES], False),
+            "quiz6_key_table_decode": ([I.DECODE_PER_TOKEN], False),
+            "quiz7_scheduling_states": ([I.MIXED_STATES], False)}[q.id]
 
 
 def _quiz_answer(answer, q: Question) -> tuple:

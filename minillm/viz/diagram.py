@@ -13,6 +13,7 @@ repeats inside the DECODE state without changing it.
 from __future__ import annotations
 
 import html
+import re
 from typing import Iterable
 
 from ..request import TRANSITIONS, RequestState
@@ -144,11 +145,23 @@ def lifecycle_diagram(current_state=None, highlight_edge=None, *, show_loop: boo
     return g
 
 
+# JupyterLab shows a cell's SVG output as an <img> and, unlike PNG, does not cap its width, so the
+# SVG's own size must fit: a notebook's output area is about 950 px wide in a 1280 px window
+DIAGRAM_MAX_PX = 900
+_SIZE = re.compile(r'<svg([^>]*?) width="([\d.]+)pt" height="([\d.]+)pt"')
+
+
 def _fit_to_width(svg: str) -> str:
     """Let graphviz's fixed-size SVG shrink to its container (``max-width: 100%``, height from the
-    aspect ratio). Its natural size stays in the width/height attributes, so where the SVG is shown
-    as an image (JupyterLab, GitHub, nbviewer) it has a size to scale from; without this the
-    ~1500 px diagram is wider than a notebook output and its right end is hidden."""
+    aspect ratio), and give it a natural size of at most ``DIAGRAM_MAX_PX`` pixels wide: where the
+    SVG is shown as an image (JupyterLab once the cell has run, GitHub, nbviewer) the natural size
+    is what is drawn, and the ~1900 px diagram would hide FINISHED and RELEASED off the right edge."""
+    m = _SIZE.search(svg)
+    if m is not None:
+        width, height = float(m.group(2)) * 4 / 3, float(m.group(3)) * 4 / 3  # pt -> CSS px
+        scale = min(1.0, DIAGRAM_MAX_PX / width)
+        svg = (svg[:m.start()] + f'<svg{m.group(1)} width="{width * scale:.0f}px" height="{height * scale:.0f}px"'
+               + svg[m.end():])
     start = svg.find("<svg")
     if start == -1:
         return svg

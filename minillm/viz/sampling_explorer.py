@@ -297,25 +297,32 @@ class SamplingExplorerCore:
             ax.set_yticklabels(labels if ax is axes[0] else [], fontsize=10)
             ax.set_xlim(0, xmax)  # one scale for every stage: sharper means longer bars
             ax.tick_params(axis="x", labelsize=9)
-        draws = self.draws()
-        counts: dict[int, int] = {}
-        for t in draws:
-            counts[t] = counts.get(t, 0) + 1
-        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n][::-1]
-        ax = axes[-1]
-        probs = self.probs()
-        ax.barh(range(len(top)), [c / len(draws) for _, c in top],
-                color=["#f59e0b" if t == sampled else "#10b981" for t, _ in top])
-        ax.scatter([float(probs[t]) for t, _ in top], range(len(top)), marker="|", color="black", s=60,
-                   label=phrase("se.probability", lang), zorder=3)
-        ax.set_yticks(range(len(top)))
-        ax.set_yticklabels([self.text(t) for t, _ in top], fontsize=10)
-        ax.set_title(phrase("se.draws_title", lang, n=len(draws), seed=self.seed), fontsize=10)
-        ax.tick_params(axis="x", labelsize=9)
+        self._draw_panel(axes[-1], order, sampled, xmax, lang)
+        axes[-1].tick_params(axis="x", labelsize=9)
         # fixed margins (tight_layout would cost a second full draw on every slider move)
         fig.subplots_adjust(left=0.09, right=0.98, top=1 - 0.5 / fig.get_figheight(),
                             bottom=0.35 / fig.get_figheight(), wspace=0.6)
         return fig
+
+    def _draw_panel(self, ax, order: list[int], sampled: int, xmax: float, lang) -> None:
+        """The histogram of ``num_draws`` draws over the same tokens, in the same order and on the
+        same scale as the stage panels (at temperature 0 every draw is the argmax: one bar of 1.0
+        among the empty rows of the tokens greedy never picks)."""
+        draws = self.draws()
+        counts: dict[int, int] = {}
+        for t in draws:
+            counts[t] = counts.get(t, 0) + 1
+        shares = [counts.get(t, 0) / len(draws) for t in order]
+        probs = self.probs()
+        ax.barh(range(len(order)), shares, color=["#f59e0b" if t == sampled else "#10b981" for t in order])
+        ax.scatter([float(probs[t]) for t in order], range(len(order)), marker="|", color="black", s=60,
+                   label=phrase("se.probability", lang), zorder=3)
+        ax.set_yticks(range(len(order)))
+        ax.set_yticklabels([], fontsize=10)
+        ax.set_xlim(0, max(xmax, max(shares) * 1.05))  # the stage panels' scale, unless a share is larger
+        outside = len(draws) - sum(counts.get(t, 0) for t in order)
+        title = phrase("se.draws_title", lang, n=len(draws), seed=self.seed)
+        ax.set_title(title + (phrase("se.draws_outside", lang, k=outside) if outside else ""), fontsize=10)
 
     def png(self, n: int = 15) -> bytes:
         buf = io.BytesIO()

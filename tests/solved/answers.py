@@ -96,6 +96,15 @@ def my_check_stop(token_id, output_ids, text, params, eos_token_id, prompt_len, 
     if prompt_len + len(output_ids) >= max_model_len:
         return StopReason.CONTEXT_FULL
     return None''',
+    "task6_gpu_capacity": '''def max_requests(num_layers, num_kv_heads, head_dim, num_params, card_gb, context_tokens, kv_dtype_bytes=2):
+    """How many requests of context_tokens (prompt + output) fit at once in the KV cache of one GPU."""
+    per_token = 2 * num_layers * num_kv_heads * head_dim * kv_dtype_bytes   # K and V, every layer
+    tokens = -(-context_tokens // 16) * 16                                  # whole blocks of 16
+    budget = int(0.9 * card_gb * 10**9) - 2 * num_params                    # 90% of the card minus bf16 weights
+    return max(budget, 0) // (tokens * per_token)''',
+    "quiz5_debug_by_request": 'quiz5_debug_by_request = ("B", "each request holds its KV blocks and state until it is released, so one that finished but still holds blocks shows up there")',
+    "quiz6_key_table_decode": 'quiz6_key_table_decode = ("B", "decode takes one step per output token, so longer outputs mean more steps and the scheduler decides how they are batched")',
+    "quiz7_scheduling_states": 'quiz7_scheduling_states = ("C", "the requests are in different states that change at every step")',
 }
 
 # The Chinese notebook's reference answers: the written ones in Chinese (each must grade to full
@@ -146,4 +155,13 @@ SOLVED_ANSWERS_ZH = {
     "pitfall3_one_lifecycle": '''pitfall3_one_lifecycle = (True, "prefill 建立请求的 KV 缓存，decode 基于同一份缓存继续，每步一个 token。")''',
     "task5_trim_policy": '''task5_trim_policy = ("summary", "只保留最近 N 轮会丢掉第 1 轮的题目，而后面每一轮都要引用它；摘要能保留它的要点，"
                               "同时每轮的 KV 占用也有上限。")''',
+    "task6_gpu_capacity": '''def max_requests(num_layers, num_kv_heads, head_dim, num_params, card_gb, context_tokens, kv_dtype_bytes=2):
+    """一张 GPU 的 KV 缓存里，能同时放下多少个 context_tokens 个 token（提示 + 输出）的请求。"""
+    per_token = 2 * num_layers * num_kv_heads * head_dim * kv_dtype_bytes   # K 和 V，每一层
+    tokens = -(-context_tokens // 16) * 16                                  # 按 16 个 token 一块整块占用
+    budget = int(0.9 * card_gb * 10**9) - 2 * num_params                    # 卡的 90% 减去 bf16 权重
+    return max(budget, 0) // (tokens * per_token)''',
+    "quiz5_debug_by_request": 'quiz5_debug_by_request = ("B", "每个请求在释放之前都占着 KV 块和状态，看它们就知道谁早该归还却没有归还")',
+    "quiz6_key_table_decode": 'quiz6_key_table_decode = ("B", "decode 每个输出 token 一步，输出越长步数越多，调度决定这些步怎样合批")',
+    "quiz7_scheduling_states": 'quiz7_scheduling_states = ("C", "请求处于不同的状态，而且每一步都在变化")',
 }
