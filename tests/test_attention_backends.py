@@ -178,7 +178,8 @@ def test_flex_backend_keeps_one_transfer_each_way(tiny_llama):
     steps = _count_steps(llm, 30)
     decode_only = [s for s in steps if s[2]["num_prefill"] == 0 and s[2]["num_decode"] == 16]
     assert len(decode_only) >= 5
-    assert all(len(d2h) == 1 and len(h2d) <= 2 for d2h, h2d, _ in steps)
+    assert all(len(d2h) <= 1 and len(h2d) <= 2 for d2h, h2d, _ in steps), [(d, h, s) for d, h, s in steps]
+    assert all(len(d2h) == 1 for d2h, _, _ in decode_only)
 
 
 def test_attention_backend_option_is_checked():
