@@ -311,3 +311,18 @@ def test_the_chinese_notebook_with_the_reference_parts_runs_on_them(tmp_path):
     for part in ("build_a_moves", "build_b_pool", "build_c_step", "build_d_filters"):
         assert re.search(rf"{part}[^\n]*3 / 3", text), text
     assert text.count("这个引擎用的是你写的部件") == 5 and "还没准备好" not in text, text
+
+
+def test_show_method_is_recorded_and_an_unknown_part_is_feedback():
+    from minillm.grading import set_language
+    from minillm.grading.extract import SOLUTION_MIME
+
+    set_language("zh")
+    try:
+        shown = build_it.show_method("b")._repr_mimebundle_()
+    finally:
+        set_language("en")
+    assert shown[SOLUTION_MIME] == {"id": "build_b_pool"}
+    assert "空闲块列表" in shown["text/plain"]
+    verdict = build_it.check("e", 1)
+    assert not verdict.passed and "a, b, c, d" in str(verdict)
