@@ -322,6 +322,12 @@ def test_the_engine_guard_puts_the_engine_back_and_sees_copies():
     out = safecall.call(lambda lg, p: top_p_filter(lg, p), x, 0.5, forbid=FORBIDDEN["my_top_p_filter"])
     assert not out.ok and "engine's own" in out.error
     assert torch.equal(top_p_filter(x.clone(), 0.5), torch.tensor([3.0] + [float("-inf")] * 3))  # restored
+    # a call stuck in C past its time limit: the engine is given back at once, not when the call ends
+    import time
+
+    stuck = safecall.call(lambda lg, p: time.sleep(2), x, 0.5, timeout=0.2, forbid=FORBIDDEN["my_top_p_filter"])
+    assert stuck.timed_out
+    assert torch.equal(top_p_filter(x.clone(), 0.5), torch.tensor([3.0] + [float("-inf")] * 3))
 
 
 def test_a_lookup_table_of_the_printed_scenarios_earns_nothing(tmp_path, monkeypatch):
