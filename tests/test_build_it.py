@@ -326,3 +326,22 @@ def test_show_method_is_recorded_and_an_unknown_part_is_feedback():
     assert "空闲块列表" in shown["text/plain"]
     verdict = build_it.check("e", 1)
     assert not verdict.passed and "a, b, c, d" in str(verdict)
+
+
+def test_bad_parts_are_refused_naming_the_field():
+    from minillm import LLM
+    from minillm.seams import EngineParts
+
+    with pytest.raises(ValueError, match="parts must be"):
+        LLM(device="cpu", parts={"block_pool": sol.MyBlockPool})
+    with pytest.raises(ValueError, match="block_pool must be callable"):
+        EngineParts(block_pool=3)
+    with pytest.raises(ValueError, match="transitions must be a dict"):
+        EngineParts(transitions=[S.NEW])
+
+    class NoShare:
+        def __init__(self, n):
+            pass
+
+    with pytest.raises(ValueError, match="lacks allocate, share, free, num_free, ref_count"):
+        LLM(device="cpu", parts=EngineParts(block_pool=NoShare))
