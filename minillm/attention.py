@@ -358,7 +358,10 @@ class FlexPaged(AttentionBackend):
         else:
             from torch.nn.attention.flex_attention import flex_attention as attend
         extra = {"kernel_options": self.kernel_options} if compiled and self.kernel_options else {}
-        out = attend(q.view(n, heads, 1, dim), keys, values, block_mask=meta.flex_mask, scale=scale,
+        # the scale goes into q, flex always sees 1.0: a float argument that changes between calls
+        # (engines of other head sizes in one process) makes dynamo turn it into a tensor input
+        # made on the host every call
+        out = attend((q * scale).view(n, heads, 1, dim), keys, values, block_mask=meta.flex_mask, scale=1.0,
                      enable_gqa=heads != kv_heads, **extra)
         return out.reshape(n, heads * dim)
 

@@ -134,10 +134,14 @@ class _Outcomes:
 
     def __init__(self, rep: Report, key: str):
         self.rep, self.key = rep, key
-        self.res = {"passed": 0, "failed": 0, "skipped": 0, "failures": {}, "skips": {}}
+        self.res = {"passed": 0, "failed": 0, "skipped": 0, "by_backend": {}, "failures": {}, "skips": {}}
 
     def pytest_runtest_logreport(self, report):
         if report.when == "call" or report.outcome != "passed":
+            # parity ids start with the backend ("test_x[gather-llama]"): outcomes per backend
+            backend = report.nodeid.partition("[")[2].split("-")[0].rstrip("]") or "-"
+            per = self.res["by_backend"].setdefault(backend, {})
+            per[report.outcome] = per.get(report.outcome, 0) + 1
             if report.outcome == "passed":
                 self.res["passed"] += 1
             elif report.outcome == "skipped":

@@ -168,6 +168,20 @@ def test_paged_backend_keeps_one_upload_per_greedy_decode_step(tiny_llama):
     assert all(len(d2h) == 1 and len(h2d) == 1 for d2h, h2d, _ in decode_only)
 
 
+def test_flex_backend_keeps_one_transfer_each_way(tiny_llama):
+    """The block mask is made on the device from the step's one upload: sampled steps with
+    logprobs still send one packet down and at most two up (the step's indices, the sampler's)."""
+    llm = _engine(tiny_llama, "flex")
+    for i in range(16):
+        llm.add_request(prompt_token_ids=list(range(2, 5 + 3 * i)),
+                        params=SamplingParams(max_tokens=8, temperature=0.8, seed=i, logprobs=2, ignore_eos=True))
+    steps = _count_steps(llm, 30)
+    decode_only = [s for s in steps if s[2]["num_prefill"] == 0 and s[2]["num_decode"] == 16]
+    assert len(decode_only) >= 5
+    assert all(len(d2h) <= 1 and len(h2d) <= 2 for d2h, h2d, _ in steps), [(d, h, s) for d, h, s in steps]
+    assert all(len(d2h) == 1 for d2h, _, _ in decode_only)
+
+
 def test_attention_backend_option_is_checked():
     assert ATTENTION_BACKENDS == (*BACKENDS, "auto")  # the option's names are the backends' and "auto"
     assert check_engine_options(attention_backend="paged").attention_backend == "paged"

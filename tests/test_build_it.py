@@ -311,3 +311,37 @@ def test_the_chinese_notebook_with_the_reference_parts_runs_on_them(tmp_path):
     for part in ("build_a_moves", "build_b_pool", "build_c_step", "build_d_filters"):
         assert re.search(rf"{part}[^\n]*3 / 3", text), text
     assert text.count("这个引擎用的是你写的部件") == 5 and "还没准备好" not in text, text
+
+
+def test_show_method_is_recorded_and_an_unknown_part_is_feedback():
+    from minillm.grading import set_language
+    from minillm.grading.extract import SOLUTION_MIME
+
+    set_language("zh")
+    try:
+        shown = build_it.show_method("b")._repr_mimebundle_()
+    finally:
+        set_language("en")
+    assert shown[SOLUTION_MIME] == {"id": "build_b_pool"}
+    assert "空闲块列表" in shown["text/plain"]
+    verdict = build_it.check("e", 1)
+    assert not verdict.passed and "a, b, c, d" in str(verdict)
+
+
+def test_bad_parts_are_refused_naming_the_field():
+    from minillm import LLM
+    from minillm.seams import EngineParts
+
+    with pytest.raises(ValueError, match="parts must be"):
+        LLM(device="cpu", parts={"block_pool": sol.MyBlockPool})
+    with pytest.raises(ValueError, match="block_pool must be callable"):
+        EngineParts(block_pool=3)
+    with pytest.raises(ValueError, match="transitions must be a dict"):
+        EngineParts(transitions=[S.NEW])
+
+    class NoShare:
+        def __init__(self, n):
+            pass
+
+    with pytest.raises(ValueError, match="lacks allocate, share, free, num_free, ref_count"):
+        LLM(device="cpu", parts=EngineParts(block_pool=NoShare))

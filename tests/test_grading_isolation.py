@@ -270,7 +270,7 @@ def test_a_killed_or_stopped_grader_costs_only_its_own_row(tmp_path, monkeypatch
     real_limit = nbmod._child_limit
     monkeypatch.setattr(nbmod, "_child_command", command)
     monkeypatch.setattr(nbmod, "_child_limit", lambda nb, args: 2 if nb.stem == "c_stopped" else real_limit(nb, args))
-    assert cli_grade([str(subs), "--timeout", str(CELL_TIMEOUT), "--deadline", str(DEADLINE)]) == 0
+    assert cli_grade([str(subs), "--timeout", str(CELL_TIMEOUT), "--deadline", str(DEADLINE), "--jobs", "2"]) == 0
     book = json.loads((subs / "gradebook.json").read_text())
     rows = {Path(r["notebook"]).stem: r for r in book["reports"]}
     assert book["complete"] is True
@@ -279,6 +279,7 @@ def test_a_killed_or_stopped_grader_costs_only_its_own_row(tmp_path, monkeypatch
     assert rows["c_stopped"]["status"] == "grader stopped"
     csv_rows = (subs / "gradebook.csv").read_text().splitlines()
     assert len(csv_rows) == 5 and any("grader stopped" in r for r in csv_rows)
+    assert [Path(r["notebook"]).stem for r in book["reports"]] == ["a_honest", "b_killed", "c_stopped", "d_honest"]
 
 
 # =============================================================================================
@@ -322,6 +323,12 @@ def test_the_engine_guard_puts_the_engine_back_and_sees_copies():
     out = safecall.call(lambda lg, p: top_p_filter(lg, p), x, 0.5, forbid=FORBIDDEN["my_top_p_filter"])
     assert not out.ok and "engine's own" in out.error
     assert torch.equal(top_p_filter(x.clone(), 0.5), torch.tensor([3.0] + [float("-inf")] * 3))  # restored
+    # a call stuck in C past its time limit: the engine is given back at once, not when the call ends
+    import time
+
+    stuck = safecall.call(lambda lg, p: time.sleep(2), x, 0.5, timeout=0.2, forbid=FORBIDDEN["my_top_p_filter"])
+    assert stuck.timed_out
+    assert torch.equal(top_p_filter(x.clone(), 0.5), torch.tensor([3.0] + [float("-inf")] * 3))
 
 
 def test_a_lookup_table_of_the_printed_scenarios_earns_nothing(tmp_path, monkeypatch):

@@ -21,9 +21,12 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/full")
 libc = ctypes.CDLL(None, use_errno=True)
 
 
+def _enc(s):
+    return s.encode() if isinstance(s, str) else s
+
+
 def _mount(src, dst, fstype=None, flags=0, data=None):
-    enc = (lambda s: s.encode() if isinstance(s, str) else s)
-    if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
+    if libc.mount(_enc(src), _enc(dst), _enc(fstype), flags, _enc(data)) != 0:
         raise OSError(ctypes.get_errno(), f"mount {src} on {dst}: {os.strerror(ctypes.get_errno())}")
 
 

@@ -506,7 +506,12 @@ def check(part: str, answer=None, *, namespace: dict | None = None, lang: str | 
     reads both filters) unless given."""
     from .registry import _user_namespace
 
-    ex = PARTS[resolve_part(part)]
+    try:
+        ex = PARTS[resolve_part(part)]
+    except KeyError as exc:  # a typo in the part's name is feedback, not a traceback
+        from .result import ERROR, Feedback
+
+        return Verdict(Result(str(part), "unknown part", 0, 0, ERROR, [Feedback("wrong", exc.args[0])]))
     if answer is None:
         ns = namespace if namespace is not None else _user_namespace()
         names = [n.strip() for n in ex.answer_name.split(",")]

@@ -46,35 +46,53 @@ def _blocked(spec: str):
 
 
 @contextmanager
-def unavailable(specs):
-    """Within the block, the functions named by ``specs`` raise a RuntimeError. Yields the list of
-    specs that were reached anyway (through a copy of their original code)."""
-    swapped, reached = [], []
-    originals = {}
+def swapped(specs):
+    """Within the block, the engine functions named by ``specs`` raise a RuntimeError saying so. Yields
+    ``{original code: spec}`` for :func:`watched`. The code is put back by the thread that entered the
+    block, even while a timed-out call is still running in another thread."""
+    done, originals = [], {}
     for spec in specs or ():
         fn = _resolve(spec)
         if fn is None:
             continue
         originals[fn.__code__] = spec
         if not fn.__code__.co_freevars:  # a closure cannot take other code; the profiler still sees it
-            swapped.append((fn, fn.__code__))
+            done.append((fn, fn.__code__))
             fn.__code__ = _blocked(spec)
+    try:
+        yield originals
+    finally:
+        for fn, code in done:
+            fn.__code__ = code
+
+
+@contextmanager
+def watched(originals: dict):
+    """In this thread (and threads it starts), note calls that reach one of ``originals`` anyway (a
+    copy of the engine's code). Yields the list of specs reached; also notes a removed profiler."""
+    reached: list = []
 
     def watch(frame, event, arg):
         if event == "call" and frame.f_code in originals and originals[frame.f_code] not in reached:
             reached.append(originals[frame.f_code])
 
+    if not originals:
+        yield reached
+        return
     before = sys.getprofile()
-    if originals:
-        sys.setprofile(watch)
-        threading.setprofile(watch)
+    sys.setprofile(watch)
+    threading.setprofile(watch)
     try:
         yield reached
     finally:
-        if originals:
-            if sys.getprofile() is not watch:
-                reached.append("(the grader's profiler was removed)")
-            sys.setprofile(before)
-            threading.setprofile(None)
-        for fn, code in swapped:
-            fn.__code__ = code
+        if sys.getprofile() is not watch:
+            reached.append("(the grader's profiler was removed)")
+        sys.setprofile(before)
+        threading.setprofile(None)
+
+
+@contextmanager
+def unavailable(specs):
+    """:func:`swapped` and :func:`watched` together, in one thread (the sandboxed kernel's)."""
+    with swapped(specs) as originals, watched(originals) as reached:
+        yield reached

@@ -15,8 +15,9 @@ is started inside new user, mount, PID, network, IPC and UTS namespaces, so it
 Two ways to build it, tried in this order: Debian's ``bubblewrap`` (``bwrap``, installed by
 ``scripts/setup.sh``), then util-linux ``unshare`` with :mod:`_jail_boot` doing the mounts inside.
 ``MINILLM_GRADE_JAIL=bwrap|unshare|none`` forces one; ``none`` (or ``minillm grade --unjailed``,
-or ``MINILLM_GRADE_UNJAILED=1``, where no jail works) is the weaker mode: the kernel is only a limited, killable process of the grader's user, and the
-report says so. Without a working jail and without that explicit choice, grading refuses to run.
+or ``MINILLM_GRADE_UNJAILED=1``, where no jail works) is the weaker mode: the kernel is only a
+limited, killable process of the grader's user, and the report says so. Without a working jail and
+without that explicit choice, grading refuses to run.
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ from .report import as_json, gradebook_csv, remove_stale, safe_text, write_atomi
 MAX_NOTEBOOK_BYTES = 50 * 2**20
 DEFAULT_CELL_TIMEOUT = 60
 DEFAULT_DEADLINE = 600
+DEFAULT_JOBS = max(1, min(4, (os.cpu_count() or 2) // 2))
 CHILD_GRACE = 120  # a folder run's grader process gets its notebook's deadline plus this, then is killed
 _CONTROL_CALLS = {"check", "summary", "check_all", "show_solution", "show_scenarios"}
 
@@ -447,7 +448,8 @@ def _last_line(path: Path) -> str:
 
 
 def _kill_strays(known: set[int]) -> None:
-    """SIGKILL every child of this process that it did not have before (orphans reparented here)."""
+    """SIGKILL every child of this process that it did not have before (orphans reparented here).
+    Only called while no grader process of this folder run is at work."""
     import signal
 
     from .sandbox import _children_of
@@ -517,6 +519,29 @@ def _write_gradebook(csv_path: Path, json_path: Path, reports: list[dict], done:
     write_atomic(json_path, as_json({"grader_version": grader_version(), "complete": done, "reports": reports}))
 
 
+def _graded_rows(notebooks: list[Path], args, work: Path, known: set[int]):
+    """``(notebook, row)`` as each notebook's grader process ends, ``args.jobs`` at a time. One at a
+    time, the processes that escaped a notebook's grader are killed before the next one starts;
+    several at a time, at the end (the kernels die with their grader either way)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    def one(i: int, nb_path: Path) -> dict:
+        own = work / str(i)
+        own.mkdir()
+        return grade_in_child(nb_path, args, own)
+
+    if args.jobs == 1:
+        for i, nb_path in enumerate(notebooks):
+            row = one(i, nb_path)
+            _kill_strays(known)
+            yield nb_path, row
+        return
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(one, i, p): p for i, p in enumerate(notebooks)}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
 def _grade_folder(folder: Path, out: Path, args) -> int:
     import tempfile
 
@@ -538,11 +563,13 @@ def _grade_folder(folder: Path, out: Path, args) -> int:
     known = set(_children_of(os.getpid()))
     reports: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="minillm-gradebook-") as work:
-        for i, nb_path in enumerate(notebooks):
-            _progress(i, len(notebooks), nb_path.name)
-            reports.append(grade_in_child(nb_path, args, Path(work)))
-            _kill_strays(known)
-            _write_gradebook(csv_path, json_path, reports, done=i + 1 == len(notebooks))
+        _progress(0, len(notebooks), notebooks[0].name)
+        for nb_path, row in _graded_rows(notebooks, args, Path(work), known):
+            reports.append(row)
+            reports.sort(key=lambda r: str(r.get("notebook")))
+            _write_gradebook(csv_path, json_path, reports, done=len(reports) == len(notebooks))
+            _progress(len(reports), len(notebooks), nb_path.name)
+        _kill_strays(known)
     _progress(len(notebooks), len(notebooks), "done")
     sys.stderr.write("\n")
     for r in reports:
@@ -574,6 +601,9 @@ def cli_grade(argv: list[str]) -> int:
                              f"function has {safecall.DEFAULT_TIMEOUT:g} s")
     parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE, metavar="SECONDS",
                         help=f"time limit for the whole submission (default {DEFAULT_DEADLINE})")
+    parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
+                        help=f"a folder: grade N notebooks at once, each in its own grader process "
+                             f"(default {DEFAULT_JOBS}: half the CPU cores, at most 4)")
     parser.add_argument("--unjailed", action="store_true",
                         help="where no jail (bubblewrap or unshare) can be built, run the code anyway as a "
                              "limited process of your user, which can read your files (weaker; the report says so)")
@@ -588,9 +618,11 @@ def cli_grade(argv: list[str]) -> int:
     if not args.notebook:
         print("minillm grade: give a notebook or a folder (or --review REPORT)", file=sys.stderr)
         return 2
-    for name, value, low, high in (("--timeout", args.timeout, 1, 3600), ("--deadline", args.deadline, 5, 86400)):
+    for name, value, low, high in (("--timeout", args.timeout, 1, 3600), ("--deadline", args.deadline, 5, 86400),
+                                   ("--jobs", args.jobs, 1, 64)):
         if not low <= value <= high:
-            print(f"minillm grade: {name} must be between {low} and {high} seconds, got {value:g}", file=sys.stderr)
+            unit = "" if name == "--jobs" else " seconds"
+            print(f"minillm grade: {name} must be between {low} and {high}{unit}, got {value:g}", file=sys.stderr)
             return 2
     target = Path(args.notebook)
     if target.is_dir():

@@ -73,7 +73,7 @@ def call(fn, *args, timeout: float | None = None, forbid: tuple = (), **kwargs) 
     """Run ``fn(*args, **kwargs)`` with a time limit (``DEFAULT_TIMEOUT`` seconds unless given);
     never raises for the student's errors. ``forbid``: engine functions ("module:function") that
     are unavailable during the call (:mod:`engine_guard`); reaching one fails the call."""
-    from .engine_guard import unavailable
+    from .engine_guard import swapped, watched
 
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
     if isinstance(fn, RemoteFunction):
@@ -84,7 +84,7 @@ def call(fn, *args, timeout: float | None = None, forbid: tuple = (), **kwargs) 
 
     def target():
         try:
-            with unavailable(forbid) as reached:
+            with watched(originals) as reached:
                 box["reached"] = reached
                 box["value"] = fn(*args, **kwargs)
         except StudentTimeout:
@@ -93,7 +93,7 @@ def call(fn, *args, timeout: float | None = None, forbid: tuple = (), **kwargs) 
             box["exc"] = exc
 
     worker = threading.Thread(target=target, name="minillm-grading-student-call", daemon=True)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), swapped(forbid) as originals:
         warnings.simplefilter("ignore")
         worker.start()
         worker.join(timeout)
