@@ -28,8 +28,8 @@ lint_rc=$?
 [ "$lint_rc" != 0 ] && echo "test.sh: ruff check found problems (listed above)" >&2
 # One pytest run, so the output ends with one summary line. --nbval collects the exercises
 # notebook (exercises/); the course notebooks under notebooks/ are compared with their saved
-# outputs by tests/test_notebooks_rerun*.py in the same kernel that runs them twice (nbval's rules,
-# tests/notebook_outputs.py), so each is executed twice, not three times. tests/solved/ holds a
+# outputs by tests/test_notebooks_rerun*.py in the kernel that then runs each cell twice more
+# (nbval's rules, tests/notebook_outputs.py): no separate nbval run of them. tests/solved/ holds a
 # notebook that tests/test_grading_notebook.py runs itself, so nbval leaves it alone.
 # Two workers by default (MINILLM_TEST_WORKERS=0 runs in this process): most tests use one torch
 # thread and nbval waits on a kernel, so one process leaves a core idle. --dist loadfile keeps
