@@ -27,12 +27,11 @@ import re
 import ipywidgets as widgets
 
 from .diagram import Diagram, from_data, render_svg, to_dot
-
-MIN_SCALE = 0.8  # the editor's picture never shrinks below this: 11 pt labels stay ~12 px
 from .extract import DIAGRAM_MIME
-
 from .language import resolve
 from .messages import msg
+
+MIN_SCALE = 0.8  # the editor's picture never shrinks below this: 11 pt labels stay ~12 px
 
 RESOURCE_CHOICES = (
     "prompt text", "prompt token ids", "sampling params", "KV blocks for the prompt",
