@@ -174,7 +174,8 @@ diagram, in a few sentences, and in small pieces of code that are compared with 
 > **The text graders are heuristics.** Written answers (tasks 2–5, the quiz's "why" and the
 > pitfall reasons) are read clause by clause for each required idea, in English, Chinese or a mix
 > of both, forgiving small typos and reading negation ("does *not* save memory", "无需重算").
-> Lists of keywords, copies of the task's own words and the chapter's misconceptions earn nothing.
+> Lists of keywords, copies of the task's own words (or of the options, hints and feedback the
+> notebook shows) and the chapter's misconceptions earn nothing.
 > The graders do not understand your text: an unusual but correct answer can be missed, so when
 > the evidence is thin the result says **flagged for human review** and a person reads it.
 > Feedback is given in the language you answer in.""",
@@ -205,7 +206,7 @@ diagram, in a few sentences, and in small pieces of code that are compared with 
 
 > **文字题的评分是启发式的。** 书面回答（任务 2–5、自测题的理由、误区判断的理由）按子句逐条寻找每个
 > 要点，中文、英文或中英混写都可以，能容忍小的拼写错误，也能识别否定（“无需重算”、“并*不*节省显存”）。
-> 关键词堆砌、照抄题目、章节里列出的误解都不得分。评分器并不真正理解你的文字：不寻常但正确的回答可能被
+> 关键词堆砌、照抄题目（或照抄 notebook 里显示的选项、提示和反馈）、章节里列出的误解都不得分。评分器并不真正理解你的文字：不寻常但正确的回答可能被
 > 漏判，所以证据不足时结果会显示**已标记为需要人工复核**，由老师来读。
 > 用中文作答就得到中文反馈；代码题等没有自身语言的反馈，也因为下面的 `set_language("zh")` 而用中文。""")),
         md(Bi("""| exercise id | what you do | points | chapter |
@@ -329,7 +330,7 @@ digits count one per 2.5 (so about 45 English words fit), spaces and punctuation
    pressure).
 
 One point per idea. A misconception ("a cache that hits or misses", "it saves memory") cancels the
-idea it contradicts; a list of keywords or the task's own words score 0; an answer over the limit
+idea it contradicts; a list of keywords, or text copied from the task, its options or the feedback, scores 0; an answer over the limit
 loses one point, with a warning.""",
               """## 任务 2：写一段 100 字以内的 KV Cache 解释
 ### Exercise 2 — the KV cache in at most 100 characters
@@ -341,7 +342,7 @@ loses one point, with a warning.""",
 1. 它*避免重复计算*已经处理过的 token 的 key 和 value（decode 的速度正是从这里来的）；
 2. 它*占用的显存会增长*——随上下文里的每个 token、随每个活跃请求增长（显存压力）。
 
-每点 1 分。误解（“命中 / 未命中的缓存”“它能节省显存”）会抵消与之矛盾的那一点；关键词堆砌或照抄题目得 0 分；
+每点 1 分。误解（“命中 / 未命中的缓存”“它能节省显存”）会抵消与之矛盾的那一点；关键词堆砌、照抄题目、选项或反馈得 0 分；
 超出字数扣 1 分，并给出提醒。""")),
         ans("task2_kv_explain"),
         chk("task2_kv_explain"),
