@@ -578,7 +578,7 @@ def peers_markdown(results: list[dict]) -> str:
                              f"{w['tokens_per_s'][n]['max']:.0f}]" + _batching(n, w['best_batch'].get(n))
                              for n in names))
             if "cpu_per_token" in w:
-                lines.append("; CPU ms per output token: " + "; ".join(
+                lines[-1] += ("; CPU ms per output token: " + "; ".join(
                     f"{n} {1e3 * w['cpu_per_token'][n]['median']:.2f}" for n in names))
             peers = [n for n in names if not is_minillm(n)]
             best_peer = max(peers, key=lambda n: w["tokens_per_s"][n]["median"], default=None)
