@@ -1,5 +1,5 @@
 """Decode attention backends against each other: does reading the pool block by block, or in
-place with the CPU kernel ("kernel", ``minillm/kernels/paged_decode.c``), pay?
+place with the CPU kernel ("kernel", ``minillm/fast/kernels/paged_decode.c``), pay?
 
     python benchmarks/attention_backends.py --rounds 5
     python benchmarks/attention_backends.py --model default --batch 32 --context 64,256 --rounds 3
@@ -242,7 +242,7 @@ def step_times(llm: LLM, batch: int, context: int | str, new_tokens: int, seed: 
 
 
 def model_folder(name: str, workdir: Path) -> Path | None:
-    from minillm.bench.models import build_random_llama
+    from minillm.apps.bench.models import build_random_llama
 
     if name == "default":
         return None
@@ -367,7 +367,7 @@ def prefix_main(args) -> int:
                      "kernels": kernels, "speedup_vs_bool_mask": {w: round(med["bool_mask"] / m, 3) for w, m in med.items()}})
         print(json.dumps(rows[-1]), flush=True)
         if args.step_model == "135m":  # the SmolLM-135M shape, long enough for prefix + suffix
-            from minillm.bench.models import SMOLLM_135M_SHAPE, build_random_llama
+            from minillm.apps.bench.models import SMOLLM_135M_SHAPE, build_random_llama
 
             step_folder = build_random_llama(Path(tmp) / "smollm-135m-shape-long", dict(
                 SMOLLM_135M_SHAPE, max_position_embeddings=max(4096, 2 * (args.prefix_len + args.suffix))))

@@ -44,7 +44,7 @@ def profile_decode(llm, prompts, olens, warm_steps: int = 40, steps: int = 20, t
     mixed workload (all requests admitted and decoding)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from minillm.bench.harness import _sampling_params, forget_finished
+    from minillm.apps.bench.harness import _sampling_params, forget_finished
 
     SP = _sampling_params(llm)
     reqs = [llm.add_request(prompt_token_ids=p, params=SP(max_tokens=n, temperature=0.0, ignore_eos=True))
@@ -87,10 +87,10 @@ def main(argv=None) -> int:
     import torch
 
     from minillm import LLM
-    from minillm.bench import prepare_model
-    from minillm.bench.harness import (check_identical, hf_latency, hf_static_run, load_engines, machine_info,
+    from minillm.apps.bench import prepare_model
+    from minillm.apps.bench.harness import (check_identical, hf_latency, hf_static_run, load_engines, machine_info,
                                        make_llm, median, minillm_latency, minillm_run, summarize)
-    from minillm.bench.workloads import Settings, make_workload
+    from minillm.apps.bench.workloads import Settings, make_workload
 
     if args.threads:
         torch.set_num_threads(args.threads)

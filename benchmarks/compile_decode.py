@@ -1,6 +1,6 @@
 """``LLM(compile=True)`` against eager on the shipped model: compile time, batch-1 decode, mixed workload.
 
-Two engines in one process, one eager and one with ``compile=True`` (``minillm.models.compiled``:
+Two engines in one process, one eager and one with ``compile=True`` (``minillm.fast.compiled``:
 the whole forward through inductor, attention eager as one opaque op, dynamic token count).
 First the compiled engine's warm-up (``LLM.warmup()``) is timed with an empty inductor cache
 (a fresh ``TORCHINDUCTOR_CACHE_DIR``): that is the compile time a user pays once per process.
@@ -37,7 +37,7 @@ from weight_options import one_round  # noqa: E402  (median decode step + tokens
 
 
 def mixed_round(llm, prompts, olens):
-    from minillm.bench.harness import minillm_run
+    from minillm.apps.bench.harness import minillm_run
 
     secs, out, _ = minillm_run(llm, prompts, olens)
     return sum(olens) / secs, out
@@ -68,8 +68,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     from minillm import LLM
-    from minillm.bench.harness import random_prompts
-    from minillm.bench.workloads import Settings, make_workload
+    from minillm.apps.bench.harness import random_prompts
+    from minillm.apps.bench.workloads import Settings, make_workload
 
     kw = dict(device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=args.threads)
     eager, compiled = LLM(**kw), LLM(compile=True, **kw)

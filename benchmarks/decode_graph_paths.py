@@ -56,7 +56,7 @@ def engine(variant: str, threads: int):
 def one_round(llm, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
     """(median decode step in seconds, the tokens) of one request."""
     from minillm import SamplingParams
-    from minillm.bench.harness import forget_finished
+    from minillm.apps.bench.harness import forget_finished
 
     req = llm.add_request(prompt_token_ids=prompt, params=SamplingParams(max_tokens=new_tokens, temperature=0.0,
                                                                          ignore_eos=True))

@@ -132,7 +132,7 @@ def generate_tpot(llm, hf, prompt_len: int, new_tokens: int) -> float:
 
 
 def model_path(name: str, workdir: Path) -> tuple[str, Path]:
-    from minillm.bench.models import build_random_llama
+    from minillm.apps.bench.models import build_random_llama
     from minillm.models import DEFAULT_MODEL_DIR
 
     if name == "default":

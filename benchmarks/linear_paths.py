@@ -13,7 +13,7 @@ q/k/v, 576→576 o, 576→3072 gate/up, 1536→576 down, 576→49152 lm head) an
                     then ``_linear_pointwise``);
 * ``mkldnn_linear`` ``torch._C._nn.mkldnn_linear`` on oneDNN tensors (the input converted
                     each call, as a model would have to);
-* ``rowsplit``      (2+ threads) ``minillm.models.threaded.RowSplitLinear``: the output rows
+* ``rowsplit``      (2+ threads) ``minillm.fast.threaded.RowSplitLinear``: the output rows
                     cut into one shard per thread, each computed by its own persistent thread
                     running torch with one intra-op thread (the engine's ``row_split``);
 * ``bf16``          bfloat16 weights and activations (half the bytes; not exact);
@@ -77,7 +77,7 @@ class Paths:
     """Every path's weights for ``copies`` random [out, in] matrices, and one call per path."""
 
     def __init__(self, k: int, n: int, copies: int, batch: int, threads: int):
-        from minillm.models.threaded import RowSplitLinear, ShardPool
+        from minillm.fast.threaded import RowSplitLinear, ShardPool
 
         g = torch.Generator().manual_seed(k * 7919 + n)
         self.ws = [torch.randn(n, k, generator=g) / k ** 0.5 for _ in range(copies)]
@@ -242,7 +242,7 @@ def step_main(args) -> int:
     from weight_options import one_round, smollm2_path
 
     from minillm import LLM
-    from minillm.models.threaded import use_row_split
+    from minillm.fast.threaded import use_row_split
 
     path = args.model or smollm2_path()
     if not Path(path).exists():

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from minillm import LLM, SamplingParams  # noqa: E402
-from minillm.decode_graphs import bucket_for, buckets  # noqa: E402
+from minillm.fast.decode_graphs import bucket_for, buckets  # noqa: E402
 
 
 def _record(llm: LLM, prompts, new_tokens: int) -> list:
@@ -77,7 +77,7 @@ def measure(model: str | None = None, device: str = "cpu", dtype: str = "float32
     g_steps, p_steps = _record(gather, prompts, new_tokens), _record(paged, prompts, new_tokens)
     totals = {"contexts": 0, "gather_read": 0, "gather_copied": 0, "paged_read": 0, "paged_copied": 0,
               "paged_graph_read": 0, "flex_read": 0, "flex_copied": 0}
-    # inside a CUDA graph "paged" pads B and W up to their buckets (``minillm.decode_graphs``)
+    # inside a CUDA graph "paged" pads B and W up to their buckets (``minillm.fast.decode_graphs``)
     batch_buckets = buckets(kw["max_num_seqs"])
     width_buckets = buckets(-(-paged.max_model_len // block_size))
     for (_, groups, _, _), (_, b, w, lens) in zip(g_steps, p_steps):

@@ -34,7 +34,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from minillm.serve.launch import ServerProcess  # noqa: E402
+from minillm.apps.serve.launch import ServerProcess  # noqa: E402
 
 STOP_SENDING_ONLY = '''
 class StopSendingOnly(OpenAIServer):

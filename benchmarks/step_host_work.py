@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 
 import minillm  # noqa: E402
 from before_after import load_before  # noqa: E402
-from minillm.bench.models import build_random_llama  # noqa: E402
+from minillm.apps.bench.models import build_random_llama  # noqa: E402
 
 NUM_REQUESTS = 16
 BLOCK_SIZE = 16

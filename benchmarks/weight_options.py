@@ -33,7 +33,7 @@ VARIANTS = ("float32", "transposed", "bfloat16", "int8")
 def smollm2_path() -> Path:
     """The float32 Hugging Face folder made once from the test set-up's GGUF (as ``minillm bench
     --peers`` does): four engines load it much faster than dequantising the GGUF four times."""
-    from minillm.bench.peers import gguf_as_hf_folder, smollm2_gguf
+    from minillm.apps.bench.peers import gguf_as_hf_folder, smollm2_gguf
 
     gguf = smollm2_gguf()
     return gguf_as_hf_folder(gguf) if gguf.is_file() else gguf

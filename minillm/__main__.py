@@ -1,6 +1,6 @@
 """``python -m minillm ...`` is the ``minillm`` command (lab, generate, chat, serve, grade, bench)."""
 
-from .cli import main
+from .apps.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

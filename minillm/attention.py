@@ -12,7 +12,7 @@ is a backend's job, chosen when the runner is built (``LLM(attention_backend=...
   Every tensor it uses has a shape fixed by (B, W), which is what a captured CUDA graph needs.
 
 * ``PagedKernel`` ("kernel"): the same metadata, read truly in place by a page of C
-  (``minillm/kernels/paged_decode.c``, built on first use by ``minillm.cpu_kernel``): each
+  (``minillm/fast/kernels/paged_decode.c``, built on first use by ``minillm.fast.cpu_kernel``): each
   row's K/V are read block by block straight out of the pool, once, with no copy and no mask.
   CPU and float32 only; ``"auto"`` picks it where it builds, the cache is float32 on the CPU
   and the model's heads have its vectorised path (``cpu_kernel.has_fast_path``), else ``gather``.
@@ -190,7 +190,7 @@ class PagedInPlace(AttentionBackend):
 
 class PagedKernel(AttentionBackend):
     """Decode over ``DecodeMeta.block_tables`` read in place by the CPU kernel
-    (``minillm.cpu_kernel.paged_decode``): one task per (row, KV head) walks the row's blocks in
+    (``minillm.fast.cpu_kernel.paged_decode``): one task per (row, KV head) walks the row's blocks in
     the pool, scores every key for the query heads sharing it, softmaxes, and sums the values,
     reading each K/V vector once. Bounded by ``context_lens``, so no padding mask is built,
     and no row pays for another's length. Prefill stays the shared SDPA path."""
@@ -208,7 +208,7 @@ class PagedKernel(AttentionBackend):
             # inductor's C++ wrapper reaches through the dispatcher
             out = torch.ops.minillm.paged_decode(q, k_pool, v_pool, meta.block_tables, meta.context_lens, scale)
         else:
-            from .cpu_kernel import paged_decode
+            from .fast.cpu_kernel import paged_decode
 
             out = paged_decode(q, k_pool, v_pool, meta.block_tables, meta.context_lens, scale)
         return out.view(n, heads * dim)
@@ -217,7 +217,7 @@ class PagedKernel(AttentionBackend):
 class PagedReductions(AttentionBackend):
     """Decode written as elementwise products and sums over the rows' blocks, for compiled
     decode graphs on the CPU whose engine is not on the "kernel" backend (on it they call the
-    kernel's operator; ``minillm.decode_graphs``): ``k_pool[block_tables]`` is an
+    kernel's operator; ``minillm.fast.decode_graphs``): ``k_pool[block_tables]`` is an
     indirect read that inductor fuses into the reduction loops consuming it, so the pool is
     read in place, without a gathered copy. Run eagerly it would materialise every product
     ([B, W, block, kv heads, group, D] floats), so it is no ``LLM`` option. Measured against the
@@ -387,7 +387,7 @@ def _kernel_refusal(device: torch.device | str, dtype: torch.dtype) -> str | Non
     kind = torch.device(device).type
     if kind != "cpu" or dtype != torch.float32:
         return f"it serves a float32 KV cache on the CPU, not {dtype} on {kind}"
-    from .cpu_kernel import available, unavailable_reason
+    from .fast.cpu_kernel import available, unavailable_reason
 
     return None if available() else unavailable_reason()
 
@@ -407,7 +407,7 @@ def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.d
             return "flex"
         if not kernel_usable(device, dtype):
             return "gather"
-        from .cpu_kernel import has_fast_path
+        from .fast.cpu_kernel import has_fast_path
 
         fast = head_dim is None or group is None or has_fast_path(head_dim, group)
         return "kernel" if fast else "gather"

@@ -176,7 +176,7 @@ def check_compile(compile, device: torch.device, weight_dtype=None) -> bool:
     float weights (torch.compile cannot trace the int8 projections' packed weights)."""
     if not isinstance(compile, (bool, np.bool_)):
         raise ValueError(f"compile must be True or False (torch.compile of the forward, "
-                         f"minillm.models.compiled), got {compile!r}")
+                         f"minillm.fast.compiled), got {compile!r}")
     if compile and weight_dtype is not None:
         raise ValueError(f"compile=True needs weight_dtype=None: torch.compile cannot trace the packed "
                          f"{weight_dtype} projections (use one option or the other)")
@@ -194,7 +194,7 @@ def check_compile(compile, device: torch.device, weight_dtype=None) -> bool:
     return bool(compile)
 
 
-#: ``decode_graphs`` values besides True / False (``minillm.decode_graphs``)
+#: ``decode_graphs`` values besides True / False (``minillm.fast.decode_graphs``)
 DECODE_GRAPH_MODES = ("eager", "compile", "cuda")
 
 
@@ -207,7 +207,7 @@ def check_decode_graphs(value, device: torch.device, weight_dtype=None, row_spli
         value = "cuda" if device.type == "cuda" else "compile"
     if not isinstance(value, str) or value not in DECODE_GRAPH_MODES:
         raise ValueError(f"decode_graphs must be True, False or one of {DECODE_GRAPH_MODES} "
-                         f"(minillm.decode_graphs), got {value!r}")
+                         f"(minillm.fast.decode_graphs), got {value!r}")
     if value == "cuda" and device.type != "cuda":
         raise ValueError(f"decode_graphs='cuda' captures CUDA graphs and needs device='cuda', got "
                          f"device={str(device)!r} (use True or 'compile' on the CPU)")

@@ -291,7 +291,7 @@ class KVCache:
         self.head_dim = head_dim
         self.dtype = dtype
         # scratch_block: one more block in the pool that the allocator never hands out, where the
-        # padding rows of a fixed-shape decode graph write their K/V (``minillm.decode_graphs``)
+        # padding rows of a fixed-shape decode graph write their K/V (``minillm.fast.decode_graphs``)
         self.scratch_slot = num_blocks * block_size if scratch_block else None
         shape = (num_blocks + int(scratch_block), block_size, num_kv_heads, head_dim)
         # zeros, not empty: attention reads padded slots under a mask, and a masked weight of 0

@@ -90,17 +90,17 @@ class LLM(WholeGenerations):
             (CPU, ``dtype="float32"`` only; ``minillm.models.weights``, with its documented
             logit tolerance against float32).
         compile: True runs the forward through ``torch.compile`` (attention stays eager;
-            ``minillm.models.compiled``): one graph for every step, compiled in the first step
+            ``minillm.fast.compiled``): one graph for every step, compiled in the first step
             or by ``warmup()`` (tens of seconds); ``llm.model`` stays the eager reference. Not with
             ``weight_dtype="int8"``; float32 logits match eager to rounding (bf16 rounds otherwise).
         row_split: True splits each float projection of 1 MiB or more by output rows across
             persistent CPU threads for steps of at most 4 rows (batch-1/few-request decode),
-            bit-identical to one ``F.linear`` (``minillm.models.threaded``): used when there are
+            bit-identical to one ``F.linear`` (``minillm.fast.threaded``): used when there are
             2+ threads and ``compile`` is off; ``llm.shard_pool`` holds its threads (None: unused).
             Off by default: torch's own threads were faster on a quiet machine; the split is for a
             shared, oversubscribed one, where torch's threads can collapse 14-40x.
         decode_graphs: run decode-only steps at fixed shapes, one graph per bucket of rows and
-            blocks, padded (``minillm.decode_graphs``): True = CUDA graphs on CUDA (unverified:
+            blocks, padded (``minillm.fast.decode_graphs``): True = CUDA graphs on CUDA (unverified:
             no GPU has run them), inductor with its C++ wrapper on the CPU (batches up to 4; each
             bucket compiles on first use, seconds to tens of seconds); "eager" = the same
             fixed-shape path uncompiled. Off by default. Steps with a prefill run eager.
@@ -150,7 +150,7 @@ class LLM(WholeGenerations):
         self.shard_pool = None  # the row split's worker threads, joined when the model goes
         threads = self.num_threads or (torch.get_num_threads() if self.device.type == "cpu" else 1)
         if opts.row_split and threads >= 2 and not opts.compile:
-            from .models.threaded import use_row_split
+            from .fast.threaded import use_row_split
 
             self.shard_pool = use_row_split(self.model, threads)
         plan = plan_kv_cache(opts, cfg)  # after the weights are on the device: what is left is the budget
@@ -165,12 +165,12 @@ class LLM(WholeGenerations):
                                                  cfg.num_attention_heads // cfg.num_key_value_heads)
         self.runner = ModelRunner(self.model, self.kv_cache, self.device, self.attention_backend)
         if opts.decode_graphs is not None:
-            from .decode_graphs import DecodeGraphs
+            from .fast.decode_graphs import DecodeGraphs
 
             self.runner.graphs = DecodeGraphs(self.model, self.kv_cache, self.device, opts.decode_graphs,
                                               opts.max_num_seqs, self.max_model_len, self.runner.attention)
         if opts.compile:  # the runner calls the compiled forward; self.model stays eager
-            from .models.compiled import CompiledModel
+            from .fast.compiled import CompiledModel
 
             self.runner.model = CompiledModel(self.model)
         self.sampler = Sampler(parts.top_k_filter, parts.top_p_filter)
@@ -389,10 +389,10 @@ class LLM(WholeGenerations):
     @_locked
     def warmup(self) -> int:
         """With ``compile=True`` or ``decode_graphs``: compile (capture) now, not in the first
-        steps (call it before adding requests; ``minillm.models.compiled.warm_up``,
-        ``minillm.decode_graphs.warm_up``). Returns the graphs made (0: eager)."""
-        from .decode_graphs import warm_up as make_decode_graphs
-        from .models.compiled import warm_up
+        steps (call it before adding requests; ``minillm.fast.compiled.warm_up``,
+        ``minillm.fast.decode_graphs.warm_up``). Returns the graphs made (0: eager)."""
+        from .fast.decode_graphs import warm_up as make_decode_graphs
+        from .fast.compiled import warm_up
 
         return warm_up(self) + make_decode_graphs(self)
 

@@ -24,7 +24,7 @@ step's host work and upload are O(batch), whatever the contexts' lengths.
 
 With ``LLM(decode_graphs=...)`` a decode-only step skips the per-step layout altogether: its
 integers, padded to a bucket, go into a graph's persistent buffers and one fixed-shape forward
-runs (``minillm.decode_graphs``, ``ModelRunner.graphs``); steps with a prefill stay as above.
+runs (``minillm.fast.decode_graphs``, ``ModelRunner.graphs``); steps with a prefill stay as above.
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ class ModelRunner:
         self._offsets = torch.arange(self.block_size, device=device)
         self._workspace: tuple[torch.Tensor, torch.Tensor] | None = None
         self.block_rows = BlockTableRows(device)  # the decode rows' block tables, kept on the device
-        # decode-only steps at fixed shapes, one graph per bucket (``minillm.decode_graphs``);
+        # decode-only steps at fixed shapes, one graph per bucket (``minillm.fast.decode_graphs``);
         # None: every step eager
         self.graphs = None
 

@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-from minillm.bench.harness import TokenMismatch, check_identical, load_engines
-from minillm.bench.models import TINY_SHAPE, build_random_llama
-from minillm.bench.workloads import Settings, kv_cache, latency, throughput
+from minillm.apps.bench.harness import TokenMismatch, check_identical, load_engines
+from minillm.apps.bench.models import TINY_SHAPE, build_random_llama
+from minillm.apps.bench.workloads import Settings, kv_cache, latency, throughput
 
 TINY = dict(runs=1, prompt_lens=(8, 24), new_tokens=6, num_requests=6, prompt_range=(4, 20),
             output_range=(3, 10), batch_sizes=(1, 4), small_batch_requests=4, kv_points=(12, 40),
@@ -65,7 +65,7 @@ def test_kv_cache_recompute_gives_the_engine_tokens(engines):
 
 
 def test_cli_writes_json_plots_and_readme(tiny_model, tmp_path, monkeypatch):
-    from minillm.cli import main as cli_main
+    from minillm.apps.cli import main as cli_main
 
     monkeypatch.setattr(Settings, "quick_settings", classmethod(lambda cls, runs=None: cls(**TINY, quick=True)))
     out = tmp_path / "out"
@@ -136,7 +136,7 @@ def test_decode_groups_and_contiguous_contexts_give_the_same_tokens(tiny_model):
 
 # --- minillm bench --peers ----------------------------------------------------------------------
 def test_first_divergence_and_peer_availability():
-    from minillm.bench.peers import available_peers, first_divergence
+    from minillm.apps.bench.peers import available_peers, first_divergence
 
     assert first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
@@ -149,7 +149,7 @@ def test_first_divergence_and_peer_availability():
 def _reuse_llama_cpp_source(monkeypatch):
     """Point the peers at a llama.cpp source tree fetched before (the user cache), if any, so a
     test with its own empty cache does not fetch the sdist again."""
-    from minillm.bench import peers
+    from minillm.apps.bench import peers
 
     if "MINILLM_LLAMA_CPP_SRC" not in os.environ:
         found = sorted(peers.cache_root().glob("llama-cpp-python-*-src/vendor/llama.cpp"))
@@ -159,7 +159,7 @@ def _reuse_llama_cpp_source(monkeypatch):
 
 def test_peers_bench_on_a_tiny_model_checks_tokens_and_writes_a_table(tiny_model, tmp_path, monkeypatch):
     pytest.importorskip("ctranslate2", reason="pip install 'minillm[peers]'")
-    from minillm.bench import peers
+    from minillm.apps.bench import peers
 
     _reuse_llama_cpp_source(monkeypatch)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the CT2 conversion goes there
@@ -195,7 +195,7 @@ def test_llama_cpp_peer_converts_the_folder_and_batches_continuously(tmp_path, m
     llama_cpp = pytest.importorskip("llama_cpp", reason="pip install llama-cpp-python (builds llama.cpp from source)")
     from conftest import DEFAULT_MODEL
 
-    from minillm.bench import peers
+    from minillm.apps.bench import peers
 
     _reuse_llama_cpp_source(monkeypatch)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -218,7 +218,7 @@ def test_llama_cpp_peer_converts_the_folder_and_batches_continuously(tmp_path, m
 def test_peers_table_compares_each_minillm_variant_with_the_best_peer_only():
     """With ``--decode-graphs`` two minillm engines run; the best *peer* is chosen among the
     other engines (never the second minillm) and each minillm variant gets its own ratio line."""
-    from minillm.bench import peers
+    from minillm.apps.bench import peers
 
     def spread(x):
         return {"median": x, "min": x, "max": x}
@@ -241,7 +241,7 @@ def test_peers_table_compares_each_minillm_variant_with_the_best_peer_only():
 
 
 def test_peers_table_without_the_mixed_workload():
-    from minillm.bench import peers
+    from minillm.apps.bench import peers
 
     spread = {"median": 0.002, "min": 0.002, "max": 0.002}
     entry = {"engines": ["minillm", "llama.cpp x F32"], "rounds": 1, "load_average_start": [1, 1, 1],
@@ -256,12 +256,12 @@ def test_peers_result_names_the_machine_its_bandwidth_and_cpu_time(tiny_model, m
     """Whatever peers are installed, the result records the CPU, the read bandwidth at each
     thread count (before and after), the weights' bytes, and CPU time beside every wall time;
     the table prints them with the weight-streaming floor."""
-    from minillm.bench import peers
-    from minillm.bench.models import param_count
+    from minillm.apps.bench import peers
+    from minillm.apps.bench.models import param_count
 
     monkeypatch.setattr(peers, "available_peers", lambda: {"ctranslate2": "not installed (test)",
                                                            "llama.cpp": "not installed (test)"})
-    monkeypatch.setattr("minillm.bench.harness.read_bandwidth", lambda threads, **kw: 10.0 * threads)
+    monkeypatch.setattr("minillm.apps.bench.harness.read_bandwidth", lambda threads, **kw: 10.0 * threads)
     r = peers.bench_peers("tiny", tiny_model, threads_list=(1,), rounds=1, prompt_lens=(8,), new_tokens=5,
                           num_requests=3, log=lambda m: None)
     m = r["machine"]
@@ -281,7 +281,7 @@ def test_peers_result_names_the_machine_its_bandwidth_and_cpu_time(tiny_model, m
 def test_read_bandwidth_and_the_cpu_clock():
     import time
 
-    from minillm.bench.harness import CpuClock, read_bandwidth
+    from minillm.apps.bench.harness import CpuClock, read_bandwidth
 
     assert read_bandwidth(1, nbytes=8 << 20, repeats=2) > 0
     with CpuClock() as asleep:

@@ -12,7 +12,7 @@ import pytest
 
 from minillm import LLM, SamplingParams
 from minillm.chat import FALLBACK_CHAT_TEMPLATE, encode_conversation, render_conversation, validate_messages
-from minillm.chat_repl import FALLBACK_NOTICE, fit_conversation, run_chat
+from minillm.apps.chat_repl import FALLBACK_NOTICE, fit_conversation, run_chat
 from minillm.request import StopReason
 
 LLAMA3_STYLE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"

@@ -1,4 +1,4 @@
-"""``LLM(compile=True)`` (``minillm.models.compiled``) against the eager engine.
+"""``LLM(compile=True)`` (``minillm.fast.compiled``) against the eager engine.
 
 One eager and one compiled engine on the shipped model, float32, a small KV pool and step
 budget so that a mixed batch preempts and chunks a prefill. The compiled forward may round
@@ -18,7 +18,7 @@ from conftest import record_logits
 
 from minillm import LLM, SamplingParams
 from minillm.engine_args import check_engine_options
-from minillm.models.compiled import MAX_COMPILES, CompiledModel
+from minillm.fast.compiled import MAX_COMPILES, CompiledModel
 
 #: max |logit| difference compiled vs eager, as a fraction of eager's largest |logit|
 LOGIT_TOLERANCE = 1e-4

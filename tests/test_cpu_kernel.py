@@ -1,5 +1,5 @@
-"""The CPU paged decode attention kernel (``minillm/kernels/paged_decode.c`` via
-``minillm.cpu_kernel``) and the "kernel"/"auto" backends: it equals attention computed the slow
+"""The CPU paged decode attention kernel (``minillm/fast/kernels/paged_decode.c`` via
+``minillm.fast.cpu_kernel``) and the "kernel"/"auto" backends: it equals attention computed the slow
 obvious way on every head layout (its fast paths and its generic one), reads nothing outside
 each row's context, refuses bad tables instead of reading outside the pool, and an engine
 using it gives the reference's tokens; "auto" falls back to the reference where the kernel
@@ -12,7 +12,8 @@ import os
 import pytest
 import torch
 
-from minillm import LLM, SamplingParams, cpu_kernel
+from minillm import LLM, SamplingParams
+from minillm.fast import cpu_kernel
 from minillm.attention import NULL_BLOCK, resolve_backend
 from conftest import run_to_end
 

@@ -1,4 +1,4 @@
-"""``LLM(decode_graphs=...)`` (``minillm.decode_graphs``): decode-only steps at fixed shapes.
+"""``LLM(decode_graphs=...)`` (``minillm.fast.decode_graphs``): decode-only steps at fixed shapes.
 
 The fixed-shape path is checked against the eager engine (the reference: decode groups,
 ``GatherSDPA``) on the shipped model, float32: the same greedy and seeded tokens, logits within
@@ -15,7 +15,7 @@ import torch
 from conftest import record_logits
 
 from minillm import LLM, SamplingParams, StopReason
-from minillm.decode_graphs import CPU_MAX_BATCH, DecodeGraph, bucket_for, buckets
+from minillm.fast.decode_graphs import CPU_MAX_BATCH, DecodeGraph, bucket_for, buckets
 from minillm.engine_args import check_engine_options
 from minillm.kv_cache import KVCache
 
@@ -212,7 +212,7 @@ def test_interrupt_inside_a_graph_step_is_undone(pair, monkeypatch):
     eager, _ = pair
     graphed = LLM(decode_graphs="eager", **KW)
     ref, _ = run(eager, (8, 26))
-    import minillm.decode_graphs as dg
+    import minillm.fast.decode_graphs as dg
 
     real, calls = dg.decode_forward, {"n": 0}
 

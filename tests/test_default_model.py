@@ -99,7 +99,7 @@ def test_logits_match_transformers(llm, hf_model):
 
 def test_cli_generate_offline():
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    out = subprocess.run([sys.executable, "-m", "minillm.cli", "generate", "Once upon a time", "--max-tokens", "30",
+    out = subprocess.run([sys.executable, "-m", "minillm.apps.cli", "generate", "Once upon a time", "--max-tokens", "30",
                           "--temperature", "0.8", "--seed", "3"], capture_output=True, text=True, env=env,
                          cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -108,7 +108,7 @@ def test_cli_generate_offline():
 
 
 def test_cli_bad_input_is_a_clear_error():
-    out = subprocess.run([sys.executable, "-m", "minillm.cli", "generate", "hi", "--temperature", "-1"],
+    out = subprocess.run([sys.executable, "-m", "minillm.apps.cli", "generate", "hi", "--temperature", "-1"],
                          capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 2 and "temperature" in out.stderr and "Traceback" not in out.stderr
 

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from minillm import LLM, RequestState, SamplingParams, StopReason, cpu_kernel
+from minillm import LLM, RequestState, SamplingParams, StopReason
+from minillm.fast import cpu_kernel
 from conftest import check_block_invariants
 
 PROMPTS = [[5 + (i * 7 + j) % 300 for j in range(n)] for i, n in enumerate((9, 23, 14, 31))]
@@ -81,7 +82,7 @@ def _raise_when_armed(armed):
 def test_real_sigint_at_random_moments_never_changes_an_output(make_llm, reference, decode_graphs, attention):
     """24 runs, each hit by 3 real SIGINTs at random moments (a handler that raises
     KeyboardInterrupt exactly as Python's default one does, switched off once the run is done);
-    also with decode-only steps through fixed-shape graphs (``minillm.decode_graphs``), eager and
+    also with decode-only steps through fixed-shape graphs (``minillm.fast.decode_graphs``), eager and
     compiled ahead of time (one engine serves every run there: compiling is slow, and an
     interrupted engine must be as good as new), and with decode attention in the CPU kernel (a
     SIGINT during the C call, or inside a compiled graph calling it, is raised when it returns),

@@ -1,4 +1,4 @@
-"""The kernel library cache (``minillm.kernel_cache``) as an attacker would try it: a library
+"""The kernel library cache (``minillm.fast.kernel_cache``) as an attacker would try it: a library
 planted in a shared folder, a folder others can write, a library changed after its build or
 swapped between the check and the load, a symlink in place of the folder or the library. Each
 is refused (with a warning naming why) and the real library is built and loaded instead.
@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from minillm import kernel_cache
+from minillm.fast import kernel_cache
 
 CC = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")

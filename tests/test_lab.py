@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from minillm import lab
+from minillm.apps import lab
 
 pytest.importorskip("jupyterlab")
 pytestmark = pytest.mark.timeout(300)
@@ -31,7 +31,7 @@ def _minillm_cmd() -> list[str]:
     exe = Path(sys.executable).with_name("minillm")
     if exe.is_file():
         return [str(exe)]
-    return [sys.executable, "-c", "import sys; from minillm.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from minillm.apps.cli import main; sys.exit(main())"]
 
 
 def _get(url: str, token: str | None = None, timeout: float = 10):
@@ -248,7 +248,7 @@ def test_lab_command_line_is_offline_and_local(tmp_path):
     assert "--LabApp.extension_manager=readonly" in joined
     assert "NeverCheckForUpdate" in joined
     assert "--ServerApp.open_browser=False" in joined
-    assert "--ServerApp.contents_manager_class=minillm.lab_contents.CourseContentsManager" in joined
+    assert "--ServerApp.contents_manager_class=minillm.apps.lab_contents.CourseContentsManager" in joined
     assert lab.kernel_transport_args("/tmp/rt") == (["--KernelManager.transport=ipc"] if os.name == "posix" else [])
     assert lab.kernel_transport_args("/" + "x" * 90) == []  # a socket path that long cannot be bound
     assert (lab.LAB_SETTINGS_DIR / "overrides.json").is_file() and f"--LabApp.app_settings_dir={lab.LAB_SETTINGS_DIR}" in cmd
@@ -271,7 +271,7 @@ def test_lab_command_line_is_offline_and_local(tmp_path):
 
 def test_course_hides_the_tests_folder():
     pytest.importorskip("jupyter_server")
-    from minillm.lab_contents import is_course_hidden
+    from minillm.apps.lab_contents import is_course_hidden
 
     for path in ("tests", "/tests/", "tests/solved/ch04_exercises_solved.ipynb", "./tests/solved", "tests\\solved"):
         assert is_course_hidden(path), path

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from minillm import lab
+from minillm.apps import lab
 
 
 @pytest.mark.parametrize("lang", lab.LANGS)

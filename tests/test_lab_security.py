@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from minillm import lab
+from minillm.apps import lab
 
 pytest.importorskip("jupyter_server")
 from tornado import web  # noqa: E402
 
-from minillm.lab_contents import CourseContentsManager, is_course_hidden  # noqa: E402
+from minillm.apps.lab_contents import CourseContentsManager, is_course_hidden  # noqa: E402
 
 SOLVED = "tests/solved/answers.ipynb"
 TRAVERSALS = [

@@ -69,9 +69,9 @@ def test_linear_paths_benchmark_checks_its_exact_paths(tmp_path):
         assert r["paths"]["F.linear"]["speedup_vs_F.linear"] == 1.0
 
 
-# --- the row split across threads (minillm.models.threaded) ---------------------------------
+# --- the row split across threads (minillm.fast.threaded) ---------------------------------
 
-from minillm.models.threaded import RowSplitLinear, ShardPool, shard_bounds, use_row_split  # noqa: E402
+from minillm.fast.threaded import RowSplitLinear, ShardPool, shard_bounds, use_row_split  # noqa: E402
 
 
 def shard_threads():

@@ -50,7 +50,7 @@ def test_bad_num_threads_names_the_option(tiny_llama, bad):
 
 
 def test_bench_threads_flag_is_checked():
-    from minillm.bench import parse_args
+    from minillm.apps.bench import parse_args
 
     assert parse_args(["--threads", "2"]).threads == 2
     with pytest.raises(SystemExit):

@@ -5,8 +5,8 @@ second thread.
 After every action: blocks in use = blocks held by requests, each block's refcount = the
 number of requests holding it (more than one only through the prefix cache), queues hold
 exactly the live requests. At the end every request is RELEASED with a stop reason, every
-block is free, and every output equals the same request run alone (``minillm.fuzz``; run
-``python -m minillm.fuzz --programs 2000 --seed 1`` for many more programs).
+block is free, and every output equals the same request run alone (``minillm.apps.fuzz``; run
+``python -m minillm.apps.fuzz --programs 2000 --seed 1`` for many more programs).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from minillm import LLM
-from minillm.fuzz import PREFIXES, EngineFuzzer
+from minillm.apps.fuzz import PREFIXES, EngineFuzzer
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_random_programs_keep_the_invariants_and_the_outputs(engine_factory):
 def test_random_programs_with_the_cpu_kernel(engine_factory):
     """The same programs with decode attention in the CPU kernel (``attention_backend="kernel"``),
     against the same reference (which runs the default backend)."""
-    from minillm import cpu_kernel
+    from minillm.fast import cpu_kernel
 
     if not cpu_kernel.available():
         pytest.skip(f"the kernel cannot be built here: {cpu_kernel.unavailable_reason()}")

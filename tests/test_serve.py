@@ -19,7 +19,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
 from minillm import LLM, SamplingParams  # noqa: E402
-from minillm.serve.launch import ServerProcess  # noqa: E402
+from minillm.apps.serve.launch import ServerProcess  # noqa: E402
 
 MODEL = "stories-3m"
 PROMPT = "Once upon a time"
@@ -329,7 +329,7 @@ def test_a_client_that_leaves_a_non_streaming_request_cancels_it(server, http):
 
 
 def test_server_engine_limits_are_passed_when_the_engine_has_them():
-    from minillm.serve.server import SERVER_ENGINE_LIMITS, engine_limits
+    from minillm.apps.serve.server import SERVER_ENGINE_LIMITS, engine_limits
 
     assert engine_limits(LLM) == {k: v for k, v in SERVER_ENGINE_LIMITS.items()
                                   if k in __import__("inspect").signature(LLM).parameters}
@@ -342,7 +342,7 @@ def test_server_engine_limits_are_passed_when_the_engine_has_them():
 
 
 def test_decode_graphs_flag():
-    from minillm.serve.server import build_parser
+    from minillm.apps.serve.server import build_parser
 
     assert build_parser().parse_args(["--decode-graphs"]).decode_graphs is True
     assert build_parser().parse_args([]).decode_graphs is False
@@ -355,7 +355,7 @@ def test_bad_command_line_is_a_clear_error(args, needle):
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "minillm.serve", *args], capture_output=True, text=True, timeout=120,
+    r = subprocess.run([sys.executable, "-m", "minillm.apps.serve", *args], capture_output=True, text=True, timeout=120,
                        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
     assert "minillm serve: error:" in r.stderr and needle in r.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from minillm import SamplingParams, StopReason
-from minillm.serve.engine_loop import EngineLoop, Overloaded, ShuttingDown
+from minillm.apps.serve.engine_loop import EngineLoop, Overloaded, ShuttingDown
 
 
 def _params(n):

@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("fastapi")
 
 from minillm import LLM, SamplingParams  # noqa: E402
-from minillm.serve import EngineLoop, OpenAIServer, guards  # noqa: E402
-from minillm.serve.launch import ServerProcess  # noqa: E402
+from minillm.apps.serve import EngineLoop, OpenAIServer, guards  # noqa: E402
+from minillm.apps.serve.launch import ServerProcess  # noqa: E402
 
 JSON = {"content-type": "application/json"}
 
@@ -450,7 +450,7 @@ def test_a_lying_content_length_is_413_at_once_and_a_foreign_host_400(slow_serve
                                          (["--limit-concurrency", "1"], "--limit-concurrency"),
                                          (["--allowed-hosts", " , "], "--allowed-hosts")])
 def test_bad_hardening_options_are_clear_errors(args, needle, capsys):
-    from minillm.serve import serve
+    from minillm.apps.serve import serve
 
     assert serve(args) == 2  # refused before any model is loaded
     err = capsys.readouterr().err
@@ -458,7 +458,7 @@ def test_bad_hardening_options_are_clear_errors(args, needle, capsys):
 
 
 def test_hardening_options_reach_uvicorn():
-    from minillm.serve.server import allowed_hosts, build_parser, uvicorn_limits
+    from minillm.apps.serve.server import allowed_hosts, build_parser, uvicorn_limits
 
     args = build_parser().parse_args(["--request-timeout", "7", "--limit-concurrency", "9"])
     limits = uvicorn_limits(args)

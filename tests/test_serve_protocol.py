@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from minillm import SamplingParams, StopReason  # noqa: E402
-from minillm.serve import protocol as P  # noqa: E402
+from minillm.apps.serve import protocol as P  # noqa: E402
 
 
 def test_completion_body_becomes_the_engine_s_sampling_params():

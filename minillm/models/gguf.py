@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..kernel_cache import open_private_dir
+from ..fast.kernel_cache import open_private_dir
 from . import gguf_header
 from .config import ModelConfig
 

@@ -64,7 +64,7 @@ class AttentionBatch:
     attention: AttentionBackend = _REFERENCE
     decode_meta: DecodeMeta | None = None
     # every tensor of the batch has a fixed shape and attention reads only ``decode_meta``: a
-    # compiled or captured graph traces attention too (``minillm.decode_graphs``)
+    # compiled or captured graph traces attention too (``minillm.fast.decode_graphs``)
     in_graph: bool = False
 
 
@@ -180,7 +180,7 @@ class Attention(nn.Module):
         """Write this step's K/V into their cache slots, attend: [T, heads * D]."""
         if torch.compiler.is_compiling() and not batch.in_graph:
             # while torch.compile traces the model this is one opaque op (registered by
-            # minillm.models.compiled), which runs this same method eagerly at every step:
+            # minillm.fast.compiled), which runs this same method eagerly at every step:
             # the batch's layout is Python objects that change every step (a decode graph's
             # batch is fixed-shape tensors instead, traced like the rest)
             return torch.ops.minillm.attention(q, k, v, self.layer_idx)
@@ -272,7 +272,7 @@ class LlamaForCausalLM(nn.Module):
         (``benchmarks/linear_paths.py``). Same float32 results up to rounding. A tied lm head
         keeps sharing its memory with the embedding table (a lookup then reads a strided row).
         Refused once ``LLM(compile=True)`` compiles this model: its graph does not check the
-        weights' layout (``minillm.models.compiled``)."""
+        weights' layout (``minillm.fast.compiled``)."""
         if getattr(self, "compiled", False):
             raise RuntimeError("use_decode_layout() after LLM(compile=True): the compiled forward does not "
                                "check its weights, so change the layout before compiling")

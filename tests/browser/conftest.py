@@ -1,7 +1,7 @@
 """Browser tests: the course as a learner sees it, in JupyterLab, in a real Chromium.
 
 * ``lab``: one JupyterLab for the session (the same command line as ``minillm lab``, from
-  :mod:`minillm.lab`), bound to 127.0.0.1 on a free port with a random token, serving a
+  :mod:`minillm.apps.lab`), bound to 127.0.0.1 on a free port with a random token, serving a
   temporary COPY of ``notebooks/`` and ``exercises/`` (running them never touches the
   committed files), with its own settings, workspaces, config and runtime folders.
   It is always shut down (``/api/shutdown``, then SIGTERM, then SIGKILL).
@@ -133,7 +133,7 @@ def _copy_course(dest: Path) -> None:
 
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory, artifacts):
-    from minillm.lab import free_port, jupyter_command, jupyter_env, stop_server, wait_for_status
+    from minillm.apps.lab import free_port, jupyter_command, jupyter_env, stop_server, wait_for_status
 
     tmp = tmp_path_factory.mktemp("jupyterlab")
     root = tmp / "course"

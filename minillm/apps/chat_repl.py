@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Callable, TextIO
 
-from .chat import encode_conversation, has_chat_template
+from ..chat import encode_conversation, has_chat_template
 
 HELP = "Type a message. /reset forgets the conversation, /exit or Ctrl-D quits, Ctrl-C stops a reply."
 FALLBACK_NOTICE = ("note: this model has no chat template, so minillm's plain fallback is used "
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     args = parser.parse_args(argv)
 
-    from . import LLM, SamplingParams
+    from .. import LLM, SamplingParams
 
     given = {k: v for k, v in (("max_tokens", args.max_tokens), ("temperature", args.temperature),
                                ("top_p", args.top_p), ("top_k", args.top_k), ("seed", args.seed)) if v is not None}

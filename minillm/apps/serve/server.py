@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import uvicorn
 
-log = logging.getLogger("minillm.serve")
+log = logging.getLogger("minillm.apps.serve")
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # the same as app.DEFAULT_MAX_BODY_BYTES (not imported: fastapi loads late)
 DEFAULT_REQUEST_TIMEOUT = 30.0

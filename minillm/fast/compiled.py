@@ -30,7 +30,7 @@ import threading
 
 import torch
 
-from .llama import AttentionBatch
+from ..models.llama import AttentionBatch
 
 #: graphs one engine compiles: one serves every step (see the module docstring); torch raises
 #: past it (``recompile_limit`` with ``fullgraph``) instead of silently running eager

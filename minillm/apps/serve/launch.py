@@ -61,9 +61,9 @@ class ServerProcess:
 
     def _command(self) -> list[str]:
         if self.server_code is None:
-            return [sys.executable, "-m", "minillm.serve", *self.args]
+            return [sys.executable, "-m", "minillm.apps.serve", *self.args]
         script = Path(self._dir.name) / "custom_server.py"
-        script.write_text("import sys\nfrom minillm.serve import OpenAIServer, serve\n\n" + self.server_code
+        script.write_text("import sys\nfrom minillm.apps.serve import OpenAIServer, serve\n\n" + self.server_code
                           + f"\n\nsys.exit(serve(sys.argv[1:], server_class={self.server_class}))\n")
         return [sys.executable, str(script), *self.args]
 

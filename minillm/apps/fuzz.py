@@ -8,8 +8,8 @@ must be exact (``check_invariants``); at the end of a program every request must
 with a stop reason, no block held, and **every output equal to the same request run alone**
 (token for token; a cancelled one a prefix of it).
 
-    python -m minillm.fuzz --programs 2000 --seed 1            # the shipped model, minutes
-    python -m minillm.fuzz --programs 50 --model path/to/folder
+    python -m minillm.apps.fuzz --programs 2000 --seed 1            # the shipped model, minutes
+    python -m minillm.apps.fuzz --programs 50 --model path/to/folder
 
 ``tests/test_property.py`` drives the same ``EngineFuzzer`` from hypothesis.
 """
@@ -22,8 +22,8 @@ import sys
 import threading
 import time
 
-from .params import SamplingParams
-from .request import RequestState, StopReason
+from ..params import SamplingParams
+from ..request import RequestState, StopReason
 
 S = RequestState
 LIVE_QUEUED = (S.WAITING, S.PREEMPTED, S.PREFILL, S.DECODE)
@@ -191,7 +191,7 @@ def random_program(fz: EngineFuzzer, rng: random.Random, length: int, vocab: int
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m minillm.fuzz", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m minillm.apps.fuzz", description=__doc__.splitlines()[0])
     ap.add_argument("--programs", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--length", type=int, default=25, help="actions per program")
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-graphs", default=None, choices=["eager", "compile"],
                     help="fuzz an engine whose decode-only steps run through decode graphs (the reference stays plain)")
     args = ap.parse_args(argv)
-    from .llm import LLM
+    from ..llm import LLM
 
     def engine(**kw):
         return LLM(args.model, device="cpu", block_size=4, max_model_len=48, **kw)

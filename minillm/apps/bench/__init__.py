@@ -3,7 +3,7 @@
     minillm bench                       # the shipped model, 5 timed rounds, results in ./benchmarks
     minillm bench --model all           # the shipped model and the 135M-shaped one (~30 min on 2 cores)
     minillm bench --quick               # small sizes, 2 rounds: a smoke run
-    python -m minillm.bench --model 135m --only throughput --runs 5
+    python -m minillm.apps.bench --model 135m --only throughput --runs 5
     minillm bench --peers --model smollm2   # beside CTranslate2 (and llama.cpp when installed): ``peers``
 
 Four benchmarks (see ``workloads``): batch-1 latency (TTFT, TPOT), a mixed 64-request
@@ -70,7 +70,7 @@ def parse_args(argv):
                          "limits; default 8,16,32,64 and 16,64)")
     ap.add_argument("--decode-graphs", action="store_true",
                     help="minillm with LLM(decode_graphs=True) (CUDA graphs on CUDA, inductor on the CPU for "
-                         "batches up to 4; minillm.decode_graphs); with --peers: beside the eager engine")
+                         "batches up to 4; minillm.fast.decode_graphs); with --peers: beside the eager engine")
     ap.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS,
                     help="minillm's LLM(attention_backend=...) (default auto: the CPU kernel where it builds)")
     ap.add_argument("--allow-mismatch", action="store_true",

@@ -57,7 +57,7 @@ OFFLINE_ARGS = (
 #: Server options that make the course quiet and safe to hand to a learner:
 #: * JupyterLab settings shipped with the package (``assets/lab/settings/overrides.json``): the
 #:   "get notified about news?" pop-up is switched off;
-#: * ``tests/`` (the solved exercises) is neither listed nor served (``minillm.lab_contents``),
+#: * ``tests/`` (the solved exercises) is neither listed nor served (``minillm.apps.lab_contents``),
 #:   which also logs "Notebook ... is not trusted" at debug level instead of once per notebook;
 #: * kernels talk to the server over local IPC sockets instead of TCP (``kernel_transport_args``),
 #:   so no kernel prints "Kernel is running over TCP without encryption".
@@ -65,7 +65,7 @@ OFFLINE_ARGS = (
 #: interface language, 简体中文 (``zh_CN``), so menus and dialogs match the notebooks. The text
 #: comes from the ``jupyterlab-language-pack-zh-CN`` package (course extra); without it JupyterLab
 #: stays English. These are defaults: a language picked in Settings → Language still wins.
-_ASSETS = Path(__file__).resolve().parent / "assets" / "lab"
+_ASSETS = Path(__file__).resolve().parent.parent / "assets" / "lab"
 LAB_SETTINGS_DIRS = {"en": _ASSETS / "settings", "zh": _ASSETS / "settings-zh"}
 LAB_SETTINGS_DIR = LAB_SETTINGS_DIRS[DEFAULT_LANG]
 #: JupyterLab's locale for each edition (what ``settings-zh`` sets; None: the browser's default).
@@ -75,7 +75,7 @@ LAB_LOCALES = {"en": None, "zh": "zh_CN"}
 #: A notebook that is open keeps its kernel however long it idles. Closing a notebook shuts its
 #: kernel down at once (``kernelShutdown`` in the shipped settings, both editions).
 KERNEL_CULL_ARGS = ("--MappingKernelManager.cull_idle_timeout=600", "--MappingKernelManager.cull_interval=60")
-_CONTENTS_ARG = "--ServerApp.contents_manager_class=minillm.lab_contents.CourseContentsManager"
+_CONTENTS_ARG = "--ServerApp.contents_manager_class=minillm.apps.lab_contents.CourseContentsManager"
 COURSE_ARGS = (f"--LabApp.app_settings_dir={LAB_SETTINGS_DIR}", _CONTENTS_ARG)
 
 
@@ -106,7 +106,7 @@ def kernel_transport_args(runtime_dir: str | None = None) -> list[str]:
 
 def repo_root() -> Path:
     """The folder that holds ``notebooks/`` (the repository when installed with ``pip -e``)."""
-    here = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parents[2]
     if (here / "notebooks").is_dir():
         return here
     cwd = Path.cwd()

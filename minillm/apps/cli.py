@@ -7,7 +7,7 @@ import sys
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from . import LLM, SamplingParams
+    from .. import LLM, SamplingParams
 
     try:
         params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             from .lab import main as lab_main
             return lab_main(rest)
         if argv[0] == "grade":
-            from .grading import cli_grade
+            from ..grading import cli_grade
             return cli_grade(rest)
         from .bench import main as bench_main
         return bench_main(rest)

@@ -44,8 +44,8 @@ from __future__ import annotations
 import torch
 
 from . import cpu_kernel
-from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, PagedInPlace, PagedReductions
-from .models.llama import AttentionBatch
+from ..attention import NULL_BLOCK, AttentionBackend, DecodeMeta, PagedInPlace, PagedReductions
+from ..models.llama import AttentionBatch
 
 MODES = ("eager", "compile", "cuda")
 #: compiles one batch size's function may make: one serves every width; torch raises past it
@@ -319,7 +319,7 @@ def warm_up(llm) -> int:
 
 
 def _warm_up_by_requests(llm, graphs) -> None:
-    from .params import SamplingParams
+    from ..params import SamplingParams
 
     token = 1 % llm.model_config.vocab_size
     params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)

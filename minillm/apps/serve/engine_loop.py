@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from minillm import LLM, RequestState, SamplingParams, StopReason
 
-log = logging.getLogger("minillm.serve")
+log = logging.getLogger("minillm.apps.serve")
 
 _WAITING_STATES = (RequestState.NEW, RequestState.WAITING, RequestState.PREEMPTED)
 _RUNNING_STATES = (RequestState.PREFILL, RequestState.DECODE)

@@ -39,7 +39,7 @@ from . import protocol as P
 from .engine_loop import EngineLoop, Overloaded, ShuttingDown, Stream
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
 
-log = logging.getLogger("minillm.serve")
+log = logging.getLogger("minillm.apps.serve")
 
 #: Largest body (bytes) a request may send, unless the server is told otherwise.
 DEFAULT_MAX_BODY_BYTES = 1 << 20
