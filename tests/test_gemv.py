@@ -22,7 +22,7 @@ SHAPES = [(96, 64), (64, 160), (7, 13), (5, 33), (1, 8), (1030, 72)]
 
 
 @pytest.mark.parametrize("out_in", SHAPES)
-@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("rows", [1, 3, 8])
 def test_float32_matches_f_linear_and_not_the_thread_count(out_in, rows):
     n, k = out_in
     g = torch.Generator().manual_seed(n * 100 + k + rows)
@@ -49,7 +49,7 @@ def test_big_split_calls_match_one_thread():
 
 
 @pytest.mark.parametrize("out_in", SHAPES)
-@pytest.mark.parametrize("rows", [1, 4, 7])
+@pytest.mark.parametrize("rows", [1, 5])
 def test_int8_is_the_dequantized_float_product(out_in, rows):
     n, k = out_in
     g = torch.Generator().manual_seed(n + k + rows)
