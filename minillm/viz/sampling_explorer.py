@@ -383,7 +383,7 @@ class SamplingExplorer(_import_widgets().VBox):
         self.sliders = [self.temperature, self.top_k, self.top_p, self.min_p, self.seed, self.num_draws]
         for s in self.sliders:
             s.observe(self._on_change, names="value")
-        from .stepper import ButtonMap
+        from ._common import ButtonMap
 
         self.buttons = ButtonMap()
         for action, english, fn in (("append", "Append sampled token", self._append), ("undo", "Undo", self._undo),
@@ -406,7 +406,7 @@ class SamplingExplorer(_import_widgets().VBox):
         self.children = [w.HTML(_CSS), w.HBox([self.prompt_box, self.prompt_button]), self.message, self.context,
                          w.HBox([controls, self.info]), self.plot]
         self.add_class("minillm-sampling")
-        from .stepper import language_notice
+        from ._common import language_notice
 
         self.message.value = language_notice(token_pieces(c.llm.tokenizer, c.prompt_ids), self.lang)
         self.refresh()
@@ -423,7 +423,7 @@ class SamplingExplorer(_import_widgets().VBox):
 
     def _new_prompt(self) -> None:
         """A new context: the same engine and settings, the distribution after the typed prompt."""
-        from .stepper import language_notice
+        from ._common import language_notice
 
         c = self.core
         try:
