@@ -38,9 +38,9 @@ _LAZY = {
     # narration.py (engine events in plain words)
     "describe_event": "narration",
     "summarize_action": "narration",
-    # sampling_explorer.py
+    # sampling_explorer.py (the widget) over sampling_explorer_core.py (plain Python)
     "SamplingExplorer": "sampling_explorer",
-    "SamplingExplorerCore": "sampling_explorer",
+    "SamplingExplorerCore": "sampling_explorer_core",
     # conversation.py (the long-chat scenario)
     "run_chat": "conversation",
     "plot_chat_turns": "conversation",
