@@ -104,7 +104,7 @@ LOGITS_ATOL = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}
 def backends_on_test_device() -> list[str]:
     """The attention backends the engine can run on ``TEST_DEVICE`` (the parity tests
     parametrise over these): on CUDA not the CPU-only "kernel", which would refuse the engine."""
-    from minillm.attention import backends_for
+    from minillm.fast.attention import backends_for
 
     default = "float32" if TEST_DEVICE == "cpu" else "bfloat16"
     dtype = getattr(torch, os.environ.get("MINILLM_TEST_DTYPE", default))

@@ -3,7 +3,8 @@
 The engine runs on the ``device`` / ``dtype`` fixtures (CPU float32 unless
 ``MINILLM_TEST_DEVICE=cuda``); transformers stays the float32 CPU reference. In a lower
 precision a greedy token only has to be the reference's argmax up to ``logits_atol``.
-Every test runs once per attention backend the device can run (``minillm.attention``): all must match."""
+Every test runs on the reference path (``LLM(fast=False)``) and once per attention backend of the fast
+path the device can run (``minillm.fast.attention``): all must match."""
 
 from __future__ import annotations
 
@@ -15,14 +16,16 @@ import pytest
 import torch
 
 from minillm import LLM, SamplingParams
-from minillm.attention import BACKENDS
+from minillm.fast.attention import BACKENDS
 from conftest import backends_on_test_device, make_model, run_to_end
 
 
-@pytest.fixture(autouse=True, params=backends_on_test_device())
+@pytest.fixture(autouse=True, params=["reference", *backends_on_test_device()])
 def attention_backend(request, monkeypatch):
-    """Every ``LLM(...)`` built by a test here uses this backend."""
-    monkeypatch.setattr(sys.modules[__name__], "LLM", functools.partial(LLM, attention_backend=request.param))
+    """Every ``LLM(...)`` built by a test here uses this backend of the fast path, or the
+    reference path (``LLM(fast=False)``: the plain runner and sampler, the model's own attention)."""
+    kw = {"fast": False} if request.param == "reference" else {"attention_backend": request.param}
+    monkeypatch.setattr(sys.modules[__name__], "LLM", functools.partial(LLM, **kw))
     return request.param
 
 FAMILIES = ["llama", "llama3rope", "qwen2", "qwen3"]
