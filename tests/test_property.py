@@ -101,3 +101,14 @@ def test_random_programs_through_decode_graphs(engine_factory):
     machine.TestCase.settings = settings(max_examples=12, stateful_step_count=25, deadline=None,
                                          suppress_health_check=list(HealthCheck), derandomize=True)
     machine.TestCase().runTest()
+
+
+def test_random_programs_on_the_reference_path(engine_factory):
+    """The same programs on the reference path (``LLM(fast=False)``: the plain runner, the
+    one-row sampler, the model's own attention) against the same reference, which runs the
+    fast path: the two paths give the same tokens, and the reference keeps every invariant."""
+    make_llm, make_reference = engine_factory
+    machine = build_machine(lambda: make_llm(fast=False), make_reference)
+    machine.TestCase.settings = settings(max_examples=12, stateful_step_count=25, deadline=None,
+                                         suppress_health_check=list(HealthCheck), derandomize=True)
+    machine.TestCase().runTest()
