@@ -144,8 +144,10 @@ class IncrementalDetokenizer:
         self._run_ids = byte_ids | special_ids if params.skip_special_tokens else byte_ids
         self._skip = params.skip_special_tokens
         self._include_stop = params.include_stop_str_in_output
-        self._stops = params.stop_strings
-        self._hold = max((len(s) for s in self._stops), default=1) - 1
+        self._stops = params._stop_list
+        self._hold = 0  # a stop string still being spelled out may take back this many characters
+        for stop in self._stops:
+            self._hold = max(self._hold, len(stop) - 1)
         self._ids: list[int] = list(prompt_token_ids[-PROMPT_WINDOW:])
         self._prefix_offset = 0
         self._read_offset = len(self._ids)
@@ -159,7 +161,7 @@ class IncrementalDetokenizer:
 
     @property
     def stable_text(self) -> str:
-        if self.stopped or not self._stops or self._hold == 0:
+        if self.stop_string is not None or not self._stops or self._hold == 0:
             return self.text
         return self.text[:max(0, len(self.text) - self._hold)]
 
@@ -167,7 +169,7 @@ class IncrementalDetokenizer:
         """Add one output token. ``hidden``: it is a stop token (EOS / stop_token_ids) whose
         text is shown only with ``include_stop_str_in_output``. Returns True when a stop
         string appeared in the text with this token."""
-        if self.stopped or (hidden and not self._include_stop):
+        if self.stop_string is not None or (hidden and not self._include_stop):
             return False
         self._ids.append(token_id)
         if token_id in self._run_ids:
@@ -177,7 +179,7 @@ class IncrementalDetokenizer:
     def finish(self) -> bool:
         """The request ended: add the text still held back (a byte-fallback run), leaving out
         an incomplete character at the very end. Returns True if a stop string appeared."""
-        if self.stopped:
+        if self.stop_string is not None:
             return False
         return self._advance(final=True)
 
