@@ -54,44 +54,25 @@ class LLM(EngineCore):
             are returned. A server sets it so memory does not grow with requests served.
         trace_limit: None keeps every event in ``llm.trace``; an int keeps the latest that
             many (``llm.trace`` is then a bounded deque).
-        num_threads: CPU threads for torch (``torch.set_num_threads``, which is process-wide:
-            it applies to everything else in the process too). None chooses from the model size
-            and the machine: one thread per 60M parameters, at least 1, at most the usable cores
-            (so small models get 1 thread: more only add synchronisation); torch is left alone
-            on CUDA and when OMP_NUM_THREADS is set. ``llm.num_threads`` is what was set
-            (None: nothing was).
-        attention_backend: how the fast path's decode attention reads the paged KV pool (``minillm.fast.attention``):
-            "auto" (default: "flex" on CUDA; on the CPU "kernel" where it builds and has its
-            vectorised path for the model's heads, else "gather"), "gather" (gather each
-            context, decode rows in groups of similar length, one SDPA per group), "paged" (whole blocks picked through
-            fixed-shape block tables, one SDPA), "kernel" (the CPU's C kernel reading the pool
-            in place through the block tables; float32 on the CPU, built with the system's C
-            compiler on first use) or "flex" (FlexAttention over the pool through the block
-            tables; compiled on CUDA, unverified there; eager and slow on the CPU).
-            ``llm.attention_backend`` is the one used.
-        weight_dtype: None (weights in ``dtype``) or "int8": every projection stored as int8
-            with per-output-channel scales, a quarter of the bytes a decode step reads
-            (CPU, ``dtype="float32"`` only; ``minillm.models.weights``, with its documented
-            logit tolerance against float32).
-        compile: True runs the forward through ``torch.compile`` (attention stays eager;
-            ``minillm.fast.compiled``): one graph for every step, compiled in the first step
-            or by ``warmup()`` (tens of seconds); ``llm.model`` stays the eager reference. Not with
-            ``weight_dtype="int8"``; float32 logits match eager to rounding (bf16 rounds otherwise).
-        row_split: True splits each float projection of 1 MiB or more by output rows across
-            persistent CPU threads for steps of at most 4 rows (batch-1/few-request decode),
-            bit-identical to one ``F.linear`` (``minillm.fast.threaded``): used when there are
-            2+ threads and ``compile`` is off; ``llm.shard_pool`` holds its threads (None: unused).
-            Off by default: torch's own threads were faster on a quiet machine; the split is for a
-            shared, oversubscribed one, where torch's threads can collapse 14-40x.
-        decode_graphs: run decode-only steps at fixed shapes, one graph per bucket of rows and
-            blocks, padded (``minillm.fast.decode_graphs``): True = CUDA graphs on CUDA (unverified:
-            no GPU has run them), inductor with its C++ wrapper on the CPU (batches up to 4; each
-            bucket compiles on first use, seconds to tens of seconds); "eager" = the same
-            fixed-shape path uncompiled. Off by default. Steps with a prefill run eager.
-        fast: True (default) runs the fast layer (``minillm.fast``: batched decode attention, device-side
-            block tables, the batched sampler, and the options above that need it); False runs
+        num_threads: CPU threads for torch (``torch.set_num_threads``, process-wide). None: one
+            per 60M parameters, at least 1, at most the usable cores; torch is left alone on CUDA
+            and when OMP_NUM_THREADS is set. ``llm.num_threads`` is what was set (None: nothing).
+        fast: True (default) runs the fast layer (``minillm.fast``: batched decode attention,
+            device-side block tables, the batched sampler, and the options below); False runs
             the reference path the chapter reads (``minillm.runner``, ``minillm.sampler``, the
-            model's own attention), token for token the same, with none of the fast options.
+            model's own attention), token for token the same, with none of the options below.
+        attention_backend: how the fast path's decode attention reads the paged pool
+            (``minillm.fast.attention``): "auto" ("flex" on CUDA; on the CPU "kernel" where the C
+            kernel builds and has a vectorised path for the model's heads, else "gather"),
+            "gather", "paged", "kernel" or "flex". ``llm.attention_backend`` is the one used.
+        weight_dtype: None (weights in ``dtype``) or "int8" (CPU, float32: every projection int8
+            with per-output-channel scales, ``minillm.models.weights``, within its logit tolerance).
+        compile: True runs the forward through ``torch.compile`` (``minillm.fast.compiled``).
+        row_split: True splits big projections by output rows across persistent CPU threads for
+            steps of at most 4 rows (``minillm.fast.threaded``); for oversubscribed machines.
+        decode_graphs: decode-only steps at fixed shapes, one graph per bucket
+            (``minillm.fast.decode_graphs``): True = CUDA graphs on CUDA (unverified), inductor on
+            the CPU; "eager" = the same fixed-shape path uncompiled. Off by default.
         parts: ``minillm.seams.EngineParts``: parts written outside the engine (a transition
             table, a block pool, a step function, top-k / top-p filters) used instead of the
             engine's own; the build-it notebook plugs a learner's parts in here. None: all its own.
@@ -178,21 +159,8 @@ class LLM(EngineCore):
         calls this from a worker thread, then adds the request by its ids). Give exactly one
         of ``prompt``, ``messages`` (a conversation) and ``prompt_token_ids``; bad input
         raises ``ValueError`` naming it."""
-        if sum(x is not None for x in (prompt, messages, prompt_token_ids)) != 1:
-            raise ValueError("give exactly one of prompt, messages and prompt_token_ids")
-        vocab = self.model_config.vocab_size
-        if messages is not None:
-            from .chat import encode_conversation
-
-            ids = encode_conversation(self.tokenizer, messages)
-        else:
-            if prompt is None and isinstance(prompt_token_ids, (list, tuple)):
-                checks.check_length(len(prompt_token_ids), self.max_model_len)  # before a look at each id
-            ids = checks.check_prompt(prompt, prompt_token_ids, vocab)
-            if ids is None:
-                ids = self.tokenizer.encode(prompt)
-        return checks.check_fits(list(ids), prompt, vocab, self.max_model_len, self.kv_cache.num_blocks,
-                                 self.kv_cache.block_size)
+        return checks.prepare_ids(self.tokenizer, prompt, messages, prompt_token_ids, self.model_config.vocab_size,
+                                  self.max_model_len, self.kv_cache.num_blocks, self.kv_cache.block_size)
 
     def warmup(self) -> int:
         """With ``compile=True`` or ``decode_graphs``: compile (capture) now, not in the first

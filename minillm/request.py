@@ -260,3 +260,21 @@ def _short(value, limit: int = 200) -> str:
     """``repr(value)``, cut to ``limit`` characters: an error message must not echo a megabyte."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def prepare_ids(tokenizer, prompt, messages, prompt_token_ids, vocab_size: int, max_model_len: int,
+                num_blocks: int, block_size: int) -> list[int]:
+    """``LLM.prepare_prompt``: exactly one of a text, a conversation and token ids, to checked ids."""
+    if sum(x is not None for x in (prompt, messages, prompt_token_ids)) != 1:
+        raise ValueError("give exactly one of prompt, messages and prompt_token_ids")
+    if messages is not None:
+        from .chat import encode_conversation
+
+        ids = encode_conversation(tokenizer, messages)
+    else:
+        if prompt is None and isinstance(prompt_token_ids, (list, tuple)):
+            check_length(len(prompt_token_ids), max_model_len)  # before a look at each id
+        ids = check_prompt(prompt, prompt_token_ids, vocab_size)
+        if ids is None:
+            ids = tokenizer.encode(prompt)
+    return check_fits(list(ids), prompt, vocab_size, max_model_len, num_blocks, block_size)

@@ -392,7 +392,9 @@ class FlexPaged(AttentionBackend):
 
 
 BACKENDS = {"gather": GatherSDPA, "paged": PagedInPlace, "kernel": PagedKernel, "flex": FlexPaged}
-DEFAULT_BACKEND = "gather"
+#: what ``make_backend(None)`` / ``resolve_backend(None, ...)`` give: gather, the plainest backend
+#: (``LLM`` and the option checks default to "auto", resolved by ``resolve_backend``)
+PLAIN_BACKEND = "gather"
 
 
 def backends_for(device: torch.device | str, dtype: torch.dtype) -> tuple[str, ...]:
@@ -423,7 +425,7 @@ def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.d
     "kernel" where ``kernel_usable`` and (given the model's ``head_dim`` and query heads per KV
     head ``group``) the kernel has its vectorised path for that shape, else "gather"; an explicit "kernel" where it is not usable
     is a ValueError saying why (any head shape is served: the generic loop is correct)."""
-    name = DEFAULT_BACKEND if name is None else name
+    name = PLAIN_BACKEND if name is None else name
     if name == "flex" and not flex_available():
         raise ValueError("attention_backend='flex' needs torch.nn.attention.flex_attention (torch >= 2.5); "
                          "use 'auto', 'gather' or 'paged'")
@@ -446,7 +448,7 @@ def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.d
 
 def make_backend(name: str | None = None) -> AttentionBackend:
     """The backend called ``name`` (None: the default)."""
-    name = DEFAULT_BACKEND if name is None else name
+    name = PLAIN_BACKEND if name is None else name
     if not isinstance(name, str) or name not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {tuple(BACKENDS)}, got {name!r}")
     return BACKENDS[name]()
