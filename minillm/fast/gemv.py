@@ -320,6 +320,8 @@ def keep_torch_on_one_thread(model: nn.Module) -> None:
     saved = []
 
     def before(module, args, kwargs):
+        if torch.compiler.is_compiling():  # a graph being traced: no thread settings in it
+            return
         ids = args[0] if args else kwargs.get("input_ids")
         threads = torch.get_num_threads()
         small = ids is not None and ids.numel() <= MAX_ROWS and threads > 1
@@ -328,6 +330,8 @@ def keep_torch_on_one_thread(model: nn.Module) -> None:
             torch.set_num_threads(1)
 
     def after(module, args, kwargs, output):
+        if torch.compiler.is_compiling():
+            return
         state = saved.pop() if saved else None
         if state is not None:
             torch.set_num_threads(state[0])
