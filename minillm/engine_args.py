@@ -28,7 +28,7 @@ ALLOWED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DEVICE_TYPES = ("cpu", "cuda")
 SCHEDULING = ("continuous", "static")
 #: names of ``minillm.attention.BACKENDS`` (kept here so checking options imports no model code),
-#: and "auto": the CPU kernel where it builds for a float32 cache, else "gather"
+#: and "auto": "flex" on CUDA, the CPU kernel where it builds for a float32 cache, else "gather"
 ATTENTION_BACKENDS = ("gather", "paged", "kernel", "flex", "auto")
 #: values of ``weight_dtype`` (``minillm.models.weights``): None keeps the weights in ``dtype``;
 #: "int8" stores the projections as int8 with per-output-channel scales (CPU, float32 only)

@@ -63,12 +63,12 @@ _LAZY = {
 
 __all__ = [name for name in sorted(_LAZY)]
 
-try:  # plots (CacheMonitor, timelines) live in plots.py, added separately
+try:  # plots/ (KV memory, state timelines, latency, experiments, CacheMonitor), one namespace
     from .plots import *  # noqa: F401,F403
     from . import plots as _plots
 
     __all__ += [n for n in getattr(_plots, "__all__", []) if n not in __all__]
-except ImportError:  # plots.py not there (or its optional dependencies missing)
+except ImportError:  # an optional dependency of the plots is missing
     pass
 
 try:  # in a notebook: a repeated walkthrough cell (IllegalTransition) or Kernel -> Interrupt reads as a sentence
