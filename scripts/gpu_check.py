@@ -86,7 +86,7 @@ def part_env(plan: Plan, rep: Report) -> None:
 
     import torch
 
-    from minillm.attention import backends_for, flex_available, resolve_backend
+    from minillm.fast.attention import backends_for, flex_available, resolve_backend
 
     import minillm
 

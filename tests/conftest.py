@@ -106,7 +106,7 @@ LOGITS_ATOL = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}
 def backends_on_test_device() -> list[str]:
     """The attention backends the engine can run on ``TEST_DEVICE`` (the parity tests
     parametrise over these): on CUDA not the CPU-only "kernel", which would refuse the engine."""
-    from minillm.attention import backends_for
+    from minillm.fast.attention import backends_for
 
     return sorted(backends_for(TEST_DEVICE, getattr(torch, engine_dtype_name(TEST_DEVICE))))
 

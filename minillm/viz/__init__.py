@@ -31,15 +31,16 @@ _LAZY = {
     "STATE_HOLDS": "diagram",
     "state_holds": "diagram",
     "edge_labels": "diagram",
-    # stepper.py
+    # stepper.py (the widget) over stepper_core.py (plain Python, no ipywidgets)
     "RequestStepper": "stepper",
-    "RequestStepperCore": "stepper",
-    "describe_event": "stepper",
-    "summarize_action": "stepper",
-    "button_labels": "stepper",
-    # sampling_explorer.py
+    "RequestStepperCore": "stepper_core",
+    "button_labels": "stepper_core",
+    # narration.py (engine events in plain words)
+    "describe_event": "narration",
+    "summarize_action": "narration",
+    # sampling_explorer.py (the widget) over sampling_explorer_core.py (plain Python)
     "SamplingExplorer": "sampling_explorer",
-    "SamplingExplorerCore": "sampling_explorer",
+    "SamplingExplorerCore": "sampling_explorer_core",
     # conversation.py (the long-chat scenario)
     "run_chat": "conversation",
     "plot_chat_turns": "conversation",
