@@ -232,7 +232,8 @@ class Idea:
     def _negated(self, clause: str, m: re.Match) -> bool:
         if not self.polar:
             return False
-        if negated_at(clause, m.start()) or negated_after(clause, m.end()):
+        inside = m.group(0)[2:]  # "占用也不会增长": a negator inside the phrase (not one it starts with)
+        if negated_at(clause, m.start()) or negated_after(clause, m.end()) or _NEG_NEAR.search(inside):
             return not double_negative(clause, m)
         return False
 
@@ -241,11 +242,13 @@ class Idea:
         if said:  # "only computes the new token instead of reusing …": one plain mention is enough
             return "present" if any(said) else "negated"
         state = self._parts_state(clause)
+        if state == "present" and _WITHOUT_IT.search(prev):
+            return "negated"  # "without a cache, memory would grow": said of the world without it
         if state != "absent":
             return state
         for p in self.inverted:
             for m in p.finditer(clause):
-                if negated_at(clause, m.start()) or counterfactual(clause[:m.start()], prev) or (
+                if negated_at(clause, m.start()) or _NEG_NEAR.search(m.group(0)) or counterfactual(clause[:m.start()], prev) or (
                         self.inverted_by is not None and self.inverted_by.search(clause[:m.start()])):
                     return "present"
         return "weak" if any(p.search(clause) for p in self.weak) else "absent"
@@ -268,7 +271,8 @@ class Idea:
 
 _COUNTERFACTUAL = re.compile(r"\bwould\b|\bwithout (it|the cache|a cache|caching|them)\b|\botherwise\b|否则|不然|"
                              r"要不然|(如果|若)?没有(它|缓存|KV)", re.IGNORECASE)
-_WITHOUT_IT = re.compile(r"^\s*(without\b|如果没有|若没有|没有(它|缓存|KV)|否则|不然|otherwise)", re.IGNORECASE)
+_WITHOUT_IT = re.compile(r"^\s*(without\s+(it|the|a|any|kv|caching)\b|如果没有|若没有|没有(它|缓存|KV)|否则|不然|otherwise)",
+                         re.IGNORECASE)
 
 
 def counterfactual(before: str, prev: str) -> bool:

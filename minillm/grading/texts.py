@@ -31,7 +31,8 @@ HIT_MISS = misconception(
      rf"(answers?|responses?|replies|completions?)",
      rf"(same|identical|repeated)\s+(prompts?|questions?|query|queries|requests?)\b{CLAUSE}{{0,40}}"
      rf"(return|serv|answer|skip|fast|instant)",
-     r"\blru\b", r"命中|缓存(了)?[^。；;]{0,6}(答案|回答|回复)|(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)|查表"],
+     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
+     r"命中|缓存(了)?[^。；;]{0,6}(答案|回答|回复)|(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)|查表"],
     "the KV cache is not a hit/miss cache of answers: it is execution state (the keys and values "
     "of one live request's tokens) that exists only while that request runs",
 )
@@ -356,14 +357,15 @@ SCENARIO_KINDS = [
 _UNIT = (r"\btokens?\b|length|longer|\bclients?\b|\bcontext\b|\bprompts?\b|\bhistory\b|\boutputs?\b|\bbatch\b|对话|越长|\brequests?\b|\busers?\b|sessions?|sequences?|\bsteps?\b|\brounds?\b|positions?|"
          r"lifetime|\btime\b|\beach\b|\bevery\b|\bper\b|concurren\w*|simultaneous\w*|at once|"
          r"token|长度|请求|用户|会话|序列|步|轮|位置|时间|更久|更长|每|各|上下文|历史|并发|同时|生成|输出|解码|\bgenerat\w*|\bdecod\w*")
-_STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|"
+_STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|\bstor(e|ed|ing|age)\b|"
           r"KV|缓存|显存|内存|键值|块|状态|存储")
 _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore\b|\badd\w*|accumulat\w*|append\w*|multipl\w*|"
          r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
          r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|"
          r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|"
-         r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed)|\buntil\b")
+         r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
+         r"\buntil\b|\bwhile\b|不会?(丢|删)")
 
 
 def _reason_level(reason: str) -> str | None:
