@@ -448,7 +448,7 @@ def _doubts(text: str, ideas, r: Reading) -> list:
     return out
 
 
-PARTLY_DOUBT = 0.2  # an idea not found, but some of its words are there: a paraphrase may have been missed
+PARTLY_DOUBT = 0.35  # an idea not found, but some of its words are there: a paraphrase may have been missed
 
 
 def _partly_there(i: Idea, text: str) -> bool:

@@ -384,6 +384,7 @@ LOOP_OK = {"decode", "sample", "update", None}  # roles a decode loop may pass t
 _KV = re.compile(r"\bkv\b|cache|blocks?|\bkeys?\b|\bvalues?\b|k/v|显存|缓存|键值|块|KV", re.IGNORECASE)
 _NOTHING = re.compile(r"\bnothing\b|\bnone\b|\bno\b|\bfree\w*|\breturn\w*|\breleas\w*|\bback\b|\b0\b|"
                       r"无|没有|不占|释放|归还|回收|空", re.IGNORECASE)
+_NEGATOR = re.compile(r"\b(no|not|none|nothing|zero|never|without)\b|n't|无|没|不|未|零", re.IGNORECASE)
 _NONE_AFTER = re.compile(r"\s*(blocks?\s*)?[:：=]?\s*(none|nothing|no\b|0\b|zero|无|没有|零)", re.IGNORECASE)
 _ZERO = re.compile(r"(\b(0|zero)\s+(\w+\s+)?|零个?\s*)$", re.IGNORECASE)
 _CANCEL = re.compile(r"cancel|abort|user stop|取消|中止|用户停止", re.IGNORECASE)
@@ -619,6 +620,8 @@ def _grade_notes(d: Diagram, m: Marks, have, dec, merged) -> None:
     contradictions = _contradictions(d, have, dec, merged, m)
     for text in contradictions:
         m.wrong(text)
+    if contradictions and any(_NEGATOR.search(h) for h in d.states.values()):
+        m.flag(why="a note with a negation")  # "KV: none", "blocks not yet returned": the reading may be wrong
     if not bare and not contradictions:
         m.ok(m.t("dia.notes_ok"), 1)
     elif not bare:

@@ -233,6 +233,11 @@ def own_words(text: str, m: Marks, lang: str, what: tuple[str, str] = ("this", "
     from .copies import verdict
 
     found = verdict(text)
+    if found == "pasted":
+        m.wrong(_say(lang, f"{what[0]} is text the exercise, its options or its feedback show; say it in your own words",
+                     f"{what[1]}是题目、选项或反馈里的原文；请用自己的话说"))
+        m.doubt("pasted from the course", 0.0)  # certain: named in the flags, no review needed
+        return False
     if found in ("copied", "model"):
         m.wrong(_say(lang, f"{what[0]} repeats text the exercise, its options or its feedback show; "
                            f"say it in your own words",
