@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from minillm import LLM, SamplingParams  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from minillm.attention import BACKENDS, AttentionBackend, DecodeMeta, GatherSDPA, PagedInPlace, make_backend  # noqa: E402
+from minillm.fast.attention import BACKENDS, AttentionBackend, DecodeMeta, GatherSDPA, PagedInPlace, make_backend  # noqa: E402
 from minillm.models.llama import AttentionBatch, DecodeGroup, PrefillSeq  # noqa: E402
 
 REFERENCE = "gather"

@@ -36,7 +36,7 @@ VARIANTS = ("reductions, jit", "kernel, jit", "kernel, aot")
 
 def engine(variant: str, threads: int):
     from minillm import LLM
-    from minillm.attention import PagedReductions
+    from minillm.fast.attention import PagedReductions
 
     llm = LLM(device="cpu", dtype="float32", enable_prefix_caching=False, kv_cache_tokens=4096,
               max_num_seqs=4, num_threads=threads, decode_graphs=True)

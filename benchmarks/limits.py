@@ -145,7 +145,7 @@ def model_path(name: str, workdir: Path) -> tuple[str, Path]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--dtype", default=None, help="engine dtype (default float32 on CPU, bfloat16 on CUDA)")
+    ap.add_argument("--dtype", default=None, help="engine dtype (default: dtype='auto', float32 on CPU, bfloat16 on CUDA, float16 where bf16 is not native)")
     ap.add_argument("--model", action="append", help="default, 135m or a folder (repeatable; default: default)")
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens before the timed decode")
     ap.add_argument("--new-tokens", type=int, default=32)
@@ -154,10 +154,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="JSON file (default benchmarks/limits_<device>.json)")
     args = ap.parse_args(argv)
     from minillm import LLM
-    from minillm.engine_args import usable_cores
+    from minillm.engine_args import auto_dtype, usable_cores
 
     device = torch.device(args.device)
-    dtype = args.dtype or ("float32" if device.type == "cpu" else "bfloat16")
+    dtype = args.dtype or str(auto_dtype(device)).removeprefix("torch.")  # what LLM(dtype="auto") runs
     torch_dtype = getattr(torch, dtype)
     cores = usable_cores()
     threads = ([int(t) for t in args.threads.split(",")] if args.threads

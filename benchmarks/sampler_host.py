@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from minillm.params import SamplingParams  # noqa: E402
 from minillm.request import Request  # noqa: E402
-from minillm.sampler import Sampler, make_generator  # noqa: E402
+from minillm.fast.sampler import BatchedSampler as Sampler  # noqa: E402
+from minillm.sampler import make_generator  # noqa: E402
 
 
 class _Count(torch.overrides.TorchFunctionMode):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .intake import check_text
+from .request import check_text
 
 try:  # every error a Jinja template can raise: a refusal (raise_exception), a sandbox block, a syntax error
     from jinja2 import TemplateError

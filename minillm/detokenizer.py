@@ -35,7 +35,11 @@ Rules, with vLLM's meanings:
 Decoding goes straight to the Rust ``tokenizers`` backend when that is the same function as
 ``tokenizer.decode`` (a plain fast tokenizer without space clean-up): the transformers
 wrapper costs several times the decode itself. Any other tokenizer is called through its
-own ``decode``.
+own ``decode``. For such a fast tokenizer without byte-fallback tokens the two decodes per
+token run inside the library: ``tokenizers.decoders.DecodeStream`` (what vLLM v1 uses) keeps
+the same window with the same rule, and ``update`` only adds what it returns; the window above
+stays the fallback for every other tokenizer, and the lesson (``finish`` always uses it, on
+the same offsets).
 """
 
 from __future__ import annotations
@@ -89,15 +93,32 @@ def byte_fallback_ids(tokenizer) -> tuple[frozenset[int], frozenset[int]]:
 _INFO: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _tokenizer_info(tokenizer) -> tuple[Decode, tuple[frozenset[int], frozenset[int]]]:
-    """(decode, (byte-fallback ids, special ids)), computed once per tokenizer object."""
+def _tokenizer_info(tokenizer) -> tuple[Decode, tuple[frozenset[int], frozenset[int]], object]:
+    """(decode, (byte-fallback ids, special ids), the Rust tokenizer ``DecodeStream`` can step
+    with or None), computed once per tokenizer object."""
     try:
         info = _INFO.get(tokenizer)
     except TypeError:  # not weak-referenceable / hashable: compute every time
-        return decoder_for(tokenizer), byte_fallback_ids(tokenizer)
+        return _compute_info(tokenizer)
     if info is None:
-        info = _INFO[tokenizer] = (decoder_for(tokenizer), byte_fallback_ids(tokenizer))
+        info = _INFO[tokenizer] = _compute_info(tokenizer)
     return info
+
+
+def _compute_info(tokenizer):
+    byte_ids = byte_fallback_ids(tokenizer)
+    stream_with = None
+    try:
+        import tokenizers
+        from tokenizers.decoders import DecodeStream  # noqa: F401 - tokenizers >= 0.21
+    except ImportError:  # pragma: no cover
+        tokenizers = None
+    if tokenizers is not None and not byte_ids[0]:  # byte-fallback runs: the window's own rule
+        if isinstance(tokenizer, tokenizers.Tokenizer):
+            stream_with = tokenizer
+        elif getattr(tokenizer, "backend_tokenizer", None) is not None and _decodes_like_backend(tokenizer):
+            stream_with = tokenizer.backend_tokenizer
+    return decoder_for(tokenizer), byte_ids, stream_with
 
 
 def _decodes_like_backend(tokenizer) -> bool:
@@ -138,19 +159,30 @@ class IncrementalDetokenizer:
 
     def __init__(self, tokenizer, prompt_token_ids: Sequence[int], params: SamplingParams,
                  decode: Decode | None = None):
-        own_decode, (byte_ids, special_ids) = _tokenizer_info(tokenizer)
+        own_decode, (byte_ids, special_ids), stream_with = _tokenizer_info(tokenizer)
         self._decode = decode if decode is not None else own_decode
         # tokens that continue (or, skipped, do not end) a byte-fallback run
         self._run_ids = byte_ids | special_ids if params.skip_special_tokens else byte_ids
         self._skip = params.skip_special_tokens
         self._include_stop = params.include_stop_str_in_output
-        self._stops = params.stop_strings
-        self._hold = max((len(s) for s in self._stops), default=1) - 1
+        self._stops = params._stop_list
+        self._hold = 0  # a stop string still being spelled out may take back this many characters
+        for stop in self._stops:
+            self._hold = max(self._hold, len(stop) - 1)
         self._ids: list[int] = list(prompt_token_ids[-PROMPT_WINDOW:])
         self._prefix_offset = 0
         self._read_offset = len(self._ids)
         self.text = ""
         self.stop_string: str | None = None
+        # the library's window (``DecodeStream``) when it decodes exactly as ``self._decode`` would
+        self._stream, self._stream_with = None, None
+        # (not after a prompt that ends inside a character, where the library shows that
+        # character's bytes from the prompt and the window does not: keep one behaviour)
+        if decode is None and stream_with is not None and not self._decode(self._ids, self._skip).endswith("\ufffd"):
+            from tokenizers.decoders import DecodeStream
+
+            self._stream = DecodeStream(ids=list(self._ids), skip_special_tokens=self._skip)
+            self._stream_with = stream_with
 
     @property
     def stopped(self) -> bool:
@@ -159,7 +191,7 @@ class IncrementalDetokenizer:
 
     @property
     def stable_text(self) -> str:
-        if self.stopped or not self._stops or self._hold == 0:
+        if self.stop_string is not None or not self._stops or self._hold == 0:
             return self.text
         return self.text[:max(0, len(self.text) - self._hold)]
 
@@ -167,9 +199,12 @@ class IncrementalDetokenizer:
         """Add one output token. ``hidden``: it is a stop token (EOS / stop_token_ids) whose
         text is shown only with ``include_stop_str_in_output``. Returns True when a stop
         string appeared in the text with this token."""
-        if self.stopped or (hidden and not self._include_stop):
+        if self.stop_string is not None or (hidden and not self._include_stop):
             return False
         self._ids.append(token_id)
+        if self._stream is not None:  # the library's two decodes, the window's offsets kept alike
+            piece = self._stream.step(self._stream_with, token_id)
+            return False if piece is None else self._show(piece)
         if token_id in self._run_ids:
             return False  # a byte-fallback run may still turn into U+FFFD: wait for its end
         return self._advance(final=False)
@@ -177,7 +212,7 @@ class IncrementalDetokenizer:
     def finish(self) -> bool:
         """The request ended: add the text still held back (a byte-fallback run), leaving out
         an incomplete character at the very end. Returns True if a stop string appeared."""
-        if self.stopped:
+        if self.stop_string is not None:
             return False
         return self._advance(final=True)
 
@@ -191,8 +226,13 @@ class IncrementalDetokenizer:
             return False  # half a character: wait for the next token
         if len(full) <= len(prefix):
             return False  # nothing new yet
+        return self._show(full[len(prefix):])
+
+    def _show(self, piece: str) -> bool:
+        """Add ``piece`` to the text, move the window on, look for a stop string."""
+        ids = self._ids
         old_len = len(self.text)
-        self.text += full[len(prefix):]
+        self.text += piece
         self._prefix_offset, self._read_offset = self._read_offset, len(ids)
         if self._prefix_offset >= _TRIM_AT:
             del ids[:self._prefix_offset]

@@ -27,8 +27,8 @@ DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.f
 ALLOWED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DEVICE_TYPES = ("cpu", "cuda")
 SCHEDULING = ("continuous", "static")
-#: names of ``minillm.attention.BACKENDS`` (kept here so checking options imports no model code),
-#: and "auto": the CPU kernel where it builds for a float32 cache, else "gather"
+#: names of ``minillm.fast.attention.BACKENDS`` (kept here so checking options imports no model code),
+#: and "auto": "flex" on CUDA, the CPU kernel where it builds for a float32 cache, else "gather"
 ATTENTION_BACKENDS = ("gather", "paged", "kernel", "flex", "auto")
 #: values of ``weight_dtype`` (``minillm.models.weights``): None keeps the weights in ``dtype``;
 #: "int8" stores the projections as int8 with per-output-channel scales (CPU, float32 only)
@@ -154,6 +154,7 @@ class EngineOptions:
     compile: bool = False
     row_split: bool = False
     decode_graphs: str | None = None
+    fast: bool = True
 
 
 def check_weight_dtype(weight_dtype, device: torch.device, dtype: torch.dtype):
@@ -227,10 +228,12 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
                          enable_prefix_caching=True, enable_chunked_prefill=True, scheduling="continuous",
                          seed=0, max_history=None, trace_limit=None, num_threads=None,
                          attention_backend="auto", weight_dtype=None, compile=False,
-                         row_split=False, decode_graphs=False) -> EngineOptions:
+                         row_split=False, decode_graphs=False, fast=True) -> EngineOptions:
     """Check every option that does not depend on the model; raise ``ValueError`` naming the
     first bad one and its allowed values. Nothing is loaded or allocated."""
     dev = pick_device(device)
+    check_reference_options(as_bool("fast", fast), attention_backend, weight_dtype, compile, row_split,
+                            decode_graphs)
     if num_kv_blocks is not None and kv_cache_tokens is not None:
         raise ValueError("give the KV budget as num_kv_blocks or kv_cache_tokens, not both")
     if not isinstance(scheduling, str) or scheduling not in SCHEDULING:
@@ -259,7 +262,21 @@ def check_engine_options(device="auto", dtype="auto", *, block_size=16, num_kv_b
         compile=check_compile(compile, dev, weight_dtype),
         row_split=as_bool("row_split", row_split),
         decode_graphs=check_decode_graphs(decode_graphs, dev, weight_dtype, row_split),
+        fast=bool(fast),
     )
+
+
+def check_reference_options(fast: bool, attention_backend, weight_dtype, compile, row_split, decode_graphs) -> None:
+    """``fast=False`` (the reference path) takes none of the fast layer's options."""
+    if fast:
+        return
+    asked = {"attention_backend": attention_backend not in ("auto", "gather"), "weight_dtype": weight_dtype is not None,
+             "compile": compile is not False, "row_split": row_split is not False,
+             "decode_graphs": decode_graphs is not False}
+    for name, on in asked.items():
+        if on:
+            raise ValueError(f"{name} is an option of the fast path (minillm.fast); fast=False runs the "
+                             f"reference path, which has none: leave {name} at its default or use fast=True")
 
 
 # --- CPU threads ------------------------------------------------------------------------------

@@ -106,17 +106,13 @@ class BlockAllocator:
         self.block_hashes: list[bytes | None] = [None] * num_blocks
         self.hash_to_block: dict[bytes, int] = {}
         self.free_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self._num_used = 0
+        self.num_used = 0  # blocks with a reference count above 0
         self._num_cached_free = 0  # free blocks registered in the prefix index
 
     # --- counts --------------------------------------------------------------------------
     @property
     def num_free(self) -> int:
-        return self.num_blocks - self._num_used
-
-    @property
-    def num_used(self) -> int:
-        return self._num_used
+        return self.num_blocks - self.num_used
 
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -134,13 +130,13 @@ class BlockAllocator:
             self.block_hashes[block_id] = None
             self._num_cached_free -= 1
         self.ref_count[block_id] = 1
-        self._num_used += 1
+        self.num_used += 1
         return block_id
 
     def _share(self, block_id: int) -> None:
         if self.ref_count[block_id] == 0:
             del self.free_ids[block_id]  # revive a cached free block: O(1)
-            self._num_used += 1
+            self.num_used += 1
             self._num_cached_free -= 1
         self.ref_count[block_id] += 1
 
@@ -181,9 +177,12 @@ class BlockAllocator:
         return hits
 
     def _fits(self, token_ids: list[int], hits: list[int]) -> bool:
-        revived = sum(1 for b in hits if self.ref_count[b] == 0)
-        need = self.blocks_needed(len(token_ids)) - len(hits)
-        return need + revived <= self.num_free
+        """Whether the blocks ``token_ids`` needs beyond its cached ``hits`` are free, counting
+        the hits that are free themselves (cached, nobody holds them) as taken."""
+        need = -(-len(token_ids) // self.block_size) - len(hits)
+        for b in hits:
+            need += self.ref_count[b] == 0
+        return need <= self.num_blocks - self.num_used
 
     def can_allocate(self, token_ids: list[int], block_hashes: list[bytes] | None = None) -> bool:
         return self._fits(token_ids, self.match_prefix(token_ids, block_hashes))
@@ -196,7 +195,7 @@ class BlockAllocator:
         for block_id in hits:
             self._share(block_id)
         table = list(hits)
-        for _ in range(self.blocks_needed(len(token_ids)) - len(hits)):
+        for _ in range(-(-len(token_ids) // self.block_size) - len(hits)):
             table.append(self._take_free())
         return table, len(hits) * self.block_size
 
@@ -204,7 +203,7 @@ class BlockAllocator:
         """Make room for token number ``num_tokens`` (0-based); False if the pool is empty."""
         if num_tokens < len(block_table) * self.block_size:
             return True
-        if self.num_free == 0:
+        if self.num_used == self.num_blocks:
             return False
         block_table.append(self._take_free())
         return True
@@ -241,8 +240,9 @@ class BlockAllocator:
             if self.ref_count[block_id] < 0:
                 raise RuntimeError(f"block {block_id} freed more often than allocated")
             if self.ref_count[block_id] == 0:
-                self._num_used -= 1
-                if self._is_registered(block_id):
+                self.num_used -= 1
+                h = self.block_hashes[block_id]
+                if h is not None and self.hash_to_block.get(h) == block_id:  # the registered one
                     self.free_ids[block_id] = None  # keep cached prefixes for last (LRU end)
                     self._num_cached_free += 1
                 else:
@@ -265,7 +265,7 @@ class BlockAllocator:
         free = [b for b in range(n) if self.ref_count[b] == 0]
         assert set(self.free_ids) == set(free), (
             f"free list {sorted(self.free_ids)} != blocks with refcount 0 {free}")
-        assert self._num_used == n - len(free), f"num_used {self._num_used} but {n - len(free)} blocks are held"
+        assert self.num_used == n - len(free), f"num_used {self.num_used} but {n - len(free)} blocks are held"
         assert len(self.free_ids) == self.num_free, f"free list has {len(self.free_ids)}, num_free {self.num_free}"
         for h, b in self.hash_to_block.items():
             assert 0 <= b < n and self.block_hashes[b] == h, f"index maps a hash to block {b}, which holds another"

@@ -105,6 +105,9 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     logit_bias: dict[int, float] | tuple[tuple[int, float], ...] | None = None
     _stop_list: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
+    #: True when the request takes the argmax: temperature 0 or below ``GREEDY_EPS`` (set from
+    #: ``temperature`` when the object is made; the object never changes after)
+    greedy: bool = field(init=False, repr=False, compare=False, default=False)
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -140,6 +143,7 @@ class SamplingParams:
             set_("logprobs", self._int("logprobs", self.logprobs,
                                        f"an int in [0, {MAX_LOGPROBS}] or None", low=0, high=MAX_LOGPROBS))
         set_("logit_bias", self._check_logit_bias(self.logit_bias))
+        set_("greedy", self.temperature < GREEDY_EPS)
         set_("_sealed", True)  # from here on, assignment raises (see __setattr__)
 
     # --- immutability --------------------------------------------------------------------
@@ -221,11 +225,6 @@ class SamplingParams:
     def stop_strings(self) -> list[str]:
         """The stop strings as a list, whatever form ``stop`` was given in."""
         return list(self._stop_list)
-
-    @property
-    def greedy(self) -> bool:
-        """True when the request takes the argmax: temperature 0 or below ``GREEDY_EPS``."""
-        return self.temperature < GREEDY_EPS
 
 
 def _short(value, limit: int = 100) -> str:

@@ -22,8 +22,11 @@ partial prefill produces no token and draws nothing from its generator.
 
 After the forward pass and the sampling, ``update_from_output`` does everything the results
 imply, in one place: advance ``num_computed_tokens``, index newly full blocks in the prefix
-cache, append tokens, detokenise, check stop conditions, finish and release. Until then
-nothing points at this step's KV as computed, so a failed step is undone by ``rollback``.
+cache, append tokens, detokenise, check stop conditions (``check_stop``), finish and release;
+it returns the requests that finished. Until then nothing points at this step's KV as
+computed, so a failed step is undone by ``rollback``. The scheduler calls nobody back: every
+request that ends (here, on a cancel, or with a full context) is also put on ``ended`` for
+the engine to collect.
 
 With ``policy="static"`` a new batch is admitted only when the running set is empty: the
 classic static batching that continuous batching improves on.
@@ -31,7 +34,6 @@ classic static batching that continuous batching improves on.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -39,14 +41,30 @@ from typing import Callable
 import torch
 
 from .kv_cache import KVCache
+from .params import SamplingParams
 from .request import Request, RequestState, StopReason
 from .sampler import logprob_entry
-from .stopping import check_stop
 
 
-def _time_of(event) -> float:
-    """A request's timestamps are its events' times, so metrics from either always agree."""
-    return event.time if event is not None else time.monotonic()
+def check_stop(token_id: int, num_output_tokens: int, num_tokens: int, params: SamplingParams,
+               eos_token_ids: list[int] | set[int], max_model_len: int,
+               stop_string_found: bool = False) -> StopReason | None:
+    """The stop reason after appending ``token_id`` (``num_*`` already count it), or None.
+
+    Checked after every sampled token, in this order: the model's end-of-sequence token (unless
+    ``ignore_eos``) or one of ``stop_token_ids`` -> EOS; a stop string in the output text ->
+    STOP_STRING (found by the detokenizer, which sees the text as it grows); ``max_tokens``
+    reached -> MAX_TOKENS; prompt + output filling the model's context (``max_model_len``) ->
+    CONTEXT_FULL. Cancellation (CANCELLED) comes from outside, through ``LLM.cancel``."""
+    if (token_id in eos_token_ids and not params.ignore_eos) or token_id in params.stop_token_ids:
+        return StopReason.EOS
+    if stop_string_found:
+        return StopReason.STOP_STRING
+    if num_output_tokens >= params.max_tokens:
+        return StopReason.MAX_TOKENS
+    if num_tokens >= max_model_len:
+        return StopReason.CONTEXT_FULL
+    return None
 
 
 @dataclass
@@ -62,16 +80,9 @@ class ScheduledBatch:
     # admitted this step, with what rollback needs to put them back as they were:
     # (request, state before admission, num_cached_prompt_tokens before, first_scheduled_time before)
     admitted: list[tuple] = field(default_factory=list)
-
-    @property
-    def requests(self) -> list[Request]:
-        return self.decodes + self.prefills
-
-    @property
-    def sampled(self) -> list[Request]:
-        """Requests whose context is complete after this step: they get a token."""
-        return self.decodes + [r for r, n in zip(self.prefills, self.prefill_chunks)
-                               if r.num_computed_tokens + n == r.num_tokens]
+    # the requests whose context is complete after this step: they get a token (the decodes,
+    # then the prefills whose chunk reaches the end of the prompt); set by ``schedule``
+    sampled: list[Request] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -84,9 +95,7 @@ class ScheduledBatch:
 class Scheduler:
     def __init__(self, kv_cache: KVCache, max_num_seqs: int, max_num_batched_tokens: int,
                  policy: str, transition: Callable[..., None], *, emit: Callable[..., None] | None = None,
-                 chunked_prefill: bool = True, eos_token_ids=(), max_model_len: int = 1 << 62,
-                 on_release: Callable[[Request], None] | None = None,
-                 on_finish: Callable[[Request], None] | None = None):
+                 chunked_prefill: bool = True, eos_token_ids=(), max_model_len: int = 1 << 62):
         if policy not in ("continuous", "static"):
             raise ValueError(f"scheduling must be 'continuous' or 'static', got {policy!r}")
         self.kv = kv_cache
@@ -97,12 +106,11 @@ class Scheduler:
         self.chunked_prefill = chunked_prefill
         self.eos_token_ids = set(eos_token_ids)
         self.max_model_len = max_model_len
-        self._transition = transition
-        self._emit = emit or (lambda *a, **k: None)
-        self._on_release = on_release or (lambda req: None)
-        # every way a request ends passes through finish(): the per-request state the sampler
-        # and the runner keep on the device (penalty counts, a block-table row) is dropped there
-        self._on_finish = on_finish or (lambda req: None)
+        self._transition = transition  # (req, new state, **data) -> its Event
+        self._emit = emit              # (request id, kind, **data) -> the Event
+        # every request that ended (finish() puts it here), for the engine to collect: the
+        # fast layer drops what it keeps per request on the device (penalty counts, table rows)
+        self.ended: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         # every request that holds KV blocks (running, or FINISHED and not released yet), so
@@ -121,6 +129,10 @@ class Scheduler:
         budget = self._schedule_running(batch, self.max_num_batched_tokens)
         if self.policy == "continuous" or not self.running:
             self._admit(batch, budget)
+        batch.sampled = list(batch.decodes)
+        for req, n in zip(batch.prefills, batch.prefill_chunks):
+            if req.num_computed_tokens + n == req.num_tokens:
+                batch.sampled.append(req)
         return batch
 
     def _schedule_running(self, batch: ScheduledBatch, budget: int) -> int:
@@ -199,7 +211,7 @@ class Scheduler:
             event = self._transition(req, RequestState.PREFILL, cached_tokens=cached,
                                      blocks=len(req.block_table), chunk_tokens=n)
             if req.first_scheduled_time is None:
-                req.first_scheduled_time = _time_of(event)
+                req.first_scheduled_time = event.time
             self.running.append(req)
             batch.prefills.append(req)
             batch.prefill_chunks.append(n)
@@ -226,43 +238,48 @@ class Scheduler:
 
     # --- the results of a step -------------------------------------------------------------
     def update_from_output(self, batch: ScheduledBatch, token_ids: list[int | None],
-                           logprobs: list | torch.Tensor | None, errors: dict[int, str] | None = None) -> None:
+                           logprobs: list | torch.Tensor | None, errors: dict[int, str] | None = None,
+                           ) -> list[Request]:
         """Apply one successful step: ``token_ids[i]`` was sampled for ``batch.sampled[i]``.
+        Returns the requests that finished in it.
 
         A request whose own part failed (``errors[i]``: its sampling raised) or whose own
         postprocessing raises (say, its detokenisation) is ended alone as CANCELLED with
         ``req.error`` set; the other requests of the step are unaffected."""
         errors = errors or {}
-        sampled = batch.sampled
-        for req, n in zip(batch.requests, [1] * len(batch.decodes) + batch.prefill_chunks):
-            self._advance(req, n)
-        for i, (req, token) in enumerate(zip(sampled, token_ids)):
-            if i in errors:
-                self.finish(req, StopReason.CANCELLED, error=errors[i])
-                continue
-            try:
-                self._append_token(req, token, None if logprobs is None else logprobs[i])
-            except Exception as exc:  # noqa: BLE001 - one request's failure must not sink the step
-                if req.is_live:
-                    self.finish(req, StopReason.CANCELLED, error=f"{type(exc).__name__}: {exc}")
-
-    def _advance(self, req: Request, n: int) -> None:
-        before = req.num_computed_tokens
-        req.num_computed_tokens = before + n
         bs = self.allocator.block_size
-        if req.num_computed_tokens // bs > before // bs:  # a block just filled up: index it
-            self.allocator.commit_full_blocks(req.block_table, req.all_token_ids, req.num_computed_tokens,
-                                              req.block_hashes)
+        for req, n in zip(batch.decodes + batch.prefills, [1] * len(batch.decodes) + batch.prefill_chunks):
+            before = req.num_computed_tokens
+            req.num_computed_tokens = before + n
+            if req.num_computed_tokens // bs > before // bs:  # a block just filled up: index it
+                self.allocator.commit_full_blocks(req.block_table, req.all_token_ids, req.num_computed_tokens,
+                                                  req.block_hashes)
+        finished = []
+        for i, (req, token) in enumerate(zip(batch.sampled, token_ids)):
+            error, reason = errors.get(i), None
+            if error is None:
+                try:
+                    reason = self._append_token(req, token, None if logprobs is None else logprobs[i])
+                    if reason is not None:
+                        self.finish(req, reason)
+                except Exception as exc:  # noqa: BLE001 - one request's failure must not sink the step
+                    error = f"{type(exc).__name__}: {exc}"
+            if error is not None and req.is_live:
+                self.finish(req, StopReason.CANCELLED, error=error)
+            if error is not None or reason is not None:
+                finished.append(req)
+        return finished
 
-    def _append_token(self, req: Request, token: int, logprobs) -> None:
-        """``logprobs``: None, or the row's ``TokenLogprobs`` / dense log-probabilities."""
+    def _append_token(self, req: Request, token: int, logprobs) -> StopReason | None:
+        """Record ``token`` (with ``logprobs``: None, or the row's log-probabilities), show its
+        text; returns why the request stops now, or None."""
         req.output_token_ids.append(token)
         data = {"token_id": token, "index": len(req.output_token_ids) - 1}
         if logprobs is not None:
             entry = logprob_entry(token, logprobs, req.params.logprobs)
             req.logprobs.append(entry)
             data["logprob"], data["top"] = entry["logprob"], entry["top"]
-        now = _time_of(self._emit(req.request_id, "token", **data))
+        now = self._emit(req.request_id, "token", **data).time
         if req.first_token_time is None:
             req.first_token_time = now
         req.last_token_time = now
@@ -272,17 +289,18 @@ class Scheduler:
         is_stop_token = (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids
         stop_found = req._detokenizer.update(token, hidden=is_stop_token)
         req.text = req._detokenizer.text
-        reason = check_stop(token, len(req.output_token_ids), req.num_tokens, params,
-                            self.eos_token_ids, self.max_model_len, stop_found)
-        if reason is not None:
-            self.finish(req, reason)
+        return check_stop(token, len(req.output_token_ids), req.num_tokens, params,
+                          self.eos_token_ids, self.max_model_len, stop_found)
 
     # --- taking requests out --------------------------------------------------------------
     def finish(self, req: Request, reason: StopReason, error: str | None = None) -> None:
         """The request's logic is done: out of the queues, FINISHED with ``reason``; released
         at once when it auto-releases."""
-        self.dequeue(req)
-        self._on_finish(req)
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.ended.append(req)
         if req._detokenizer is not None and error is None:
             req._detokenizer.finish()  # text held back for a character still incomplete
             req.text = req._detokenizer.text
@@ -291,15 +309,14 @@ class Scheduler:
         if error is not None:
             req.error = error
             data["error"] = error
-        req.finished_time = _time_of(self._transition(req, RequestState.FINISHED, **data))
+        req.finished_time = self._transition(req, RequestState.FINISHED, **data).time
         if req.auto_release:
             self.release(req)
 
     def release(self, req: Request) -> int:
         """FINISHED -> RELEASED: blocks back to the pool. Returns the number of blocks freed."""
         freed = self._free(req)
-        req.released_time = _time_of(self._transition(req, RequestState.RELEASED, blocks=freed))
-        self._on_release(req)
+        req.released_time = self._transition(req, RequestState.RELEASED, blocks=freed).time
         return freed
 
     def preempt(self, req: Request) -> None:
@@ -331,4 +348,8 @@ class Scheduler:
 
     def blocks_held(self) -> dict[str, int]:
         """Request id -> blocks held, for every request holding any (O(holders))."""
-        return {rid: len(r.block_table) for rid, r in self.holding.items() if r.block_table}
+        held = {}
+        for rid, req in self.holding.items():
+            if req.block_table:
+                held[rid] = len(req.block_table)
+        return held

@@ -1,8 +1,11 @@
-"""Events: the engine's one source of truth about what happened, and the metrics derived from it.
+"""Events: what happened in the engine, in order, and the timings derived from them.
 
-Every state transition, every scheduled step and every sampled token appends an ``Event``.
-Widgets, plots, metrics (TTFT, TPOT, queue time, tokens/s, KV use over time) and the Chrome
-trace export all read this list; none of them keeps a separate account.
+Every state transition, every scheduled step and every sampled token appends an ``Event``
+(``EngineCore._emit``). The widgets, the plots and the Chrome trace export read this list.
+``LLM.metrics`` reads the same moments from the request's own timestamps (``metrics_of``: the
+same clock readings as its events, O(1), still there when the trace is bounded), and the
+scheduler keeps its own account of which request holds blocks (``Scheduler.holding``), which
+each step event copies into ``kv_blocks``.
 
 Event kinds and their ``data``:
 - ``"transition"``: ``{"from": state, "to": state, ...}`` (``stop_reason`` on FINISHED, and
@@ -12,8 +15,8 @@ Event kinds and their ``data``:
   of a chunked prefill, with ``chunk_tokens`` and ``computed_tokens`` (already in the cache);
   ``rolled_back: True`` with ``blocks`` freed on PREFILL -> WAITING / PREEMPTED when a failed
   or interrupted step was undone);
-- ``"token"``: ``{"token_id", "index", "logprob"?, "top"?}`` (the text is the request's own,
-  ``req.output_text``: the detokenizer decides when a character is complete);
+- ``"token"``: ``{"token_id", "index", "logprob"?, "top"?}`` (no text: the text is the
+  request's own, ``req.text``, and the detokenizer decides when a character is complete);
 - ``"step"``: ``{"num_prefill", "num_decode", "num_tokens", "num_preempted", "duration",
   "used_blocks", "total_blocks", "bytes_per_token", "block_size", "kv_blocks": {request_id:
   blocks}, "prefill_tokens": {request_id: tokens prefilled this step}}`` (request_id ``None``).

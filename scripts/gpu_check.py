@@ -49,8 +49,9 @@ class Report:
 
 
 class Plan:
-    """Where and how big: CUDA in bfloat16 at full size, or (``--dry-run``) the CPU in float32
-    scaled down by ``MINILLM_GPU_CHECK_SCALE``."""
+    """Where and how big: CUDA at full size in the dtype ``dtype="auto"`` picks there (bfloat16
+    where the GPU has it natively, else float16), or (``--dry-run``) the CPU in float32 scaled
+    down by ``MINILLM_GPU_CHECK_SCALE``."""
 
     def __init__(self, dry_run: bool):
         import torch
@@ -60,7 +61,9 @@ class Plan:
         if dry_run:
             self.dtype = "float32"
         else:
-            self.dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+            from minillm.engine_args import auto_dtype
+
+            self.dtype = str(auto_dtype(torch.device("cuda"))).removeprefix("torch.")
         self.scale = float(os.environ.get("MINILLM_GPU_CHECK_SCALE", "0.1" if dry_run else "1"))
 
     def n(self, full: int, least: int = 1) -> int:
@@ -83,7 +86,7 @@ def part_env(plan: Plan, rep: Report) -> None:
 
     import torch
 
-    from minillm.attention import backends_for, flex_available, resolve_backend
+    from minillm.fast.attention import backends_for, flex_available, resolve_backend
 
     import minillm
 

@@ -4,7 +4,7 @@
 Traces one short request (a few prompt tokens, 4 new tokens, greedy) with ``sys.setprofile`` from
 ``LLM.add_request`` until its KV blocks are released, and prints the number of distinct minillm
 functions, the files they live in, and the calls made, for each engine configuration asked for
-(default: the plainest one the engine offers, and the default ``LLM()``). The engine is built and
+(default: the reference path, ``LLM(fast=False)``, and the default ``LLM()``). The engine is built and
 one request is run before tracing starts, so loading and first-call work are not counted.
 
     .venv/bin/python scripts/request_path.py                 # both configurations, a summary each
@@ -25,8 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {
-    # the plainest path available: gather attention, no graphs, no compile, no int8, no row split
-    "plain": dict(attention_backend="gather"),
+    # the reference path the chapter reads: LLM(fast=False)
+    "reference": dict(fast=False),
     "default": {},
 }
 
@@ -74,10 +74,10 @@ def main(argv=None) -> int:
         if args.list:
             for f, names in r["by_file"].items():
                 print(f"    {f} ({len(names)}): {', '.join(names)}")
-    if {"plain", "default"} <= results.keys():
+    if {"reference", "default"} <= results.keys():
         plain, default = (set((f, n) for f, ns in results[k]["by_file"].items() for n in ns)
-                          for k in ("plain", "default"))
-        print(f"the default path adds {len(default - plain)} functions to the plain one and drops "
+                          for k in ("reference", "default"))
+        print(f"the default path adds {len(default - plain)} functions to the reference one and drops "
               f"{len(plain - default)}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, ensure_ascii=False))

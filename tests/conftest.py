@@ -94,8 +94,10 @@ def make_model(folder: Path, family: str, **overrides):
 
 
 # --- where the engine runs in the parity tests ---------------------------------------------
-# CPU float32 by default; MINILLM_TEST_DEVICE=cuda runs the engine on CUDA in bfloat16 (or
-# MINILLM_TEST_DTYPE), against the same float32 CPU reference, with looser tolerances.
+# CPU float32 by default; MINILLM_TEST_DEVICE=cuda runs the engine of tests/test_parity.py on CUDA
+# in the dtype dtype="auto" picks there (bfloat16 where the GPU has it natively, float16 on older
+# ones such as a T4; MINILLM_TEST_DTYPE overrides), against the same float32 CPU reference, with
+# looser tolerances, over the attention backends CUDA runs (not the CPU-only "kernel").
 TEST_DEVICE = os.environ.get("MINILLM_TEST_DEVICE", "cpu")
 #: max |logit difference| to the float32 reference, per engine dtype (bf16 keeps 8 mantissa bits)
 LOGITS_ATOL = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}
@@ -104,11 +106,17 @@ LOGITS_ATOL = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}
 def backends_on_test_device() -> list[str]:
     """The attention backends the engine can run on ``TEST_DEVICE`` (the parity tests
     parametrise over these): on CUDA not the CPU-only "kernel", which would refuse the engine."""
-    from minillm.attention import backends_for
+    from minillm.fast.attention import backends_for
 
-    default = "float32" if TEST_DEVICE == "cpu" else "bfloat16"
-    dtype = getattr(torch, os.environ.get("MINILLM_TEST_DTYPE", default))
-    return sorted(backends_for(TEST_DEVICE, dtype))
+    return sorted(backends_for(TEST_DEVICE, getattr(torch, engine_dtype_name(TEST_DEVICE))))
+
+
+def engine_dtype_name(device: str) -> str:
+    """MINILLM_TEST_DTYPE, else what the engine's dtype="auto" picks on ``device``."""
+    from minillm.engine_args import auto_dtype
+
+    auto = str(auto_dtype(torch.device(device))).removeprefix("torch.")
+    return os.environ.get("MINILLM_TEST_DTYPE", auto)
 
 
 @pytest.fixture(scope="session")
@@ -120,11 +128,7 @@ def device() -> str:
 
 @pytest.fixture(scope="session")
 def dtype(device) -> str:
-    if device == "cpu":
-        default = "float32"
-    else:  # what dtype="auto" picks there: bfloat16 where the GPU has it natively (not a T4)
-        default = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    return os.environ.get("MINILLM_TEST_DTYPE", default)
+    return engine_dtype_name(device)
 
 
 @pytest.fixture(scope="session")

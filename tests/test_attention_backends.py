@@ -1,4 +1,4 @@
-"""The attention-backend seam (``minillm.attention``): both backends compute the same attention,
+"""The attention-backend seam (``minillm.fast.attention``): both backends compute the same attention,
 the fixed-shape decode metadata says what it should, the choice is an ``LLM`` option checked
 like the others, and the paged backend keeps a step's transfers to one upload.
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from minillm import LLM, SamplingParams
-from minillm.attention import (BACKENDS, NULL_BLOCK, DecodeMeta, FlexPaged, GatherSDPA, PagedInPlace,
+from minillm.fast.attention import (BACKENDS, NULL_BLOCK, DecodeMeta, FlexPaged, GatherSDPA, PagedInPlace,
                                PagedKernel, PagedReductions, make_backend)
 from minillm.engine_args import ATTENTION_BACKENDS, check_engine_options
 from minillm.models.llama import AttentionBatch, DecodeGroup
@@ -263,7 +263,7 @@ def test_prefill_after_a_cached_prefix_runs_the_fused_kernel_on_the_cpu():
     """What ``torch.profiler`` sees: the CPU flash kernel, never SDPA's math fallback."""
     from torch.profiler import ProfilerActivity, profile
 
-    from minillm.attention import attend_after_prefix
+    from minillm.fast.attention import attend_after_prefix
 
     g = torch.Generator().manual_seed(1)
     q = torch.randn(1, 6, 20, 8, generator=g)
@@ -277,7 +277,7 @@ def test_prefill_after_a_cached_prefix_runs_the_fused_kernel_on_the_cpu():
 
 
 def test_auto_picks_flex_on_cuda_and_never_on_the_cpu():
-    from minillm.attention import backends_for, flex_available, resolve_backend
+    from minillm.fast.attention import backends_for, flex_available, resolve_backend
 
     assert flex_available()  # the pinned torch has FlexAttention
     assert resolve_backend("auto", "cuda", torch.bfloat16) == "flex"

@@ -101,7 +101,7 @@ def test_decode_groups_and_contiguous_contexts_give_the_same_tokens(tiny_model):
     """The engine paths the benchmarks tuned: length groups, the gather workspace, and a lone
     request attended in place when its blocks are consecutive. Same greedy tokens either way."""
     from minillm import LLM, SamplingParams
-    from minillm.runner import split_by_length
+    from minillm.fast.runner import split_by_length
 
     assert split_by_length([7, 7, 7]) == [(0, 3)]
     assert split_by_length([500, 490, 480, 20, 10, 5], group_cost=100) == [(0, 3), (3, 6)]

@@ -14,7 +14,7 @@ import torch
 
 from minillm import LLM, SamplingParams
 from minillm.fast import cpu_kernel
-from minillm.attention import NULL_BLOCK, resolve_backend
+from minillm.fast.attention import NULL_BLOCK, resolve_backend
 from conftest import run_to_end
 
 pytestmark = pytest.mark.skipif(not cpu_kernel.available(),

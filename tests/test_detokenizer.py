@@ -295,3 +295,35 @@ def test_engine_stop_string_with_and_without_include(tiny_llm):
     assert cut.text == text[:text.index(stop)] and cut.stop_reason.value == "STOP_STRING"
     kept = tiny_llm.generate(["the fox"], SamplingParams(stop=stop, include_stop_str_in_output=True, **base))[0]
     assert kept.text == text[:text.index(stop) + len(stop)]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_decode_stream_and_the_window_give_the_same_text(tokenizers_by_family, family):
+    """A fast tokenizer without byte-fallback tokens is stepped by ``tokenizers``' ``DecodeStream``
+    (the library's window); every other one by the hand-written window. Where the stream is used,
+    it must give, token by token, the text the window gives (random ids: invalid UTF-8, special
+    tokens, stop strings; prompts that end on a whole character, and ones that do not, where the
+    stream is not used)."""
+    import random
+
+    tok = tokenizers_by_family[family]
+    rng = random.Random(7)
+    vocab = len(tok)
+    used = 0
+    for _ in range(120):
+        prompt = [rng.randrange(vocab) for _ in range(rng.randrange(1, 7))]
+        out = [rng.randrange(vocab) for _ in range(rng.randrange(1, 30))]
+        params = SamplingParams(skip_special_tokens=rng.random() < 0.5, stop=["e", "ab"] if rng.random() < 0.3 else None)
+        library = IncrementalDetokenizer(tok, prompt, params)
+        window = IncrementalDetokenizer(tok, prompt, params, decode=decoder_for(tok))
+        assert window._stream is None
+        used += library._stream is not None
+        for t in out:
+            assert library.update(t) == window.update(t)
+            assert library.text == window.text
+        library.finish(), window.finish()
+        assert library.text == window.text
+    if family in ("byte_bpe", "shipped"):  # byte-level BPE: the stream is the usual path
+        assert used > 60
+    if family == "llama2":  # byte-fallback tokens: always the window
+        assert used == 0

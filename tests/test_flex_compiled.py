@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minillm.attention import NULL_BLOCK, DecodeMeta, FlexPaged
+from minillm.fast.attention import NULL_BLOCK, DecodeMeta, FlexPaged
 from minillm.models.llama import AttentionBatch
 from test_attention_backends import _naive
 

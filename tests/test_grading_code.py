@@ -187,7 +187,7 @@ def test_stop_check():
 def test_reference_stop_semantics_match_the_engine():
     """The grader's expected answers come from the chapter's order; the engine must agree."""
     from minillm import SamplingParams
-    from minillm.stopping import check_stop
+    from minillm.scheduler import check_stop
 
     for case in coding.stop_cases():
         params = SamplingParams(**case.params)

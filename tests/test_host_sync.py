@@ -7,8 +7,9 @@ second (the step's indices, the sampler's parameters). On the CPU the same calls
 with a ``TorchFunctionMode`` around the two parts of a step that touch device tensors
 (``ModelRunner.run`` and ``ModelRunner.sample``): a host->device copy is a tensor made from
 host data *for the engine's device* (``torch.tensor(..., device=...)``, ``.to(device)``);
-tensors the sampler builds for the host (the log-probability table) pass no device. With
-``MINILLM_TEST_DEVICE=cuda`` the whole step also runs under ``torch.cuda.set_sync_debug_mode``.
+tensors the sampler builds for the host (the log-probability table) pass no device. Wherever CUDA
+is available (whatever ``MINILLM_TEST_DEVICE`` says) one decode step also runs under
+``torch.cuda.set_sync_debug_mode``.
 """
 
 from __future__ import annotations

@@ -77,8 +77,8 @@ def _raise_when_armed(armed):
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
-@pytest.mark.parametrize("decode_graphs,attention", [(False, "auto"), ("eager", "auto"), (False, "kernel"),
-                                                     ("compile", "kernel")])
+@pytest.mark.parametrize("decode_graphs,attention", [(False, "reference"), (False, "auto"), ("eager", "auto"),
+                                                     (False, "kernel"), ("compile", "kernel")])
 def test_real_sigint_at_random_moments_never_changes_an_output(make_llm, reference, decode_graphs, attention):
     """24 runs, each hit by 3 real SIGINTs at random moments (a handler that raises
     KeyboardInterrupt exactly as Python's default one does, switched off once the run is done);
@@ -86,12 +86,13 @@ def test_real_sigint_at_random_moments_never_changes_an_output(make_llm, referen
     compiled ahead of time (one engine serves every run there: compiling is slow, and an
     interrupted engine must be as good as new), and with decode attention in the CPU kernel (a
     SIGINT during the C call, or inside a compiled graph calling it, is raised when it returns),
-    against the same plain reference."""
+    against the same plain reference; and on the reference path itself (``LLM(fast=False)``)."""
     if attention == "kernel" and not cpu_kernel.available():
         pytest.skip(f"the kernel cannot be built here: {cpu_kernel.unavailable_reason()}")
     rng = random.Random(0)
     rolled_back = interrupted = 0
-    make = lambda: make_llm(decode_graphs=decode_graphs, attention_backend=attention)  # noqa: E731
+    kw = {"fast": False} if attention == "reference" else {"decode_graphs": decode_graphs, "attention_backend": attention}
+    make = lambda: make_llm(**kw)  # noqa: E731
     if decode_graphs == "compile":
         shared = make()
         assert shared.warmup() > 0 and shared.runner.graphs.compiler == "aot"

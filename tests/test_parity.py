@@ -3,7 +3,8 @@
 The engine runs on the ``device`` / ``dtype`` fixtures (CPU float32 unless
 ``MINILLM_TEST_DEVICE=cuda``); transformers stays the float32 CPU reference. In a lower
 precision a greedy token only has to be the reference's argmax up to ``logits_atol``.
-Every test runs once per attention backend the device can run (``minillm.attention``): all must match."""
+Every test runs on the reference path (``LLM(fast=False)``) and once per attention backend of the fast
+path the device can run (``minillm.fast.attention``): all must match."""
 
 from __future__ import annotations
 
@@ -15,14 +16,16 @@ import pytest
 import torch
 
 from minillm import LLM, SamplingParams
-from minillm.attention import BACKENDS
+from minillm.fast.attention import BACKENDS
 from conftest import backends_on_test_device, make_model, run_to_end
 
 
-@pytest.fixture(autouse=True, params=backends_on_test_device())
+@pytest.fixture(autouse=True, params=["reference", *backends_on_test_device()])
 def attention_backend(request, monkeypatch):
-    """Every ``LLM(...)`` built by a test here uses this backend."""
-    monkeypatch.setattr(sys.modules[__name__], "LLM", functools.partial(LLM, attention_backend=request.param))
+    """Every ``LLM(...)`` built by a test here uses this backend of the fast path, or the
+    reference path (``LLM(fast=False)``: the plain runner and sampler, the model's own attention)."""
+    kw = {"fast": False} if request.param == "reference" else {"attention_backend": request.param}
+    monkeypatch.setattr(sys.modules[__name__], "LLM", functools.partial(LLM, **kw))
     return request.param
 
 FAMILIES = ["llama", "llama3rope", "qwen2", "qwen3"]
@@ -214,7 +217,7 @@ def test_multi_group_decode_matches_transformers(tmp_path, monkeypatch, forced, 
     the default cost model splits; ``forced-4-groups``: a zero group cost, so short contexts
     are split into the most groups too. The paged backend makes no groups (one fixed-shape
     block table for all rows): the same contexts check it over very different lengths."""
-    import minillm.runner as runner
+    import minillm.fast.runner as runner
 
     hf = make_model(tmp_path / "long", "llama", max_position_embeddings=2048)
     lengths = (1500, 1390, 37, 30, 9, 2) if not forced else (40, 33, 21, 12, 6, 2)
@@ -234,7 +237,8 @@ def test_multi_group_decode_matches_transformers(tmp_path, monkeypatch, forced, 
     reqs = [llm.add_request(prompt_token_ids=ids, params=SamplingParams(max_tokens=5, temperature=0, ignore_eos=True))
             for ids in batch]
     run_to_end(llm)
-    if BACKENDS[attention_backend].uses_block_tables:  # one fixed-shape call, no length groups
+    if attention_backend == "reference" or BACKENDS[attention_backend].uses_block_tables:
+        # the reference attends each request alone; a block-table backend makes one fixed-shape call
         assert not splits
     else:
         groups = max(len(s) for s in splits)

@@ -8,7 +8,8 @@ import torch
 
 from minillm import SamplingParams
 from minillm.request import Request
-from minillm.sampler import (Sampler, apply_penalties, make_generator, min_p_filter, processed_logits,
+from minillm.fast.sampler import BatchedSampler as Sampler
+from minillm.sampler import (apply_penalties, make_generator, min_p_filter, processed_logits,
                              top_k_filter, top_p_filter)
 
 INF = float("inf")
@@ -167,7 +168,7 @@ def test_top_k_beyond_the_vocabulary_is_off():
 
 
 def test_one_shared_sort_filters_like_the_three_filters_in_turn():
-    from minillm.sampler import sorted_filters
+    from minillm.fast.sampler import sorted_filters
     torch.manual_seed(5)
     logits = torch.randn(6, 200) * 3
     k = torch.tensor([0, 5, 50, 200, 1, 17])
@@ -203,7 +204,8 @@ def test_batched_draws_follow_the_filtered_distribution():
 def test_logprobs_table_holds_the_chosen_and_the_top_tokens():
     """Only k values per row come back (the top k picked on the device), each row's chosen
     token's log-probability with them; a request records its own n of them."""
-    from minillm.sampler import TokenLogprobs, logprob_entry
+    from minillm.fast.sampler import TokenLogprobs
+    from minillm.sampler import logprob_entry
 
     torch.manual_seed(2)
     logits = torch.randn(3, 40)

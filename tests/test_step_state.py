@@ -15,8 +15,9 @@ import torch
 
 from minillm import LLM, SamplingParams
 from minillm.request import Request
-from minillm.runner import BlockTableRows, StepUpload
-from minillm.sampler import Sampler, apply_penalties, finite_or_best, make_generator
+from minillm.fast.runner import BlockTableRows, StepUpload
+from minillm.fast.sampler import BatchedSampler as Sampler
+from minillm.sampler import apply_penalties, finite_or_best, make_generator
 
 
 # --- penalty counts --------------------------------------------------------------------------
@@ -245,7 +246,7 @@ def test_kept_state_gives_the_tokens_of_rebuilding_it_every_step(tiny_llama, bac
 def test_a_step_cut_short_mid_bump_is_rebuilt_next_time(monkeypatch):
     """Ctrl-C can land between the device update of the counts and the host's record of it:
     the row is then rebuilt from the tokens, never trusted half-updated."""
-    from minillm.sampler import PenaltyCounts
+    from minillm.fast.sampler import PenaltyCounts
 
     params = SamplingParams(temperature=0, repetition_penalty=1.7, frequency_penalty=0.9)
     g = torch.Generator().manual_seed(3)

@@ -71,6 +71,18 @@ def _(q, k, v, layer):
     return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
 
 
+class OpaqueAttention:
+    """The backend of the batch the compiled graph is traced with: attention is the one opaque
+    op above, which runs the eager backend of the real step (``_STEP.batch``) at every step."""
+
+    @staticmethod
+    def attend(layer, q, k, v, batch, k_cache=None, v_cache=None) -> torch.Tensor:
+        return torch.ops.minillm.attention(q, k, v, layer.layer_idx)
+
+
+_OPAQUE = OpaqueAttention()
+
+
 class CompiledModel:
     """Called like ``LlamaForCausalLM`` by the runner: the same logits (up to rounding), through
     one compiled forward (see the module docstring). ``compiles`` counts the graphs made."""
@@ -116,7 +128,7 @@ class CompiledModel:
             rows = logits_rows.clone()
         _STEP.model, _STEP.batch, _STEP.kv_cache = self.model, batch, kv_cache
         try:
-            graph_batch = AttentionBatch(positions=positions, slot_mapping=None)
+            graph_batch = AttentionBatch(positions=positions, slot_mapping=None, attention=_OPAQUE)
             if self.compiles:  # compiled: only the guards run (the settings below cost ~0.1 ms)
                 logits = self._forward(ids, graph_batch, None, rows)
             else:

@@ -12,7 +12,7 @@ made once per bucket and replayed (nano-vllm's ``capture_cudagraph``, vLLM's CUD
   block table of ``NULL_BLOCK`` only, and their K/V written to the pool's **scratch slot**
   (``KVCache(scratch_block=True)``: a block the allocator never hands out), so a padding row
   never touches a request's cache; their logits are dropped;
-* attention reads the pool through the block tables (``AttentionBatch.in_graph``): with the
+* attention reads the pool through the block tables (``DecodeMeta``): with the
   engine's "kernel" backend, the CPU kernel itself, compiled graphs calling it as the operator
   ``torch.ops.minillm.paged_decode`` (no mask, nothing read past a row's context); otherwise
   traced into the graph, compiled on the CPU as products and sums inductor fuses into loops
@@ -44,7 +44,7 @@ from __future__ import annotations
 import torch
 
 from . import cpu_kernel
-from ..attention import NULL_BLOCK, AttentionBackend, DecodeMeta, PagedInPlace, PagedReductions
+from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, PagedInPlace, PagedReductions
 from ..models.llama import AttentionBatch
 
 MODES = ("eager", "compile", "cuda")
@@ -89,7 +89,7 @@ def decode_forward(model, kv_cache, ids, positions, slots, block_tables, context
             pad.view(B, 1, 1, L), float("-inf"))
     meta = DecodeMeta(block_tables, context_lens, slots, W, mask)
     batch = AttentionBatch(positions=positions, slot_mapping=slots, num_decode=B, attention=attention,
-                           decode_meta=meta, in_graph=True)
+                           decode_meta=meta)
     return model(ids, batch, kv_cache)
 
 

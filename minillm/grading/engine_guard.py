@@ -20,7 +20,7 @@ from contextlib import contextmanager
 FORBIDDEN = {
     "my_top_p_filter": ("minillm.sampler:top_p_filter",),
     "my_kv_bytes_per_token": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token"),
-    "my_check_stop": ("minillm.stopping:check_stop",),
+    "my_check_stop": ("minillm.scheduler:check_stop",),
     "chat_kv_bytes": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token"),
 }
 

@@ -1,10 +1,15 @@
 """The Llama family (Llama, Qwen2, Qwen3) in one readable file, reading and writing a paged KV cache.
 
-One forward pass takes every token of the step, flattened: the newest token of each decoding
-request, then the uncached tokens of each request being prefilled. Linear layers see them
-as one matrix; only attention needs to know which token belongs to which request, and that
-is what ``AttentionBatch`` says. Qwen2 adds a bias to q/k/v; Qwen3 adds an RMSNorm on q
-and k per head. Everything else is shared.
+One forward pass takes every token of the step, flattened: the new tokens of each scheduled
+request (one for a decoding request, a chunk of the prompt for one being prefilled). Linear
+layers see them as one matrix; only attention needs to know which token belongs to which
+request, and that is what ``AttentionBatch`` says. Qwen2 adds a bias to q/k/v; Qwen3 adds an
+RMSNorm on q and k per head. Everything else is shared.
+
+Attention here is the reference: each request's queries attend to its whole context, read
+back from the paged cache through its slots (``Attention.attend``). The fast layer swaps in a
+backend that reads the pool for all decode rows at once (``minillm.fast.attention``) by
+setting ``AttentionBatch.attention``; this file never imports it.
 """
 
 from __future__ import annotations
@@ -15,20 +20,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import AttentionBackend, DecodeMeta, GatherSDPA
 from .config import ModelConfig, rope_inv_freq
-
-_REFERENCE = GatherSDPA()
 
 
 @dataclass
 class PrefillSeq:
-    """One request being prefilled: its rows in the flat batch and where its context lives."""
+    """One request of the step: its rows in the flat batch and where its context lives. The
+    reference runner describes every request so (a decode is a chunk of one token); the fast
+    runner only the prefills, its decode rows go in ``decode_groups`` / ``decode_meta``."""
 
     q_start: int        # first row of this request's new tokens in the flat batch
     q_len: int          # number of new tokens this step
     ctx_len: int        # tokens in its context after this step (cached prefix + new)
     slots: torch.Tensor | None = None  # [ctx_len] flat cache slots of the whole context
+                                       # (None: no cache, the new tokens are the whole context)
 
 
 @dataclass
@@ -48,24 +53,22 @@ class DecodeGroup:
 
 @dataclass
 class AttentionBatch:
-    """Per-step layout, built once by the runner and shared by every layer."""
+    """Per-step layout, built once by the runner and shared by every layer. The reference
+    fills the first three fields; the rest belong to the fast layer (``minillm.fast``)."""
 
     positions: torch.Tensor                 # [T] position of each token
     slot_mapping: torch.Tensor | None       # [T] flat cache slot each token's K/V is written to
+    prefills: list[PrefillSeq] = field(default_factory=list)
+    # --- the fast layer's (``minillm.fast.runner``) ---
+    # a backend of ``minillm.fast.attention`` (None: the reference attention below)
+    attention: object = None
     num_decode: int = 0                     # rows [0, num_decode) are single decode tokens
     decode_groups: list[DecodeGroup] = field(default_factory=list)  # they cover rows [0, num_decode)
-    prefills: list[PrefillSeq] = field(default_factory=list)
     # optional [>= max group m x L, kv_heads, head_dim] buffers the decode gathers write into,
     # reused by every layer and step (a fresh multi-MB tensor per gather costs page faults)
     k_workspace: torch.Tensor | None = None
     v_workspace: torch.Tensor | None = None
-    # how attention reads the pool (``minillm.attention``); a backend with
-    # ``uses_block_tables`` reads ``decode_meta`` instead of ``decode_groups``
-    attention: AttentionBackend = _REFERENCE
-    decode_meta: DecodeMeta | None = None
-    # every tensor of the batch has a fixed shape and attention reads only ``decode_meta``: a
-    # compiled or captured graph traces attention too (``minillm.fast.decode_graphs``)
-    in_graph: bool = False
+    decode_meta: object = None  # ``minillm.fast.attention.DecodeMeta``, for block-table backends
 
 
 class RMSNorm(nn.Module):
@@ -177,32 +180,32 @@ class Attention(nn.Module):
         return qk[:, :self.num_heads], qk[:, self.num_heads:], v
 
     def attend(self, q, k, v, batch: AttentionBatch, k_cache=None, v_cache=None) -> torch.Tensor:
-        """Write this step's K/V into their cache slots, attend: [T, heads * D]."""
-        if torch.compiler.is_compiling() and not batch.in_graph:
-            # while torch.compile traces the model this is one opaque op (registered by
-            # minillm.fast.compiled), which runs this same method eagerly at every step:
-            # the batch's layout is Python objects that change every step (a decode graph's
-            # batch is fixed-shape tensors instead, traced like the rest)
-            return torch.ops.minillm.attention(q, k, v, self.layer_idx)
-        T = q.shape[0]
-        if k_cache is not None:  # write this step's keys and values into their slots
+        """Write this step's keys and values into their cache slots, then let each request's
+        queries attend to its whole context read back from the cache: [T, heads * D]. Query i
+        of a chunk of n is token ctx_len - n + i of the context: it sees the keys up to itself."""
+        if batch.attention is not None:  # the fast layer's backend (``minillm.fast.attention``)
+            return batch.attention.attend(self, q, k, v, batch, k_cache, v_cache)
+        if k_cache is not None:
             k_flat = k_cache.view(-1, self.num_kv_heads, self.head_dim)
             v_flat = v_cache.view(-1, self.num_kv_heads, self.head_dim)
             k_flat.index_copy_(0, batch.slot_mapping, k)
             v_flat.index_copy_(0, batch.slot_mapping, v)
-
-        n = batch.num_decode
-        backend = batch.attention
-        if n:  # one query per request against its whole cached context (see minillm.attention)
-            o = backend.decode(q[:n], k_cache, v_cache, batch, self.scale)
-            if n == T:  # a decode-only step: no copy into a shared output buffer
-                return o
-        out = q.new_empty(T, self.num_heads, self.head_dim)
-        if n:
-            out[:n] = o.view(n, self.num_heads, self.head_dim)
+        out = torch.empty_like(q)
         for seq in batch.prefills:
-            out[seq.q_start:seq.q_start + seq.q_len] = backend.prefill(q, k, v, k_cache, v_cache, seq, self.scale)
-        return out.view(T, self.q_size)
+            rows = slice(seq.q_start, seq.q_start + seq.q_len)
+            if seq.slots is None:  # no cache: the chunk is the whole context
+                keys, values = k[rows], v[rows]
+            else:
+                keys, values = k_flat[seq.slots], v_flat[seq.slots]
+            n, L = seq.q_len, keys.shape[0]
+            mask = None
+            if 1 < n < L:  # a chunk after a cached prefix: causal, aligned to the context's end
+                mask = torch.arange(L, device=q.device)[None, :] <= L - n + torch.arange(n, device=q.device)[:, None]
+            o = F.scaled_dot_product_attention(  # [1, heads, n, D]; GQA: heads share KV heads
+                q[rows].transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None],
+                attn_mask=mask, is_causal=1 < n == L, scale=self.scale, enable_gqa=True)
+            out[rows] = o[0].transpose(0, 1)
+        return out.reshape(q.shape[0], self.q_size)
 
 
 class MLP(nn.Module):

@@ -31,15 +31,16 @@ _LAZY = {
     "STATE_HOLDS": "diagram",
     "state_holds": "diagram",
     "edge_labels": "diagram",
-    # stepper.py
+    # stepper.py (the widget) over stepper_core.py (plain Python, no ipywidgets)
     "RequestStepper": "stepper",
-    "RequestStepperCore": "stepper",
-    "describe_event": "stepper",
-    "summarize_action": "stepper",
-    "button_labels": "stepper",
-    # sampling_explorer.py
+    "RequestStepperCore": "stepper_core",
+    "button_labels": "stepper_core",
+    # narration.py (engine events in plain words)
+    "describe_event": "narration",
+    "summarize_action": "narration",
+    # sampling_explorer.py (the widget) over sampling_explorer_core.py (plain Python)
     "SamplingExplorer": "sampling_explorer",
-    "SamplingExplorerCore": "sampling_explorer",
+    "SamplingExplorerCore": "sampling_explorer_core",
     # conversation.py (the long-chat scenario)
     "run_chat": "conversation",
     "plot_chat_turns": "conversation",
@@ -63,12 +64,12 @@ _LAZY = {
 
 __all__ = [name for name in sorted(_LAZY)]
 
-try:  # plots (CacheMonitor, timelines) live in plots.py, added separately
+try:  # plots/ (KV memory, state timelines, latency, experiments, CacheMonitor), one namespace
     from .plots import *  # noqa: F401,F403
     from . import plots as _plots
 
     __all__ += [n for n in getattr(_plots, "__all__", []) if n not in __all__]
-except ImportError:  # plots.py not there (or its optional dependencies missing)
+except ImportError:  # an optional dependency of the plots is missing
     pass
 
 try:  # in a notebook: a repeated walkthrough cell (IllegalTransition) or Kernel -> Interrupt reads as a sentence

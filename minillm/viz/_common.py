@@ -1,4 +1,4 @@
-"""Small helpers shared by the widgets: the default engine, token text, HTML bits."""
+"""Small helpers shared by the widgets: the default engine, token text, HTML bits, buttons."""
 
 from __future__ import annotations
 
@@ -220,3 +220,48 @@ def widget_bundle(widget, data: dict, plain: str, lang=None) -> dict:
     data["text/html"] = f"<div style='font-family:{esc(FONT_STACK)}'>{note}{static_html(widget)}</div>"
     data["text/plain"] = plain
     return data
+
+
+class ButtonMap(dict):
+    """label -> Button, where a button also answers to its English label and its action name.
+
+    Iterating (``keys``, ``values``, ``items``) shows each button once, under the label it
+    shows; ``buttons["Prefill"]``, ``buttons["预填充"]`` and ``buttons["prefill"]`` are the
+    same button, so a notebook's code works in both languages."""
+
+    def __init__(self):
+        super().__init__()
+        self._alias: dict[str, str] = {}
+
+    def add(self, button, label: str, *aliases: str) -> None:
+        self[label] = button
+        for a in aliases:
+            if a != label:
+                self._alias[a] = label
+
+    def __getitem__(self, key):
+        return super().__getitem__(self._alias.get(key, key))
+
+    def __contains__(self, key):
+        return super().__contains__(self._alias.get(key, key))
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
+def language_notice(pieces, lang=None) -> str:
+    """One line of HTML when some characters of the prompt are not in the tokenizer's
+    vocabulary (they fell back to byte tokens), else "".
+
+    A byte-level tokenizer accepts any text, but a character it never learned becomes two to
+    four byte tokens the model has hardly seen in training, so what it generates next is
+    noise. Say so instead of letting it look broken. ``pieces``: ``token_pieces`` of the prompt."""
+    from .i18n import phrase
+
+    chars = "".join(p.completes for p in pieces if p.partial and p.text)  # once per character group
+    if not chars:
+        return ""
+    n_tokens = sum(1 for p in pieces if p.partial)
+    sample = "".join(dict.fromkeys(chars))[:12]
+    return ("<div style='color:#92400e;font-size:13px'>ℹ "
+            + esc(phrase("notice.bytes", lang, chars=len(chars), n=n_tokens, sample=sample)) + "</div>")

@@ -24,6 +24,7 @@ from ..chat import encode_conversation
 from ..params import SamplingParams
 from .fonts import with_cjk_fonts
 from .i18n import phrase, resolve_lang
+from .plots.figure import byte_unit, new_figure, request_color
 
 __all__ = ["POLICIES", "conversation_for_turn", "run_chat", "plot_chat_turns", "chat_summary"]
 
@@ -118,18 +119,16 @@ def chat_summary(rows: Sequence[dict], last: int = 4) -> dict:
 def plot_chat_turns(runs: dict[str, Sequence[dict]], *, title: str | None = None, lang=None):
     """Four panels, one line per run: prompt tokens, tokens really prefilled (prompt minus
     prefix-cache hits), KV held by the turn's request, and TTFT, against the turn number."""
-    from .plots import _byte_unit, _new_figure, _request_color
-
     lang = resolve_lang(lang)
     if not runs:
         raise ValueError("runs must be a non-empty dict {name: rows from run_chat}")
-    fig, axes = _new_figure(10.0, 6.4, ncols=2, nrows=2)
+    fig, axes = new_figure(10.0, 6.4, ncols=2, nrows=2)
     (ax_prompt, ax_prefill), (ax_kv, ax_ttft) = axes
     peak = max(r["kv_bytes"] for rows in runs.values() for r in rows) or 1
-    div, unit = _byte_unit(peak)
+    div, unit = byte_unit(peak)
     for i, (name, rows) in enumerate(runs.items()):
         turns = [r["turn"] for r in rows]
-        style = dict(color=_request_color(i), marker="o", markersize=3.5, linewidth=1.6, label=name)
+        style = dict(color=request_color(i), marker="o", markersize=3.5, linewidth=1.6, label=name)
         ax_prompt.plot(turns, [r["prompt_tokens"] for r in rows], **style)
         ax_prefill.plot(turns, [r["prefilled_tokens"] for r in rows], **style)
         ax_kv.plot(turns, [r["kv_bytes"] / div for r in rows], **style)

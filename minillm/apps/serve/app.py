@@ -32,7 +32,7 @@ import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from minillm.intake import check_params
+from minillm.request import check_params
 
 from . import guards
 from . import protocol as P

@@ -19,7 +19,7 @@ import re
 import anyio
 from starlette.requests import ClientDisconnect
 
-from minillm.intake import check_text
+from minillm.request import check_text
 
 from .protocol import BadRequest, error_body
 

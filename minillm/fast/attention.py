@@ -1,10 +1,14 @@
-"""Attention backends: how a step's queries read the paged KV pool.
+"""The fast layer's attention backends: how a step's decode queries read the paged KV pool.
 
-The model computes q, k, v and writes the new keys and values into the pool; what happens next
-is a backend's job, chosen when the runner is built (``LLM(attention_backend=...)``):
+The reference path (``LLM(fast=False)``) needs none of this: its model attends each request
+alone, gathering the request's context from the cache (``minillm.models.llama``,
+``Attention.attend``). The fast runner (``minillm.fast.runner``) hands the model one of these
+backends in ``AttentionBatch.attention`` instead, chosen when the engine is built
+(``LLM(attention_backend=...)``); the model then calls ``backend.attend``, which writes the
+step's keys and values and attends all decode rows at once:
 
-* ``GatherSDPA`` ("gather"): the readable reference, and what "auto" falls back to. Each
-  decode group's context is gathered slot by slot out of the pool into one padded K/V tensor, then one
+* ``GatherSDPA`` ("gather"): the decode rows in a few groups of similar context length; each
+  group's contexts are gathered slot by slot out of the pool into one padded K/V tensor, then one
   ``scaled_dot_product_attention`` call. Shapes follow the step's contexts.
 * ``PagedInPlace`` ("paged"): reads the pool by whole blocks through fixed-shape metadata
   (``DecodeMeta``: ``block_tables[B, W]`` padded with a null block, ``context_lens[B]``,
@@ -29,7 +33,8 @@ is a backend's job, chosen when the runner is built (``LLM(attention_backend=...
 ``flash_attn_with_kvcache(q, k_pool, v_pool, cache_seqlens=context_lens, block_table=block_tables)``
 would plug in the same way (not shipped: it is a separate package).
 
-The backends never import the model; ``batch`` is the model's ``AttentionBatch``.
+The backends never import the model; ``batch`` is the model's ``AttentionBatch`` and ``layer``
+its ``Attention`` module (for its head counts and scale).
 """
 
 from __future__ import annotations
@@ -67,6 +72,26 @@ class AttentionBackend:
     #: with block tables, the backend reads ``DecodeMeta.mask`` (a kernel bounded by
     #: ``context_lens`` needs none, and the runner then makes none)
     uses_mask = True
+
+    def attend(self, layer, q, k, v, batch, k_cache=None, v_cache=None) -> torch.Tensor:
+        """Write this step's keys and values into their cache slots, then attend: the decode rows
+        (the first ``batch.num_decode``) in one ``decode`` call, each prefill with ``prefill``.
+        [T, heads * D]."""
+        T = q.shape[0]
+        if k_cache is not None:
+            k_cache.view(-1, layer.num_kv_heads, layer.head_dim).index_copy_(0, batch.slot_mapping, k)
+            v_cache.view(-1, layer.num_kv_heads, layer.head_dim).index_copy_(0, batch.slot_mapping, v)
+        n = batch.num_decode
+        if n:
+            o = self.decode(q[:n], k_cache, v_cache, batch, layer.scale)
+            if n == T:  # a decode-only step: no copy into a shared output buffer
+                return o
+        out = q.new_empty(T, layer.num_heads, layer.head_dim)
+        if n:
+            out[:n] = o.view(n, layer.num_heads, layer.head_dim)
+        for seq in batch.prefills:
+            out[seq.q_start:seq.q_start + seq.q_len] = self.prefill(q, k, v, k_cache, v_cache, seq, layer.scale)
+        return out.view(T, layer.q_size)
 
     def decode(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, batch,
                scale: float) -> torch.Tensor:
@@ -127,7 +152,7 @@ _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cp
 
 
 class GatherSDPA(AttentionBackend):
-    """The reference: per decode group, gather the contexts' K/V slot by slot (one
+    """Per decode group (``minillm.fast.runner.split_by_length``), gather the contexts' K/V slot by slot (one
     ``index_select`` over flat slots), padded to the group's longest, then one SDPA call. The
     query heads that share a KV head sit in SDPA's "query length" axis."""
 
@@ -208,7 +233,7 @@ class PagedKernel(AttentionBackend):
             # inductor's C++ wrapper reaches through the dispatcher
             out = torch.ops.minillm.paged_decode(q, k_pool, v_pool, meta.block_tables, meta.context_lens, scale)
         else:
-            from .fast.cpu_kernel import paged_decode
+            from .cpu_kernel import paged_decode
 
             out = paged_decode(q, k_pool, v_pool, meta.block_tables, meta.context_lens, scale)
         return out.view(n, heads * dim)
@@ -367,7 +392,9 @@ class FlexPaged(AttentionBackend):
 
 
 BACKENDS = {"gather": GatherSDPA, "paged": PagedInPlace, "kernel": PagedKernel, "flex": FlexPaged}
-DEFAULT_BACKEND = "gather"
+#: what ``make_backend(None)`` / ``resolve_backend(None, ...)`` give: gather, the plainest backend
+#: (``LLM`` and the option checks default to "auto", resolved by ``resolve_backend``)
+PLAIN_BACKEND = "gather"
 
 
 def backends_for(device: torch.device | str, dtype: torch.dtype) -> tuple[str, ...]:
@@ -387,7 +414,7 @@ def _kernel_refusal(device: torch.device | str, dtype: torch.dtype) -> str | Non
     kind = torch.device(device).type
     if kind != "cpu" or dtype != torch.float32:
         return f"it serves a float32 KV cache on the CPU, not {dtype} on {kind}"
-    from .fast.cpu_kernel import available, unavailable_reason
+    from .cpu_kernel import available, unavailable_reason
 
     return None if available() else unavailable_reason()
 
@@ -398,7 +425,7 @@ def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.d
     "kernel" where ``kernel_usable`` and (given the model's ``head_dim`` and query heads per KV
     head ``group``) the kernel has its vectorised path for that shape, else "gather"; an explicit "kernel" where it is not usable
     is a ValueError saying why (any head shape is served: the generic loop is correct)."""
-    name = DEFAULT_BACKEND if name is None else name
+    name = PLAIN_BACKEND if name is None else name
     if name == "flex" and not flex_available():
         raise ValueError("attention_backend='flex' needs torch.nn.attention.flex_attention (torch >= 2.5); "
                          "use 'auto', 'gather' or 'paged'")
@@ -407,7 +434,7 @@ def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.d
             return "flex"
         if not kernel_usable(device, dtype):
             return "gather"
-        from .fast.cpu_kernel import has_fast_path
+        from .cpu_kernel import has_fast_path
 
         fast = head_dim is None or group is None or has_fast_path(head_dim, group)
         return "kernel" if fast else "gather"
@@ -421,7 +448,7 @@ def resolve_backend(name: str | None, device: torch.device | str, dtype: torch.d
 
 def make_backend(name: str | None = None) -> AttentionBackend:
     """The backend called ``name`` (None: the default)."""
-    name = DEFAULT_BACKEND if name is None else name
+    name = PLAIN_BACKEND if name is None else name
     if not isinstance(name, str) or name not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {tuple(BACKENDS)}, got {name!r}")
     return BACKENDS[name]()

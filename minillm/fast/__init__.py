@@ -1,0 +1,68 @@
+"""The fast layer: what makes the engine fast on a device, behind one seam.
+
+The reference path (``LLM(fast=False)``: ``minillm.runner``, ``minillm.sampler``, the model's own
+attention) is what the chapter reads. ``LLM()`` runs this layer instead, token for token the same
+(the parity, fuzz and SIGINT tests run both), and the reference path knows nothing of it:
+
+* ``runner``: ``FastRunner``, the step's integers in one upload, block tables kept on the device
+  (``BlockTableRows``), decode rows attended together;
+* ``attention``: the backends that read the paged pool for all decode rows at once (gather in
+  groups, paged, the C kernel, FlexAttention);
+* ``sampler``: ``BatchedSampler``, the whole batch in a fixed number of device operations;
+* ``decode_graphs``, ``compiled``: fixed-shape graphs of decode steps, ``torch.compile`` of the forward;
+* ``cpu_kernel``, ``kernel_cache``, ``kernels/``: the C kernel and its checked build cache;
+* ``threaded``: projections split by output rows across persistent threads;
+* ``gemv``: decode's few-row projections (float32, int8) on a C kernel that streams each weight
+  once and shares output rows with persistent worker threads (``stream_weights``, on the CPU).
+
+``prepare_model(llm, options)`` changes the weights (int8, the row split) before the KV cache
+is sized; ``build(llm, options, ...)`` assembles the runner and sampler an ``LLM`` uses.
+"""
+
+from __future__ import annotations
+
+
+def prepare_model(llm, opts) -> None:
+    """int8 weights (``minillm.models.weights``), the streaming decode kernel (``gemv``, on the
+    CPU) and the row split (``threaded``), as asked:
+    after the thread count (chosen from the float parameters), before the KV budget (what the
+    weights leave of the memory). ``llm.shard_pool`` holds the row split's threads (None: unused)."""
+    import torch
+
+    if opts.weight_dtype is not None:
+        from ..models.weights import quantize_weights
+
+        quantize_weights(llm.model, opts.weight_dtype)
+    if opts.fast and llm.device.type == "cpu":
+        from ..models.weights import stream_weights
+
+        stream_weights(llm.model)
+    threads = llm.num_threads or (torch.get_num_threads() if llm.device.type == "cpu" else 1)
+    if opts.row_split and threads >= 2 and not opts.compile:
+        from .threaded import use_row_split
+
+        llm.shard_pool = use_row_split(llm.model, threads)
+
+
+def build(llm, opts, cfg, parts):
+    """The fast runner and sampler for ``llm`` (model, KV cache and device already made) and the
+    attention backend's name ("auto" resolved). Returns (runner, sampler, backend)."""
+    from .attention import resolve_backend
+    from .runner import FastRunner
+    from .sampler import BatchedSampler
+
+    backend = resolve_backend(opts.attention_backend, llm.device, llm.dtype, cfg.head_dim,
+                              cfg.num_attention_heads // cfg.num_key_value_heads)
+    runner = FastRunner(llm.model, llm.kv_cache, llm.device, backend)
+    if opts.decode_graphs is not None:
+        from .decode_graphs import DecodeGraphs
+
+        runner.graphs = DecodeGraphs(llm.model, llm.kv_cache, llm.device, opts.decode_graphs,
+                                     opts.max_num_seqs, llm.max_model_len, runner.attention)
+    if opts.compile:  # the runner calls the compiled forward; llm.model stays eager
+        from .compiled import CompiledModel
+
+        runner.model = CompiledModel(llm.model)
+    sampler = BatchedSampler(parts.top_k_filter, parts.top_p_filter)
+    sampler.seed = opts.seed  # the unseeded rows' shared noise on CUDA (``BatchedSampler._noise``)
+    return runner, sampler, backend

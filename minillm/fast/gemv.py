@@ -1,0 +1,275 @@
+"""Decode's few-row projections at the weight-streaming floor: a C kernel (``kernels/gemv.c``).
+
+A batch-1 decode step multiplies one activation row by every weight of the model, so its time
+is the weight bytes divided by the read bandwidth a core gets. torch's ``F.linear`` for one
+row streamed SmolLM2-135M's weights at ~55 % of that on an AMD EPYC core (issue 29); the
+kernel here reads each weight once, in order, in tiles of four weight rows with the activations
+in registers (AVX-512 or AVX2 + FMA, chosen at run time; plain C elsewhere), float32 or int8
+(``w[o, :] * scale[o]``, widened in registers: only a quarter of the bytes cross the bus).
+
+With ``threads`` > 1 the output rows are shared between the calling thread and persistent
+workers of the C library (no start-up per call: they spin a moment between calls, then
+sleep on a futex): a second core adds its own bandwidth. Every output element is computed the
+same way whichever thread computes it, so results do not depend on the thread count.
+
+Built on first use with the system's C compiler into the private kernel cache
+(``kernel_cache``: owner, mode and SHA-256 checked before every load) and called through
+``ctypes`` (which releases the GIL). Compiled graphs call it as the operator
+``torch.ops.minillm_gemv.linear`` / ``linear_int8`` (``kernels/gemv_op.cpp``, built on first
+use of a compiled graph). ``StreamLinear`` is the ``nn.Linear`` that uses it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import cpu_kernel
+
+KERNELS = Path(__file__).with_name("kernels")
+SOURCES = [KERNELS / "gemv_body.h", KERNELS / "gemv.c"]
+OP_SOURCE = KERNELS / "gemv_op.cpp"
+#: no -march=native: the library picks AVX-512 / AVX2 / plain C itself when loaded
+FLAGS = ("-O3", "-fno-math-errno", "-fPIC", "-shared", "-pthread")
+#: the most activation rows a call takes to the kernel: decode steps of a few requests (more
+#: rows are a GEMM, where torch's blocked kernels reuse each weight across rows)
+MAX_ROWS = 8
+#: ``MINILLM_GEMV=0`` leaves every projection on ``F.linear`` (the reference, for comparison)
+ENV_SWITCH = "MINILLM_GEMV"
+
+_lib = None
+_error: str | None = None
+_op_error: str | None = None
+_op_loaded = False
+
+
+def _load():
+    global _lib, _error
+    if _lib is None and _error is None:
+        try:
+            cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+            if cc is None:
+                raise RuntimeError("no C compiler (cc/gcc) on PATH")
+            lib = ctypes.CDLL(cpu_kernel._compile("gemv", cc, [*FLAGS, str(SOURCES[1])], SOURCES))
+            i64, ptr, cint = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+            lib.minillm_gemv_f32.argtypes = [ptr, i64, i64, ptr, i64, i64, i64, ptr, ptr, i64, cint]
+            lib.minillm_gemv_i8.argtypes = [ptr, i64, i64, ptr, ptr, i64, i64, i64, ptr, ptr, i64, cint]
+            lib.minillm_gemv_f32.restype = lib.minillm_gemv_i8.restype = cint
+            lib.minillm_gemv_isa.restype = ctypes.c_char_p
+            lib.minillm_gemv_set_spin_us.argtypes, lib.minillm_gemv_set_spin_us.restype = [cint], cint
+            lib.minillm_gemv_workers.restype = cint
+            _lib = lib
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            _error = f"{type(exc).__name__}: {exc}"
+    return _lib
+
+
+def available() -> bool:
+    """Whether the kernel is built and loaded here (builds it on first call)."""
+    return _load() is not None
+
+
+def unavailable_reason() -> str | None:
+    """Why ``available()`` is False (None when it is not)."""
+    _load()
+    return _error
+
+
+def isa() -> str | None:
+    """The instruction set the kernel runs with here: "avx512", "avx2" or "plain" (None: unavailable)."""
+    lib = _load()
+    return None if lib is None else lib.minillm_gemv_isa().decode()
+
+
+def workers() -> int:
+    """Worker threads the kernel's pool has started in this process (0 until a split call)."""
+    lib = _load()
+    return 0 if lib is None else lib.minillm_gemv_workers()
+
+
+def set_spin_us(us: int) -> int:
+    """How long an idle worker spins before it sleeps, in microseconds; returns the old value."""
+    if isinstance(us, bool) or not isinstance(us, int) or us < 0:
+        raise ValueError(f"us must be an int >= 0, got {us!r}")
+    lib = _load()
+    if lib is None:
+        raise RuntimeError(f"the gemv kernel is unavailable: {_error}")
+    return lib.minillm_gemv_set_spin_us(us)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a [m, k] matrix whose rows are contiguous (a view where it can be)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    return x2 if x2.stride(-1) == 1 else x2.contiguous()
+
+
+def _check(x, weight, what: str) -> None:
+    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)):
+        raise ValueError(f"{what}: x and the weight must be tensors")
+    if x.device.type != "cpu" or weight.device.type != "cpu":
+        raise ValueError(f"{what}: x and the weight must be CPU tensors, got {x.device} and {weight.device}")
+    if x.dtype != torch.float32:
+        raise ValueError(f"{what}: x must be float32, got {x.dtype}")
+    if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1] or weight.stride(1) != 1:
+        raise ValueError(f"{what}: the weight must be [out, in] with contiguous rows and x [..., in], got "
+                         f"{tuple(weight.shape)} and {tuple(x.shape)}")
+    if min(weight.shape) < 1 or x.numel() == 0:
+        raise ValueError(f"{what}: sizes must be at least 1, got weight {tuple(weight.shape)}, x {tuple(x.shape)}")
+
+
+def _bias_ptr(bias, out_features: int, what: str) -> int | None:
+    if bias is None:
+        return None
+    if (not isinstance(bias, torch.Tensor) or bias.dtype != torch.float32 or bias.device.type != "cpu"
+            or tuple(bias.shape) != (out_features,) or not bias.is_contiguous()):
+        raise ValueError(f"{what}: bias must be a contiguous float32 CPU tensor of shape ({out_features},)")
+    return bias.data_ptr()
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           threads: int | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` by the kernel: float32 CPU tensors, ``weight`` [out, in]
+    with contiguous rows. ``threads``: the threads sharing the output rows (default torch's
+    intra-op count). Equal to ``F.linear`` up to float32 rounding (another summation order)."""
+    _check(x, weight, "gemv.linear")
+    if weight.dtype != torch.float32:
+        raise ValueError(f"gemv.linear: the weight must be float32, got {weight.dtype}")
+    return _call(x, weight, None, bias, threads)
+
+
+def linear_int8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
+                threads: int | None = None) -> torch.Tensor:
+    """``x @ (scale[:, None] * q).T + bias`` with ``q`` int8 [out, in] (contiguous rows) and
+    ``scale`` float32 [out]: the int8 weights widened to float32 in registers, the products and
+    sums in float32 (no rounding of the activations)."""
+    _check(x, q, "gemv.linear_int8")
+    if q.dtype != torch.int8:
+        raise ValueError(f"gemv.linear_int8: q must be int8, got {q.dtype}")
+    if (not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or scale.device.type != "cpu"
+            or tuple(scale.shape) != (q.shape[0],) or not scale.is_contiguous()):
+        raise ValueError(f"gemv.linear_int8: scale must be a contiguous float32 CPU tensor of shape ({q.shape[0]},)")
+    return _call(x, q, scale, bias, threads)
+
+
+def _call(x, weight, scale, bias, threads):
+    lib = _load()
+    if lib is None:
+        raise RuntimeError(f"the gemv kernel is unavailable: {_error}")
+    if threads is None:
+        threads = torch.get_num_threads()
+    n, k = weight.shape
+    x2 = _rows(x)
+    bias_ptr = _bias_ptr(bias, n, "gemv")
+    y = torch.empty((x2.shape[0], n), dtype=torch.float32)
+    ldx = x2.stride(0) if x2.shape[0] > 1 else k  # (a single row's stride may be anything)
+    if scale is None:
+        status = lib.minillm_gemv_f32(x2.data_ptr(), x2.shape[0], ldx, weight.data_ptr(), n, k,
+                                      weight.stride(0), bias_ptr, y.data_ptr(), n, threads)
+    else:
+        status = lib.minillm_gemv_i8(x2.data_ptr(), x2.shape[0], ldx, weight.data_ptr(), scale.data_ptr(),
+                                     n, k, weight.stride(0), bias_ptr, y.data_ptr(), n, threads)
+    if status != 0:
+        raise ValueError(f"the gemv kernel refused its arguments: x {tuple(x.shape)}, weight {tuple(weight.shape)}")
+    return y.view(*x.shape[:-1], n)
+
+
+def _build_op() -> str:
+    """The operator library: gemv.c and its C++ registration, linked with libtorch."""
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        raise RuntimeError("no C++ compiler (c++/g++) on PATH")
+    from torch.utils.cpp_extension import include_paths, library_paths
+
+    inc = [f"-I{p}" for p in include_paths()]
+    libs = library_paths()
+    args = [*FLAGS, "-std=c++17", *inc, "-x", "c", str(SOURCES[1]), "-x", "c++", str(OP_SOURCE), "-x", "none",
+            *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-ltorch_cpu", "-lc10"]
+    return cpu_kernel._compile(f"gemv_op-torch{torch.__version__.replace('+', '_')}", cxx, args,
+                               [*SOURCES, OP_SOURCE])
+
+
+@torch.compiler.assume_constant_result  # called while tracing: run it then, a constant in the graph
+def op_available() -> bool:
+    """Whether ``torch.ops.minillm_gemv.linear`` / ``linear_int8`` are built and loaded (builds
+    them on first call: a few seconds)."""
+    global _op_error, _op_loaded
+    if not _op_loaded and _op_error is None:
+        try:
+            if not hasattr(torch.ops.minillm_gemv, "linear"):
+                torch.ops.load_library(_build_op())
+                torch.library.register_fake("minillm_gemv::linear")(_linear_shape)
+                torch.library.register_fake("minillm_gemv::linear_int8")(_linear_int8_shape)
+            _op_loaded = True
+        except (OSError, RuntimeError, subprocess.SubprocessError, ImportError) as exc:
+            _op_error = f"{type(exc).__name__}: {exc}"
+    return _op_loaded
+
+
+def op_unavailable_reason() -> str | None:
+    """Why ``op_available()`` is False (None when it is not)."""
+    op_available()
+    return _op_error
+
+
+def _linear_shape(x, weight, bias):
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+def _linear_int8_shape(x, q, scale, bias):
+    return x.new_empty((x.shape[0], q.shape[0]))
+
+
+def enabled_by_env() -> bool:
+    """False when ``MINILLM_GEMV=0`` asks for the reference ``F.linear`` everywhere."""
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+_NO_BIAS = torch.empty(0)
+
+
+def few_rows(x: torch.Tensor, in_features: int) -> bool:
+    """Whether ``x`` is a float32 CPU input of at most ``MAX_ROWS`` rows: the kernel's case."""
+    return (x.dtype is torch.float32 and x.device.type == "cpu" and x.shape[-1] == in_features
+            and 0 < x.numel() <= MAX_ROWS * in_features)
+
+
+class StreamLinear(nn.Linear):
+    """An ``nn.Linear`` whose products of at most ``MAX_ROWS`` rows (decode) run the streaming
+    kernel, through ``ctypes`` when eager and as ``torch.ops.minillm_gemv.linear`` inside a
+    compiled graph; anything else (prefills, gradients, a transposed weight) is ``F.linear``.
+    Same parameters as the ``nn.Linear`` it was (``stream`` changes the class in place), so
+    the state dict and a tied lm head are unchanged."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if (not few_rows(x, self.in_features) or w.dtype is not torch.float32 or w.stride(-1) != 1
+                or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))):
+            return F.linear(x, w, self.bias)
+        if torch.compiler.is_compiling():
+            if not op_available():
+                return F.linear(x, w, self.bias)
+            x2 = x.reshape(-1, self.in_features).contiguous()
+            y = torch.ops.minillm_gemv.linear(x2, w, _NO_BIAS if self.bias is None else self.bias)
+            return y.view(*x.shape[:-1], self.out_features)
+        return _call(x, w, None, self.bias, None)
+
+
+def stream(linear: nn.Linear) -> nn.Linear:
+    """Make ``linear`` (an exact ``nn.Linear`` or a ``StreamLinear``) a ``StreamLinear`` in place."""
+    if type(linear) is nn.Linear:
+        linear.__class__ = StreamLinear
+    return linear
+
+
+def unstream(linear: nn.Module) -> nn.Module:
+    """The reverse of ``stream``: a plain ``nn.Linear`` again (same parameters)."""
+    if type(linear) is StreamLinear:
+        linear.__class__ = nn.Linear
+    return linear

@@ -1,0 +1,367 @@
+/* Few-row matrix products for decode, streaming each weight once: y = x @ W.T (+ bias).
+ *
+ * A decode step of one to a few requests multiplies m = 1..8 activation rows by every weight
+ * matrix of the model. Its time is the weight bytes over the read bandwidth a core gets, so
+ * the kernel is built to read each weight exactly once, in order, with nothing else in the
+ * way: tiles of 4 weight rows x up to GMAX activation rows, the activations and accumulators
+ * in registers, the weights streamed from memory (4 sequential streams for the prefetcher).
+ *
+ * Layouts (C order): x [m, k] (row stride ldx), W [n, k] (row stride ldw) float32 or int8
+ * (int8: w[o, :] * scale[o] is the float weight, scale float32 [n]), bias float32 [n] or NULL,
+ * y [m, n] (row stride ldy). Every output element is a dot product over k computed the same
+ * way whichever thread computes it, so a result does not depend on the thread count.
+ *
+ * Instruction sets, chosen at run time (__builtin_cpu_supports): AVX-512 (16-wide, 4 rows of
+ * activations a tile) where the CPU has it, else AVX2 + FMA (8-wide, 2 rows), else plain C.
+ * The file is built without -march=native: one binary runs on any x86-64, each copy of the
+ * tile code compiled for its own set (gemv_body.h, included once per set).
+ *
+ * Threads: output rows are cut into chunks that the calling thread and persistent workers
+ * claim one at a time (a compare-and-swap on a ticket holding the call's number and the next
+ * chunk), so a worker that wakes late takes fewer chunks and the caller never waits for a
+ * worker that has not started; it waits only for chunks a worker has claimed. Workers spin
+ * for a short while after a call (decode calls come every few tens of microseconds), then
+ * sleep on a futex. Built and loaded by minillm/fast/gemv.py. */
+
+#define _GNU_SOURCE
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+struct gemv_job {
+    const float *x;
+    int64_t m, ldx;
+    const void *w;
+    int64_t ldw, n, k;
+    const float *scale; /* NULL: float32 weights */
+    const float *bias;  /* NULL: none */
+    float *y;
+    int64_t ldy;
+};
+
+/* ---- the tile code, once per instruction set ---------------------------------------------- */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma")
+#define VW 16
+#define GMAX 4
+#define SUFFIX _avx512
+#define VT __m512
+#define VZERO _mm512_setzero_ps()
+#define VLOADF(p) _mm512_loadu_ps(p)
+#define VLOADI8(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VHSUM(v) _mm512_reduce_add_ps(v)
+#include "gemv_body.h"
+#undef VW
+#undef GMAX
+#undef SUFFIX
+#undef VT
+#undef VZERO
+#undef VLOADF
+#undef VLOADI8
+#undef VFMA
+#undef VHSUM
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+static inline float hsum_avx2(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#define VW 8
+#define GMAX 2
+#define SUFFIX _avx2
+#define VT __m256
+#define VZERO _mm256_setzero_ps()
+#define VLOADF(p) _mm256_loadu_ps(p)
+#define VLOADI8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VHSUM(v) hsum_avx2(v)
+#include "gemv_body.h"
+#undef VW
+#undef GMAX
+#undef SUFFIX
+#undef VT
+#undef VZERO
+#undef VLOADF
+#undef VLOADI8
+#undef VFMA
+#undef VHSUM
+#pragma GCC pop_options
+#define HAVE_X86_COPIES 1
+#endif
+
+/* Plain C: any CPU. */
+static void rows_plain(const struct gemv_job *j, int64_t r0, int64_t r1)
+{
+    const int isint8 = j->scale != NULL;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t g = 0; g < j->m; g++) {
+            const float *x = j->x + g * j->ldx;
+            float s = 0.0f;
+            if (isint8) {
+                const int8_t *w = (const int8_t *)j->w + r * j->ldw;
+                for (int64_t t = 0; t < j->k; t++)
+                    s += x[t] * (float)w[t];
+                s *= j->scale[r];
+            } else {
+                const float *w = (const float *)j->w + r * j->ldw;
+                for (int64_t t = 0; t < j->k; t++)
+                    s += x[t] * w[t];
+            }
+            j->y[g * j->ldy + r] = s + (j->bias != NULL ? j->bias[r] : 0.0f);
+        }
+}
+
+typedef void (*rows_fn)(const struct gemv_job *, int64_t, int64_t);
+static rows_fn rows_impl;
+static const char *isa_name = "plain";
+
+static void pick_isa(void)
+{
+    rows_fn fn = rows_plain;
+    const char *name = "plain";
+#ifdef HAVE_X86_COPIES
+    __builtin_cpu_init();
+    const char *force = getenv("MINILLM_GEMV_ISA"); /* "avx2" / "plain": to test the others */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && !(force && (!strcmp(force, "avx2") || !strcmp(force, "plain")))) {
+        fn = rows_avx512, name = "avx512";
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !(force && !strcmp(force, "plain"))) {
+        fn = rows_avx2, name = "avx2";
+    }
+#endif
+    rows_impl = fn;
+    isa_name = name;
+}
+
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
+const char *minillm_gemv_isa(void)
+{
+    pthread_once(&isa_once, pick_isa);
+    return isa_name;
+}
+
+/* ---- the worker pool -------------------------------------------------------------------- */
+
+#define MAX_WORKERS 63
+#define CHUNK_BYTES (96 * 1024)   /* a chunk's weight bytes: small enough to balance, big to stream */
+#define SPLIT_BYTES (64 * 1024)   /* calls with fewer weight bytes run on the caller alone */
+
+static struct {
+    pthread_mutex_t lock;                  /* starting workers, one call at a time */
+    int started;                           /* workers running */
+    _Atomic uint64_t ticket;               /* call number << 32 | next chunk */
+    _Atomic int64_t done;                  /* chunks finished in this call */
+    _Atomic uint32_t wake;                 /* futex word: bumped on every call */
+    _Atomic int sleepers;                  /* workers in (or about to enter) futex wait */
+    _Atomic int active;                    /* workers that may take part in this call */
+    struct gemv_job job;
+    int64_t nchunks, chunk_rows;
+    long spin_ns;                          /* how long an idle worker spins before sleeping */
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .spin_ns = 200000};
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val)
+{
+#if defined(__linux__)
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+#else
+    (void)addr, (void)val;
+    usleep(50);
+#endif
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr)
+{
+#if defined(__linux__)
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+    (void)addr;
+#endif
+}
+
+static long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+/* Claim and run chunks of call `call` until none is left (or the call is over). */
+static void take_chunks(uint64_t call)
+{
+    for (;;) {
+        uint64_t t = atomic_load(&pool.ticket);
+        if ((t >> 32) != call || (int64_t)(t & 0xffffffffu) >= pool.nchunks)
+            return;
+        if (!atomic_compare_exchange_weak(&pool.ticket, &t, t + 1))
+            continue;
+        /* claimed: the call cannot end before this chunk is done, so the job is stable */
+        const int64_t c = (int64_t)(t & 0xffffffffu);
+        const int64_t r0 = c * pool.chunk_rows;
+        const int64_t r1 = r0 + pool.chunk_rows < pool.job.n ? r0 + pool.chunk_rows : pool.job.n;
+        rows_impl(&pool.job, r0, r1);
+        atomic_fetch_add(&pool.done, 1);
+    }
+}
+
+static void *worker(void *arg)
+{
+    const int id = (int)(intptr_t)arg;
+    uint32_t seen = atomic_load(&pool.wake);
+    for (;;) {
+        uint32_t w = atomic_load(&pool.wake);
+        if (w == seen) {
+            const long until = now_ns() + pool.spin_ns;
+            int spins = 0;
+            while ((w = atomic_load(&pool.wake)) == seen) {
+                CPU_RELAX();
+                if (++spins % 64 == 0 && now_ns() > until) {
+                    atomic_fetch_add(&pool.sleepers, 1);
+                    if (atomic_load(&pool.wake) == seen)
+                        futex_wait(&pool.wake, seen);
+                    atomic_fetch_sub(&pool.sleepers, 1);
+                }
+            }
+        }
+        seen = w;
+        if (id < atomic_load(&pool.active))
+            take_chunks(atomic_load(&pool.ticket) >> 32);
+    }
+    return NULL;
+}
+
+static void forget_workers_after_fork(void)
+{
+    pool.started = 0; /* the child has none of the parent's threads */
+    pthread_mutex_init(&pool.lock, NULL);
+}
+
+static int ensure_workers(int want)
+{
+    static int atfork_done;
+    if (want > MAX_WORKERS)
+        want = MAX_WORKERS;
+    while (pool.started < want) {
+        if (!atfork_done) {
+            pthread_atfork(NULL, NULL, forget_workers_after_fork);
+            atfork_done = 1;
+        }
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        const int rc = pthread_create(&th, &attr, worker, (void *)(intptr_t)pool.started);
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            break;
+        pool.started++;
+    }
+    return pool.started;
+}
+
+/* Run the job over all its rows with up to `threads` threads (this one included). */
+static void run(const struct gemv_job *job, int threads)
+{
+    pthread_once(&isa_once, pick_isa);
+    const int64_t esize = job->scale != NULL ? 1 : 4;
+    const int64_t bytes = job->n * job->k * esize;
+    if (threads <= 1 || bytes < SPLIT_BYTES || job->n < 8 || pthread_mutex_trylock(&pool.lock) != 0) {
+        rows_impl(job, 0, job->n); /* alone (also when another thread's call holds the pool) */
+        return;
+    }
+    const int helpers = ensure_workers(threads - 1);
+    if (helpers == 0) {
+        pthread_mutex_unlock(&pool.lock);
+        rows_impl(job, 0, job->n);
+        return;
+    }
+    int64_t rows = CHUNK_BYTES / (job->k * esize > 0 ? job->k * esize : 1);
+    const int64_t most = job->n / (4 * (int64_t)(helpers + 1)); /* >= 4 chunks a thread */
+    if (rows > most)
+        rows = most;
+    rows = rows < 4 ? 4 : rows & ~(int64_t)3;
+    pool.job = *job;
+    pool.chunk_rows = rows;
+    pool.nchunks = (job->n + rows - 1) / rows;
+    atomic_store(&pool.done, 0);
+    atomic_store(&pool.active, helpers);
+    const uint64_t call = (atomic_load(&pool.ticket) >> 32) + 1;
+    atomic_store(&pool.ticket, call << 32);
+    atomic_fetch_add(&pool.wake, 1);
+    if (atomic_load(&pool.sleepers) > 0)
+        futex_wake_all(&pool.wake);
+    take_chunks(call);
+    while (atomic_load(&pool.done) < pool.nchunks)
+        CPU_RELAX();
+    pthread_mutex_unlock(&pool.lock);
+}
+
+static int check(const float *x, int64_t m, int64_t ldx, const void *w, int64_t n, int64_t k, int64_t ldw,
+                 const float *y, int64_t ldy)
+{
+    if (x == NULL || w == NULL || y == NULL || m < 1 || n < 1 || k < 1 || ldx < k || ldw < k || ldy < n ||
+        n > ((int64_t)1 << 40) / (k > 0 ? k : 1))
+        return -3;
+    return 0;
+}
+
+/* y[m, n] = x[m, k] @ W[n, k].T + bias, float32 weights. 0, or -3 for impossible arguments. */
+int minillm_gemv_f32(const float *x, int64_t m, int64_t ldx, const float *w, int64_t n, int64_t k, int64_t ldw,
+                     const float *bias, float *y, int64_t ldy, int threads)
+{
+    if (check(x, m, ldx, w, n, k, ldw, y, ldy))
+        return -3;
+    const struct gemv_job job = {x, m, ldx, w, ldw, n, k, NULL, bias, y, ldy};
+    run(&job, threads);
+    return 0;
+}
+
+/* The same with int8 weights q[n, k] and float32 scale[n]: y = x @ (scale * q).T + bias. */
+int minillm_gemv_i8(const float *x, int64_t m, int64_t ldx, const int8_t *q, const float *scale, int64_t n,
+                    int64_t k, int64_t ldw, const float *bias, float *y, int64_t ldy, int threads)
+{
+    if (check(x, m, ldx, q, n, k, ldw, y, ldy) || scale == NULL)
+        return -3;
+    const struct gemv_job job = {x, m, ldx, q, ldw, n, k, scale, bias, y, ldy};
+    run(&job, threads);
+    return 0;
+}
+
+/* How long (microseconds) an idle worker spins before it sleeps; returns the old value. */
+int minillm_gemv_set_spin_us(int us)
+{
+    const int old = (int)(pool.spin_ns / 1000);
+    if (us >= 0)
+        pool.spin_ns = (long)us * 1000;
+    return old;
+}
+
+/* Workers started so far (for tests and benchmarks). */
+int minillm_gemv_workers(void)
+{
+    return pool.started;
+}

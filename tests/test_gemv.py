@@ -1,0 +1,179 @@
+"""The streaming decode kernel (``minillm.fast.gemv``): the products it computes against
+``F.linear``, results that do not depend on the thread count, int8 weights, refused
+arguments, and the engine's float32 tokens with and without it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from minillm import LLM, SamplingParams
+from minillm.fast import gemv
+from minillm.models.weights import Int8Linear, stream_weights
+from conftest import run_to_end
+
+pytestmark = pytest.mark.skipif(not gemv.available(), reason=f"gemv kernel unavailable: {gemv.unavailable_reason()}")
+
+# (out, in): SmolLM2-135M's kinds (qkv, o, gate_up, down) scaled down, and odd sizes that
+# leave a tail of rows (out % 4) and of columns (in % 16)
+SHAPES = [(96, 64), (64, 160), (7, 13), (5, 33), (1, 8), (1030, 72)]
+
+
+@pytest.mark.parametrize("out_in", SHAPES)
+@pytest.mark.parametrize("rows", [1, 3, 8])
+def test_float32_matches_f_linear_and_not_the_thread_count(out_in, rows):
+    n, k = out_in
+    g = torch.Generator().manual_seed(n * 100 + k + rows)
+    w, b, x = torch.randn(n, k, generator=g), torch.randn(n, generator=g), torch.randn(rows, k, generator=g)
+    ref = F.linear(x, w, b)
+    one = gemv.linear(x, w, b, threads=1)
+    torch.testing.assert_close(one, ref, rtol=1e-5, atol=1e-5)
+    assert torch.equal(gemv.linear(x, w, b, threads=2), one)  # each row the same sums, whoever computes it
+    assert torch.equal(gemv.linear(x, w, None, threads=3), gemv.linear(x, w, None, threads=1))
+
+
+def test_big_split_calls_match_one_thread():
+    """Big enough to be cut into chunks for the worker threads (>= 64 KiB of weights)."""
+    g = torch.Generator().manual_seed(1)
+    w, x = torch.randn(4100, 96, generator=g), torch.randn(3, 96, generator=g)
+    one = gemv.linear(x, w, threads=1)
+    torch.testing.assert_close(one, F.linear(x, w), rtol=1e-5, atol=1e-4)
+    for _ in range(20):  # many calls in a row: workers waking, spinning, sleeping
+        assert torch.equal(gemv.linear(x, w, threads=2), one)
+    assert gemv.workers() >= 1
+    q = torch.randint(-127, 128, (4100, 96), dtype=torch.int8, generator=g)
+    scale = torch.rand(4100, generator=g)
+    assert torch.equal(gemv.linear_int8(x, q, scale, threads=2), gemv.linear_int8(x, q, scale, threads=1))
+
+
+@pytest.mark.parametrize("out_in", SHAPES)
+@pytest.mark.parametrize("rows", [1, 5])
+def test_int8_is_the_dequantized_float_product(out_in, rows):
+    n, k = out_in
+    g = torch.Generator().manual_seed(n + k + rows)
+    q = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
+    scale, b, x = torch.rand(n, generator=g), torch.randn(n, generator=g), torch.randn(rows, k, generator=g)
+    ref = F.linear(x, q.float() * scale[:, None], b)
+    torch.testing.assert_close(gemv.linear_int8(x, q, scale, b, threads=2), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_leading_dims_and_strided_rows_are_kept():
+    w = torch.randn(40, 24)
+    x = torch.randn(2, 3, 48)[..., ::2]  # [2, 3, 24], rows not contiguous
+    torch.testing.assert_close(gemv.linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
+    assert gemv.linear(x, w).shape == (2, 3, 40)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda: gemv.linear(torch.randn(2, 8), torch.randn(4, 9)), "weight must be"),
+    (lambda: gemv.linear(torch.randn(2, 8, dtype=torch.float64), torch.randn(4, 8)), "x must be float32"),
+    (lambda: gemv.linear(torch.randn(2, 8), torch.randn(4, 8).half()), "weight must be float32"),
+    (lambda: gemv.linear(torch.randn(2, 8), torch.randn(8, 4).t()), "contiguous rows"),
+    (lambda: gemv.linear(torch.randn(2, 8), torch.randn(4, 8), torch.randn(3)), "bias"),
+    (lambda: gemv.linear(torch.randn(0, 8), torch.randn(4, 8)), "at least 1"),
+    (lambda: gemv.linear_int8(torch.randn(2, 8), torch.zeros(4, 8, dtype=torch.int8), torch.rand(5)), "scale"),
+    (lambda: gemv.linear_int8(torch.randn(2, 8), torch.zeros(4, 8), torch.rand(4)), "q must be int8"),
+    (lambda: gemv.set_spin_us(-1), "us must be"),
+])
+def test_bad_arguments_are_value_errors(bad, match):
+    with pytest.raises(ValueError, match=match):
+        bad()
+
+
+def test_stream_linear_keeps_parameters_and_falls_back_outside_decode():
+    lin = nn.Linear(32, 48)
+    w = lin.weight
+    gemv.stream(lin)
+    assert type(lin) is gemv.StreamLinear and lin.weight is w and set(lin.state_dict()) == {"weight", "bias"}
+    x = torch.randn(3, 32)
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), F.linear(x, w, lin.bias), rtol=1e-5, atol=1e-5)
+        big = torch.randn(20, 32)  # more than MAX_ROWS rows: torch's GEMM, bit for bit
+        assert torch.equal(lin(big), F.linear(big, w, lin.bias))
+    y = lin(x)  # with gradients wanted: F.linear, and they flow
+    y.sum().backward()
+    assert w.grad is not None
+    gemv.unstream(lin)
+    assert type(lin) is nn.Linear
+
+
+def _tokens(llm, prompts, n=16):
+    reqs = [llm.add_request(prompt_token_ids=p, params=SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
+            for p in prompts]
+    run_to_end(llm)
+    return [r.output_token_ids for r in reqs]
+
+
+def test_engine_streams_float32_projections_with_the_reference_tokens(model_factory):
+    folder, _ = model_factory("qwen2")  # biases on q/k/v
+    llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=2)
+    kinds = {type(getattr(o, n)) for o, n in llm.model.projections()}
+    assert kinds == {gemv.StreamLinear}
+    prompts = [[5, 17, 42, 99, 7, 3], [5, 17], list(range(20, 50))]
+    got = _tokens(llm, prompts)
+    stream_weights(llm.model, False)
+    assert {type(getattr(o, n)) for o, n in llm.model.projections()} == {nn.Linear}
+    assert _tokens(llm, prompts) == got
+    ids = [5, 17, 42, 99, 7]
+    ref = llm.model.full_logits(ids)
+    stream_weights(llm.model, True)
+    torch.testing.assert_close(llm.model.full_logits(ids), ref)  # prefill rows: torch's GEMM either way
+
+
+def test_env_switch_keeps_torch_kernels(model_factory, monkeypatch):
+    monkeypatch.setenv("MINILLM_GEMV", "0")
+    folder, _ = model_factory("llama")
+    llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=1)
+    assert {type(getattr(o, n)) for o, n in llm.model.projections()} == {nn.Linear}
+    int8 = LLM(str(folder), device="cpu", dtype="float32", num_threads=1, weight_dtype="int8")
+    assert all(getattr(o, n)._stream is None for o, n in int8.model.projections())
+
+
+def test_the_reference_path_keeps_torch_kernels(model_factory):
+    folder, _ = model_factory("llama")
+    llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=1, fast=False)
+    assert {type(getattr(o, n)) for o, n in llm.model.projections()} == {nn.Linear}
+
+
+def test_int8_decode_rows_use_the_kernel_close_to_float():
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 48, bias=True)
+    q = Int8Linear(lin)
+    assert q._stream is None  # torch's int8 linear until streamed
+    x = torch.randn(2, 64)
+    w = q.dequantized_weight()
+    q.stream()
+    torch.testing.assert_close(q(x), F.linear(x, w, lin.bias.detach()), rtol=1e-4, atol=1e-4)
+    big = torch.randn(12, 64)  # prefill rows: torch's int8 GEMM (activations rounded to 8 bits)
+    assert torch.equal(q(big), torch.ops.quantized.linear_dynamic(big, q._packed, False))
+
+
+def test_engine_int8_decode_is_streamed(model_factory):
+    folder, _ = model_factory("llama")
+    llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=1, weight_dtype="int8")
+    assert all(getattr(o, n)._stream is not None for o, n in llm.model.projections())
+    assert all(len(t) == 6 for t in _tokens(llm, [[5, 17, 42], [9]], n=6))
+
+
+def test_traced_decode_rows_call_the_operator():
+    """Inside a compiled graph the kernel is ``torch.ops.minillm_gemv.linear`` (a ctypes call
+    cannot be traced); prefill-sized inputs stay ``F.linear``."""
+    if not gemv.op_available():
+        pytest.skip(f"operator unavailable: {gemv.op_unavailable_reason()}")
+    lin = gemv.stream(nn.Linear(32, 48))
+    seen = []
+
+    def backend(gm, example):
+        seen.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return gm
+
+    with torch.inference_mode():
+        for rows in (2, 20):
+            torch._dynamo.reset()
+            x = torch.randn(rows, 32)
+            got = torch.compile(lin, backend=backend, fullgraph=True)(x)
+            torch.testing.assert_close(got, F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    assert any("minillm_gemv.linear" in t for t in seen[0]), seen[0]
+    assert not any("minillm_gemv" in t for t in seen[1]), seen[1]
