@@ -237,11 +237,13 @@ def test_show_solution_follows_the_language():
     assert CJK.search(show_solution("quiz2").text)
 
 
-def test_a_copy_of_the_chinese_model_answer_is_flagged():
+def test_a_copy_of_the_chinese_model_answer_earns_nothing_and_is_flagged():
+    """A verbatim model answer is not the learner's own words: no points, and a person decides
+    (the override restores them when the learner wrote it themselves)."""
     from minillm.grading.ch04.solutions import MODEL_ANSWERS
 
     r = check("task2_kv_explain", MODEL_ANSWERS["task2_kv_explain"][1])
-    assert r.passed and r.needs_human_review
+    assert r.score == 0 and r.needs_human_review and "copy of a model answer" in r.flags
 
 
 # =============================================================================================

@@ -21,6 +21,7 @@ class Chapter:
     model_texts: Callable[[], list[str]]  # every model answer, both languages (copy detection)
     shown_modules: tuple[str, ...]  # modules whose string literals the notebook or its feedback show
     idea_labels: Callable[[], list[str]]  # how feedback names an idea an answer already has
+    pattern_modules: tuple[str, ...]  # modules whose patterns are the words the text graders know
     prepare: Callable[[bool], None]  # import (and, when asked, load the engine) before student code runs
     diagram_file: str  # where the notebook's diagram editor saves its drawing, next to the notebook
     forbidden: dict[str, tuple[str, ...]] = field(default_factory=dict)  # answer name -> engine functions

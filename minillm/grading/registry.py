@@ -232,6 +232,10 @@ def grade(ex: Exercise, answer: Any, lang: str | None = None) -> Result:
                 needs_human_review=True, bonus_max=ex.bonus_max, lang=lang, confidence=0.0, flags=["grader failed"])
         _flag_copy_of_model(ex, answer, marks)
         _doubt_hidden_characters(ex, answer, marks)
+        if ex.kind in ("text", "quiz"):
+            from .calibration import near_the_line
+
+            near_the_line(ex.id, answer, marks, ex.max_score)
         score = min(max(marks.score, 0.0), ex.max_score)
         bonus = min(max(marks.bonus, 0.0), ex.bonus_max)
         confidence = marks.confidence
@@ -281,7 +285,7 @@ def _strings(value, depth: int = 0):
 def _doubt_hidden_characters(ex: Exercise, answer: Any, marks: Marks) -> None:
     """Invisible characters or look-alike letters were cleaned out of a written answer before it
     was read: the reading is probably right, but a person should see what was hidden."""
-    if ex.kind not in ("text", "quiz"):
+    if ex.kind not in ("text", "quiz", "diagram"):
         return
     from .unicode_clean import tricks
 

@@ -48,6 +48,6 @@ def idea_labels() -> list[str]:
 
 chapter.use(chapter.Chapter(
     name="ch04", order=ORDER, model_answer=model_answer, model_texts=model_texts, shown_modules=SHOWN_MODULES,
-    idea_labels=idea_labels, prepare=prepare, forbidden=FORBIDDEN, diagram_file="ch04_task1_diagram.json"))
+    idea_labels=idea_labels, pattern_modules=(f"{__name__}.ideas", f"{__name__}.texts"), prepare=prepare, forbidden=FORBIDDEN, diagram_file="ch04_task1_diagram.json"))
 
 __all__ = ["ORDER", "PRESSURE_SCENARIOS", "show_scenarios"]

@@ -41,6 +41,8 @@ LOOP_OK = {"decode", "sample", "update", None}  # roles a decode loop may pass t
 _KV = re.compile(r"\bkv\b|cache|blocks?|\bkeys?\b|\bvalues?\b|k/v|显存|缓存|键值|块|KV", re.IGNORECASE)
 _NOTHING = re.compile(r"\bnothing\b|\bnone\b|\bno\b|\bfree\w*|\breturn\w*|\breleas\w*|\bback\b|\b0\b|"
                       r"无|没有|不占|释放|归还|回收|空", re.IGNORECASE)
+_NEGATOR = re.compile(r"\b(no|not|none|nothing|zero|never|without)\b|n't|无|没|不|未|零", re.IGNORECASE)
+_NONE_AFTER = re.compile(r"\s*(blocks?\s*)?[:：=]?\s*(none|nothing|no\b|0\b|zero|无|没有|零)", re.IGNORECASE)
 _ZERO = re.compile(r"(\b(0|zero)\s+(\w+\s+)?|零个?\s*)$", re.IGNORECASE)
 _CANCEL = re.compile(r"cancel|abort|user stop|取消|中止|用户停止", re.IGNORECASE)
 _PREEMPT = re.compile(r"preempt|evict|swap|out of (kv|blocks|memory)|抢占|换出|显存不足", re.IGNORECASE)
@@ -123,8 +125,8 @@ def _holds_kv(note: str) -> bool:
 
     for _, clause in clauses(clean(note)):
         m = _KV.search(clause)  # the clause's first mention decides: "还没有 KV 块" is one negated mention
-        if m and _ZERO.search(clause[:m.start()]):
-            continue  # "0 KV blocks", "zero blocks", "零个块": a count of none
+        if m and (_ZERO.search(clause[:m.start()]) or _NONE_AFTER.match(clause[m.end():])):
+            continue  # "0 KV blocks", "zero blocks", "零个块", "KV: none": a count of none
         if m and not negated_at(clause, m.start()) and not re.search(
                 r"\b(freed|released|returned|back in|back to|given back|to the pool|in the pool)\b|释放|归还|回收|还回|"
                 r"回到|放回|池中|池里", clause, re.I):
@@ -275,6 +277,8 @@ def _grade_notes(d: Diagram, m: Marks, have, dec, merged) -> None:
     contradictions = _contradictions(d, have, dec, merged, m)
     for text in contradictions:
         m.wrong(text)
+    if contradictions and any(_NEGATOR.search(h) for h in d.states.values()):
+        m.flag(why="a note with a negation")  # "KV: none", "blocks not yet returned": the reading may be wrong
     if not bare and not contradictions:
         m.ok(m.t("dia.notes_ok"), 1)
     elif not bare:

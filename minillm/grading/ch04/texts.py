@@ -31,7 +31,8 @@ HIT_MISS = misconception(
      rf"(answers?|responses?|replies|completions?)",
      rf"(same|identical|repeated)\s+(prompts?|questions?|query|queries|requests?)\b{CLAUSE}{{0,40}}"
      rf"(return|serv|answer|skip|fast|instant)",
-     r"\blru\b", r"命中|缓存(了)?[^。；;]{0,6}(答案|回答|回复)|(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)|查表"],
+     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
+     r"命中|缓存(了)?[^。；;]{0,6}(答案|回答|回复)|(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)|查表"],
     "the KV cache is not a hit/miss cache of answers: it is execution state (the keys and values "
     "of one live request's tokens) that exists only while that request runs",
 )
@@ -223,24 +224,27 @@ def _report_misconceptions(reading, m: Marks) -> set:
     return spoiled
 
 
-PARTLY_COPIED_DOUBT = 0.25  # alone it does not flag: the bar's own words are the natural way to say it
+PARTLY_COPIED_DOUBT = 0.35  # part of the answer is shown text: a person reads it (with the other doubts)
 
 
 def own_words(text: str, m: Marks, lang: str, what: tuple[str, str] = ("this", "这段话")) -> bool:
     """False (this text earns nothing, a person looks) when it is mostly text the course or its
-    feedback shows (:mod:`copies`); a partial copy only lowers the confidence."""
+    feedback shows, or a model answer (:mod:`copies`); a partial copy only lowers the confidence."""
     from ..copies import verdict
 
     found = verdict(text)
-    if found == "copied":
+    if found == "pasted":
+        m.wrong(_say(lang, f"{what[0]} is text the exercise, its options or its feedback show; say it in your own words",
+                     f"{what[1]}是题目、选项或反馈里的原文；请用自己的话说"))
+        m.doubt("pasted from the course", 0.0)  # certain: named in the flags, no review needed
+        return False
+    if found in ("copied", "model"):
         m.wrong(_say(lang, f"{what[0]} repeats text the exercise, its options or its feedback show; "
                            f"say it in your own words",
                      f"{what[1]}照搬了题目、选项或反馈里的文字；请用自己的话说"))
-        m.flag(why="copied from the course")
+        m.flag(why="copied from the course" if found == "copied" else "copy of a model answer")
         return False
-    if found == "model":
-        m.flag(why="close to the model answer")
-    elif found == "partly":
+    if found == "partly":
         m.doubt("partly copied from the course", PARTLY_COPIED_DOUBT)
     return True
 
@@ -357,13 +361,16 @@ SCENARIO_KINDS = [
 
 _UNIT = (r"\btokens?\b|length|longer|\bclients?\b|\bcontext\b|\bprompts?\b|\bhistory\b|\boutputs?\b|\bbatch\b|对话|越长|\brequests?\b|\busers?\b|sessions?|sequences?|\bsteps?\b|\brounds?\b|positions?|"
          r"lifetime|\btime\b|\beach\b|\bevery\b|\bper\b|concurren\w*|simultaneous\w*|at once|"
-         r"token|长度|请求|用户|会话|序列|步|轮|位置|时间|更久|更长|每|各|上下文|历史|并发|同时")
-_STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|"
+         r"token|长度|请求|用户|会话|序列|步|轮|位置|时间|更久|更长|每|各|上下文|历史|并发|同时|生成|输出|解码|\bgenerat\w*|\bdecod\w*")
+_STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|\bstor(e|ed|ing|age)\b|"
           r"KV|缓存|显存|内存|键值|块|状态|存储")
 _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore\b|\badd\w*|accumulat\w*|append\w*|multipl\w*|"
          r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
-         r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每")
+         r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|"
+         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|"
+         r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
+         r"\buntil\b|\bwhile\b|不会?(丢|删)")
 
 
 def _reason_level(reason: str) -> str | None:
@@ -774,6 +781,7 @@ def _register_question(q: Question) -> None:
     @_wrong_type
     def grader(answer, m: Marks, q=q) -> None:
         from ..concepts import is_salad, length_units, read
+        from ..copies import restates
 
         letter_text, why = _quiz_answer(answer, q)
         # the why carries the answer's language; a bare letter has none, so the notebook's decides
@@ -804,6 +812,11 @@ def _register_question(q: Question) -> None:
             m.flag()
             return
         if not own_words(why, m, lang, ("the why", "理由")):
+            return
+        if restates(why, q.options[letter].text.en) or restates(why, q.options[letter].text.zh):
+            m.wrong(_say(lang, "the why repeats the option you chose; say what makes it true",
+                         "理由只是复述了所选的选项；请说明它为什么成立"))
+            m.flag(why="restates the option")
             return
         wanted, need_all = _quiz_why_ideas(q)
         r = read(why, wanted, [])
