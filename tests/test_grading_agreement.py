@@ -146,11 +146,11 @@ def _with_text(row, text):
     if ex in ("task2_kv_explain", "task4_sampling"):
         return text, 0
     if ex.startswith("quiz"):
-        from minillm.grading.texts import QUIZ
+        from minillm.grading.ch04.texts import QUIZ
 
         return (next(q.answer for q in QUIZ if q.id == ex), text), 1
     if ex.startswith("pitfall"):
-        from minillm.grading.texts import PITFALLS
+        from minillm.grading.ch04.texts import PITFALLS
 
         return (next(p.truth for p in PITFALLS if p.id == ex), text), 1
     if ex == "task5_trim_policy":

@@ -8,7 +8,7 @@ import pytest
 from minillm.grading import check
 from minillm.grading.concepts import is_salad, keyword_run
 from minillm.grading.copies import copied_share, verdict
-from minillm.grading.diagram import _holds_kv, roles_of
+from minillm.grading.ch04.lifecycle import _holds_kv, roles_of
 from minillm.grading.unicode_clean import clean, tricks
 
 ZW = "\u200b"

@@ -52,11 +52,15 @@ def written_parts(ex_id: str, answer: Any) -> list[str]:
 @lru_cache(maxsize=1)
 def _known() -> tuple[frozenset, frozenset]:
     """The Latin words and Chinese characters the grader knows: its patterns and the course's texts."""
-    from . import concepts, ideas, texts
+    import importlib
+
+    from . import concepts
+    from .chapter import current
     from .copies import shown_texts
 
     sources = list(shown_texts())
-    for module in (ideas, texts):
+    modules = [importlib.import_module(name) for name in current().pattern_modules]
+    for module in modules:
         for value in vars(module).values():
             for p in getattr(value, "patterns", ()) or ():
                 sources.append(getattr(p, "pattern", str(p)))
@@ -64,8 +68,9 @@ def _known() -> tuple[frozenset, frozenset]:
                 for p in getattr(value, group, ()) or ():
                     for q in (p if isinstance(p, tuple) else (p,)):
                         sources.append(getattr(q, "pattern", str(q)))
-    for name in ("_UNIT", "_STATE", "_GROW"):
-        sources.append(getattr(texts, name, ""))
+    for module in modules:
+        for name in ("_UNIT", "_STATE", "_GROW"):
+            sources.append(getattr(module, name, ""))
     words = {w for s in sources for w in re.findall(r"[a-z]{3,}", s.lower())}
     words |= set(concepts.VOCAB) | concepts.COMMON | concepts._GLUE_EN | _TERMS
     chars = {c for s in sources for c in re.findall(f"[{concepts.CJK}]", s)}

@@ -51,23 +51,8 @@ def grams(text: str) -> list:
     return [" ".join(words[i:i + 3]) for i in range(len(words) - 2)] + ["".join(zh[i:i + 3]) for i in range(len(zh) - 2)]
 
 
-def _texts_of(obj) -> list[str]:
-    """Every string inside a Bi, a tuple, a dict or a dataclass of them."""
-    from .language import Bi
-
-    if isinstance(obj, str):
-        return [obj]
-    if isinstance(obj, Bi):
-        return [obj.en, obj.zh]
-    if isinstance(obj, dict):
-        return [s for v in obj.values() for s in _texts_of(v)]
-    if isinstance(obj, (list, tuple)):
-        return [s for v in obj for s in _texts_of(v)]
-    return []
-
-
 _REGEX_HINT = re.compile(r"\\[a-zA-Z]|\(\?|\[\^|\{\d")
-SHOWN_MODULES = ("texts", "ideas", "messages", "build_notebooks")  # where every text a learner reads is written
+SHOWN_MODULES = ("minillm.grading.messages",)  # the machinery's own lines; the chapter names its modules
 
 
 def _literals(module) -> list[str]:
@@ -95,8 +80,10 @@ def shown_texts() -> list[str]:
     import importlib
 
     out: list[str] = []
-    for name in SHOWN_MODULES:
-        out += _literals(importlib.import_module(f"{__package__}.{name}"))
+    from .chapter import current
+
+    for name in SHOWN_MODULES + current().shown_modules:
+        out += _literals(importlib.import_module(name))
     apart = set(_labels()) | set(model_texts())
     return [t for t in out if t not in apart]
 
@@ -104,18 +91,16 @@ def shown_texts() -> list[str]:
 def _labels() -> list[str]:
     """How feedback names an idea the answer already has ("you say that …"): shown only to whoever
     said it, so pasting one back gains nothing, and a right answer may well read like one."""
-    from . import ideas
-    from .concepts import Idea
+    from .chapter import current
 
-    return [s for v in vars(ideas).values() if isinstance(v, Idea) for s in (v.label_en, v.label_zh)]
+    return current().idea_labels()
 
 
 def model_texts() -> list[str]:
     """The model answers, shown only on request (``show_solution``, which the notebook records)."""
-    from . import texts
-    from .solutions import MODEL_ANSWERS
+    from .chapter import current
 
-    return [s for s in _texts_of([list(MODEL_ANSWERS.values())] + [p.why for p in texts.PITFALLS]) if s]
+    return current().model_texts()
 
 
 def _index(texts: list[str]) -> tuple:
@@ -259,7 +244,7 @@ def mark_shared_answers(reports: list[dict]) -> list[dict]:
     import copy
     from pathlib import Path
 
-    from . import EXERCISES
+    from .registry import EXERCISES
 
     out = copy.deepcopy(reports)
     for ex_id, ex in EXERCISES.items():

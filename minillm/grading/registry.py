@@ -252,12 +252,23 @@ def _flag_copy_of_model(ex: Exercise, answer: Any, marks: Marks) -> None:
     text = " ".join(p if isinstance(p, str) else " ".join(x for x in p if isinstance(x, str))
                     if isinstance(p, (list, tuple)) else "" for p in parts)
     try:
-        from .solutions import close_to_model
-
         if close_to_model(ex.id, text):
             marks.flag(marks.t("grade.model_copy"))
     except Exception:  # never let the copy check break grading
         pass
+
+
+def close_to_model(exercise_id: str, text: str) -> bool:
+    """Is ``text`` a near copy of the chapter's model answer to ``exercise_id`` (a full id)?"""
+    from rapidfuzz import fuzz
+
+    from .chapter import current
+
+    try:
+        models = [current().model_answer(exercise_id, lang) for lang in ("en", "zh")]
+    except KeyError:
+        return False
+    return len(text) >= 30 and any(fuzz.token_set_ratio(text.lower(), model.lower()) >= 88 for model in models)
 
 
 HIDDEN_DOUBT = 0.35  # invisible or look-alike characters in a written answer: someone may be hiding a word

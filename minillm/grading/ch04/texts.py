@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .language import Bi, answer_language
-from .registry import Marks, NotAttempted, is_unanswered, register
-from .text import CLAUSE, W, char_count, compile_all, keyword_list, misconception, normalize
+from ..language import Bi, answer_language
+from ..registry import Marks, NotAttempted, is_unanswered, register
+from ..text import CLAUSE, W, char_count, compile_all, keyword_list, misconception, normalize
 
 # =============================================================================================
 # Task 3's misconceptions (tasks 2 and 4, the quiz and the pitfalls use those of ideas.py)
@@ -230,7 +230,7 @@ PARTLY_COPIED_DOUBT = 0.35  # part of the answer is shown text: a person reads i
 def own_words(text: str, m: Marks, lang: str, what: tuple[str, str] = ("this", "这段话")) -> bool:
     """False (this text earns nothing, a person looks) when it is mostly text the course or its
     feedback shows, or a model answer (:mod:`copies`); a partial copy only lowers the confidence."""
-    from .copies import verdict
+    from ..copies import verdict
 
     found = verdict(text)
     if found == "pasted":
@@ -251,7 +251,7 @@ def own_words(text: str, m: Marks, lang: str, what: tuple[str, str] = ("this", "
 
 def _short_answer(text: str, m: Marks, ideas, misconceptions, prompts, limit: float, name: str) -> None:
     """Task 2 and task 4: ideas by meaning, misconceptions, salad, copied task text, a length rule."""
-    from .concepts import length_units, read
+    from ..concepts import length_units, read
 
     r = read(text, ideas, misconceptions, prompts)
     lang = r.lang = m.lang = answer_language(text, m.lang)
@@ -454,7 +454,7 @@ _KIND_ZH = {"long_context": "长上下文（长提示、长对话历史）", "hi
 @_wrong_type
 def grade_task3(answer, m: Marks) -> None:
     """2 points per scenario: a recognised, distinct scenario, and a reason that says what state grows."""
-    from .concepts import keyword_run
+    from ..concepts import keyword_run
 
     items = _scenario_items(answer)
     if not items:
@@ -792,8 +792,8 @@ def _register_question(q: Question) -> None:
               title_zh=f"自测 · {q.text.zh[:24].rstrip()}…")
     @_wrong_type
     def grader(answer, m: Marks, q=q) -> None:
-        from .concepts import is_salad, length_units, read
-        from .copies import restates
+        from ..concepts import is_salad, length_units, read
+        from ..copies import restates
 
         letter_text, why = _quiz_answer(answer, q)
         # the why carries the answer's language; a bare letter has none, so the notebook's decides
@@ -926,7 +926,7 @@ def _pitfall_answer(answer, name: str) -> tuple[bool | None, str]:
 def _pitfall_reason(p: Pitfall, reason: str):
     """(reading, present) for a pitfall's reason, by the concept matcher."""
     from . import ideas as I
-    from .concepts import read
+    from ..concepts import read
 
     wanted = {"pitfall1_kv_not_hit_cache": [I.REQUEST_STATE],
               "pitfall2_sampling_not_ui": [I.TOKEN_TO_HISTORY, I.NEXT_STEP_DEPENDS, I.SAMPLING_PICKS],
@@ -945,7 +945,7 @@ def _register_pitfall(p: Pitfall) -> None:
               title_zh=f"误区 · {p.statement.zh[:22].rstrip()}…")
     @_wrong_type
     def grader(answer, m: Marks, p=p) -> None:
-        from .concepts import is_salad, length_units
+        from ..concepts import is_salad, length_units
 
         verdict, reason = _pitfall_answer(answer, p.id)
         lang = m.lang = answer_language(reason, m.lang) if reason else m.lang
@@ -1011,7 +1011,7 @@ def grade_task5(answer, m: Marks) -> None:
     """1 point: the summary policy (the last-N window would drop turn 1, which every later turn needs);
     1 point: a reason that says what each policy keeps or loses."""
     from . import ideas as I
-    from .concepts import is_salad, read
+    from ..concepts import is_salad, read
 
     if not (isinstance(answer, (list, tuple)) and len(answer) == 2):
         raise _TypeProblem('task5_trim_policy should be a pair ("summary" or "last_n", "why, in a sentence")',

@@ -6,7 +6,7 @@ without stating it: the feedback must teach, not hand out the model answer.
 
 from __future__ import annotations
 
-from .concepts import idea, misconception
+from ..concepts import idea, misconception
 
 _COMPUTE = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bcomput\w*", r"\bcalculat\w*", r"\bwork\b", r"\bflops\b",
             r"\bmath\b", r"计算", r"重算", r"运算", r"(?<![打清])算"]
