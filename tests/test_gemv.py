@@ -127,18 +127,34 @@ def test_env_switch_keeps_torch_kernels(model_factory, monkeypatch):
     folder, _ = model_factory("llama")
     llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=1)
     assert {type(getattr(o, n)) for o, n in llm.model.projections()} == {nn.Linear}
-    q = Int8Linear(nn.Linear(16, 8))
-    assert q._stream is None
+    int8 = LLM(str(folder), device="cpu", dtype="float32", num_threads=1, weight_dtype="int8")
+    assert all(getattr(o, n)._stream is None for o, n in int8.model.projections())
+
+
+def test_the_reference_path_keeps_torch_kernels(model_factory):
+    folder, _ = model_factory("llama")
+    llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=1, fast=False)
+    assert {type(getattr(o, n)) for o, n in llm.model.projections()} == {nn.Linear}
 
 
 def test_int8_decode_rows_use_the_kernel_close_to_float():
     torch.manual_seed(0)
     lin = nn.Linear(64, 48, bias=True)
     q = Int8Linear(lin)
-    assert q._stream is not None
+    assert q._stream is None  # torch's int8 linear until streamed
     x = torch.randn(2, 64)
     w = q.dequantized_weight()
+    q.stream()
     torch.testing.assert_close(q(x), F.linear(x, w, lin.bias.detach()), rtol=1e-4, atol=1e-4)
+    big = torch.randn(12, 64)  # prefill rows: torch's int8 GEMM (activations rounded to 8 bits)
+    assert torch.equal(q(big), torch.ops.quantized.linear_dynamic(big, q._packed, False))
+
+
+def test_engine_int8_decode_is_streamed(model_factory):
+    folder, _ = model_factory("llama")
+    llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=1, weight_dtype="int8")
+    assert all(getattr(o, n)._stream is not None for o, n in llm.model.projections())
+    assert all(len(t) == 6 for t in _tokens(llm, [[5, 17, 42], [9]], n=6))
 
 
 def test_traced_decode_rows_call_the_operator():

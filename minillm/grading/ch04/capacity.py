@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from . import safecall
-from .coding import _engine_piece, _failure, _fraction_points, _not_attempted_if_stub
-from .language import Bi
-from .registry import Marks, register
+from .. import safecall
+from ..cases import _engine_piece, _failure, _fraction_points, _not_attempted_if_stub
+from ..language import Bi
+from ..registry import Marks, register
 
 UTILIZATION, WEIGHT_BYTES, BLOCK = 0.9, 2, 16
 # (model, card GB, context tokens, KV bytes per number)

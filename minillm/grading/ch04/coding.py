@@ -23,60 +23,19 @@ import random
 import weakref
 from dataclasses import dataclass
 
-from . import safecall
-from .engine_guard import FORBIDDEN
-from .messages import msg
-from .registry import CannotGrade, Marks, NotAttempted, register
+from .. import safecall
+from ..cases import _engine_piece, _failure, _fraction_points, _not_attempted_if_stub, run_seed
+from ..messages import msg
+from ..registry import CannotGrade, Marks, NotAttempted, register
 
 
-_SEED: list[int] = []
-
-
-def run_seed() -> int:
-    """This process's seed for fresh cases: ``MINILLM_GRADE_SEED`` if set, else drawn once at random."""
-    import os
-
-    given = os.environ.get("MINILLM_GRADE_SEED", "").strip()
-    if given.isdigit():
-        return int(given)
-    if not _SEED:
-        _SEED.append(random.SystemRandom().randrange(2**31))
-    return _SEED[0]
-
-
-def _not_attempted_if_stub(outcome: safecall.Outcome, name: str) -> None:
-    if outcome.not_implemented:
-        raise NotAttempted.key("code.stub", name=name)
-
-
-def _engine_piece(m: Marks, fn, name: str, module: str, load):
-    """The preamble every code grader shares: import the engine piece the answer is compared with
-    (``load()``; failing is the grader's problem, not the student's) and reject an answer that is
-    not a function. Returns the piece, or None after saying why the answer is not a function."""
-    try:
-        piece = load()
-    except Exception as exc:
-        raise CannotGrade(m.t("code.cannot_import", module=module, error=f"{type(exc).__name__}: {exc}")) from exc
-    if not callable(fn):
-        m.wrong(m.t("code.not_a_function", name=name, type=type(fn).__name__))
-        return None
-    return piece
-
-
-def _failure(case: str, out: safecall.Outcome) -> str:
-    """The feedback line for a call that timed out or raised (in the current language)."""
-    if out.timed_out:
-        return msg("code.stopped", case=case, error=out.describe())
-    return msg("code.raised", case=case, error=out.describe())
-
-
-def _fraction_points(m: Marks, passed: int, total: int, points: float) -> None:
-    """All cases -> all points; otherwise points in proportion, in half-point steps."""
-    if passed == total:
-        m.score += points
-    else:
-        m.score += int(2 * points * passed / total) / 2
-
+#: answer name -> the engine functions ("module:function") that must not answer it
+FORBIDDEN = {
+    "my_top_p_filter": ("minillm.sampler:top_p_filter",),
+    "my_kv_bytes_per_token": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token"),
+    "my_check_stop": ("minillm.scheduler:check_stop",),
+    "chat_kv_bytes": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token"),
+}
 
 # =============================================================================================
 # Top-p (nucleus) filter
@@ -90,7 +49,7 @@ class _TopPCase:
     zh: str = ""  # the name in Chinese
 
     def label(self, lang: str | None = None) -> str:
-        from .language import resolve
+        from ..language import resolve
 
         return self.zh if resolve(lang) == "zh" and self.zh else self.name
 
@@ -368,7 +327,7 @@ class _StopCase:
     zh: str = ""  # the name in Chinese
 
     def label(self, lang: str | None = None) -> str:
-        from .language import resolve
+        from ..language import resolve
 
         return self.zh if resolve(lang) == "zh" and self.zh else self.name
 
@@ -698,7 +657,7 @@ class ChatCase:
     zh: str = ""  # the name in Chinese
 
     def label(self, lang: str | None = None) -> str:
-        from .language import resolve
+        from ..language import resolve
 
         return self.zh if resolve(lang) == "zh" and self.zh else self.name
 
@@ -779,3 +738,21 @@ def grade_chat_kv(fn, m: Marks) -> None:
             m.wrong(p)
     for h in sorted(m.t(k) for k in hints):
         m.info(h)
+
+
+def prepare(need_engine: bool) -> None:
+    """Import (and, when ``need_engine``, load) what these graders use, before any student code
+    runs: ``minillm grade`` calls this first, so a submission cannot shadow or slow what they need."""
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+
+    import minillm.kv_cache  # noqa: F401
+    import minillm.sampler  # noqa: F401
+    from minillm import SamplingParams, StopReason  # noqa: F401
+
+    shipped_config()
+    if need_engine:
+        try:
+            engine()
+        except Exception:  # reported by the grader that needs it
+            pass
