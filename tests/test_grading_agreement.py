@@ -33,13 +33,13 @@ ROWS = split.rows()
 ORDINARY = {"ordinary", "format"}
 
 # measured on the last change (README, grading section); each is a floor (or a ceiling), not a target
-FLOORS = {  # measured (786 answers): tune 98.5 % (ordinary 99.0, adversarial 98.0; zh 98.1, en 98.8), 0.7 % (2/285)
-    # not-full→full, 7 of 8 disagreements flagged, 37 % of answers flagged; held out 89.7 % (85.6 / 93.8; zh 86.6,
-    # en 91.7), 2.7 % (4/148) not-full→full, 18 of 26 flagged, 46 % flagged
-    "tune": {"agreement": 0.98, "ordinary": 0.98, "adversarial": 0.97, "wrong_full": 0.01, "flagged": 0.87,
-             "zh_en_gap": 0.01, "load": 0.38},
-    "holdout": {"agreement": 0.89, "ordinary": 0.85, "adversarial": 0.93, "wrong_full": 0.03, "flagged": 0.69,
-                "zh_en_gap": 0.06, "load": 0.47},
+FLOORS = {  # measured (905 answers): tune 98.9 % (ordinary 99.4, adversarial 98.1; zh 98.3, en 99.2), 0.6 % (2/327)
+    # not-full→full, 6 of 7 disagreements flagged, 36 % of answers flagged; held out 90.3 % (88.0 / 92.9; zh 87.4,
+    # en 92.0), 2.4 % (4/167) not-full→full, 20 of 28 flagged, 46 % flagged
+    "tune": {"agreement": 0.98, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.01, "flagged": 0.85,
+             "zh_en_gap": 0.01, "load": 0.37},
+    "holdout": {"agreement": 0.90, "ordinary": 0.88, "adversarial": 0.92, "wrong_full": 0.03, "flagged": 0.71,
+                "zh_en_gap": 0.05, "load": 0.47},
 }
 
 
@@ -79,7 +79,7 @@ def measure(rows) -> dict:
 
 
 def test_the_answer_set_is_large_and_varied():
-    assert len(ROWS) >= 780
+    assert len(ROWS) >= 900
     tags = {row["tag"] for row in ROWS}
     assert {"negation", "salad", "typo", "mixed", "copied", "overlength", "other_names", "misconception",
             "invisible"} <= tags

@@ -239,6 +239,10 @@ class Idea:
 
     def _in_clause(self, clause: str, prev: str = "") -> str:
         said = [not self._negated(clause, m) for pattern in self.standalone for m in pattern.finditer(clause)]
+        if not said and prev and _LIST_PAIR.search(prev + "，" + clause):  # "有的刚进来、有的快结束", "some …, some …"
+            joined = prev + "，" + clause
+            said = [not self._negated(joined, m) for pattern in self.standalone for m in pattern.finditer(joined)
+                    if m.start() < len(prev) < m.end()]
         if said:  # "only computes the new token instead of reusing …": one plain mention is enough
             return "present" if any(said) else "negated"
         state = self._parts_state(clause)
@@ -269,6 +273,7 @@ class Idea:
         return "present"
 
 
+_LIST_PAIR = re.compile(r"有的[^。；]{0,16}有的|一些[^。；]{0,16}一些|\bsome\b[^.;]{0,40}\b(some|others?)\b", re.IGNORECASE)
 _COUNTERFACTUAL = re.compile(r"\bwould\b|\bwithout (it|the cache|a cache|caching|them)\b|\botherwise\b|否则|不然|"
                              r"要不然|(如果|若)?没有(它|缓存|KV)", re.IGNORECASE)
 _WITHOUT_IT = re.compile(r"^\s*(without\s+(it|the|a|any|kv|caching)\b|如果没有|若没有|没有(它|缓存|KV)|否则|不然|otherwise)",

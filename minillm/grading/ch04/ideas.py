@@ -60,7 +60,9 @@ MEMORY = idea(
     standalone=[r"\bmemory[- ]bound\b", r"\bmemory pressure\b", r"显存压力", r"以显存换", r"用显存换",
                 r"\b(its|the|cache)\s+(size|footprint|usage)\s+(\w+\s+){0,2}?(grows?|growing|increases?|scales?|rises?)\b",
                 r"占用(量)?[^，。；,;]{0,12}(增长|增加|增大|变大|越来越|上升|膨胀|线性)",
-                r"\b(cache|it|kv|structure|store|buffer|table|state)\s+(\w+\s+){0,2}(grows?|growing|gets? (bigger|larger)|balloons?|expands?)\b",
+                r"\b(cache|it|kv|structure|store|buffer|table|state|memo)\s+(\w+\s+){0,2}(grows?|growing|(gets?|getting) "
+                r"(bigger|larger|huge|big|large|enormous)|balloons?|expands?)\b",
+                r"(缓存|KV)[^，。；,;]{0,8}(多一份|多出|变多|增多|越多)",
                 r"\bout of (gpu\s+)?memory\b", r"\boom\b", r"爆显存|显存(不够|不足|溢出|耗尽)",
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
                 r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀)"],
@@ -84,7 +86,7 @@ TOKEN_TO_HISTORY = idea(
                 r"(作为|成为|当作|当成)[^，。；]{0,6}输入"],
     weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"])
 
-_NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|"
+_NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|inputs?|"
          r"iterations?|forward|pass(es)?|generation|outputs?|predictions?|distributions?|computation|continuation)",
          r"\b(later|next|following|subsequent)\s+(one|ones)\b", r"\blater\b\s+(steps?|on)\b",
          r"\b(path|trajectory|direction|branch)\b", r"\bautoregress\w*", r"\bfeedback loop\b",
@@ -191,7 +193,8 @@ MIXED_STATES = idea(
                 r"\bwho\s+\w+s?\b[^.;]{0,30}\bwho\s+\w+", r"\bothers?\s+(are\s+)?(decod|prefill|wait)\w*",
                 r"\b(join|leave|enter|exit|finish)\w*\b[^.;]{0,40}\b(batch|step)", r"\b(mix|mixes|mixed|mixing)\b",
                 r"\bchang\w*\s+(\w+\s+){0,2}?(every|each)\s+step", r"\b(transition|move)\w*\b",
-                r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)",
+                r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)", r"状态[^，。；]{0,6}(变化|改变|在变|会变|不一样|不同|各异)",
+                r"各(不|有)(相同|一样)的?(状态|阶段)", r"每一?步[^，。；]{0,10}状态",
                 r"(改|更新|推进|切换|变)[^，。；]{0,6}(state|状态)", r"有的[^。；]{0,16}有的", r"有的(在|处于|正在)",
                 r"状态[^，。；]{0,4}(一直|不断|每一?步|总)[^，。；]{0,4}(变|改)",
                 r"\bsome\b[^.;]{0,40}\b(others?|some)\b", r"\bchanging\s+(\w+\s+)?states?\b", r"一些[^。；]{0,16}一些",
@@ -211,10 +214,13 @@ BOUNDED_KV = idea(
 DECODE_PER_TOKEN = idea(
     "decode_per_token", "decode takes one step per output token, so output length and scheduling set latency and use",
     "decode 每个输出 token 一步，所以输出长度和调度决定总延迟和设备利用率",
-    standalone=[r"\b(one|a|each|every)\s+(\w+\s+){0,2}?(step|round|pass|iteration|forward)s?\s+(\w+\s+){0,2}?"
+    standalone=[r"\b(each|every|one|a)\s+(output\s+|generated\s+|new\s+)?token\s+(\w+\s+){0,3}?(step|round|pass|iteration)s?\b",
+                r"\b(output\s+length|length of the output)\b[^.;]{0,50}\b(latency|steps?|time|utili[sz]\w*)",
+                r"(一|每)(个|一个)?\s*token\s*(一|1)\s*(步|轮)",
+                r"\b(one|a|each|every)\s+(\w+\s+){0,2}?(step|round|pass|iteration|forward)s?\s+(\w+\s+){0,2}?"
                 r"(per|for each|for every|for one)\s+(\w+\s+){0,1}?tokens?", r"\bper\s+(output\s+|generated\s+)?token\b",
                 r"\b(token by token|round by round|step by step|one token at a time)\b",
                 r"\b(long|longer|more)\s+(\w+\s+){0,2}?(outputs?|tokens)\b[^.;]{0,50}\b(steps?|rounds?|latency|longer|time)",
                 r"\bschedul\w*\b[^.;]{0,50}\b(batch\w*|together|utili[sz]\w*|throughput|busy|idle)",
                 r"每(个|一个)?(输出|生成的?)?\s*token\s*(一|1)\s*(步|轮)", r"逐(个|一)?\s*token|一轮一轮|一步一步",
-                r"输出(越|很)?长[^。；;]{0,20}(步|轮|延迟|越久|时间)", r"(调度|批|batch)[^。；;]{0,16}(利用率|吞吐|一起|合批|空闲)"])
+                r"输出(越|很)?长[^。；;]{0,20}(步|轮|延迟|越久|时间|慢)", r"(调度|批|batch)[^。；;]{0,16}(利用率|吞吐|一起|合批|空闲)"])

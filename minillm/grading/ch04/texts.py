@@ -373,8 +373,23 @@ _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore
          r"\buntil\b|\bwhile\b|不会?(丢|删)")
 
 
-def _reason_level(reason: str) -> str | None:
-    has = [bool(re.search(p, reason, re.IGNORECASE)) for p in (_UNIT, _STATE, _GROW)]
+def _scenario_kind(scen: str, reason: str, seen: dict, m: Marks):
+    """The kind of cache-pressure scenario a name describes (or, for a vague name, its reason); a
+    name of two kinds ("code generation of a big file") is read as a kind not given yet, with a doubt."""
+    kinds = [k for k in SCENARIO_KINDS if any(p.search(scen) for p in k.patterns)]
+    if not kinds:  # the name may be vague; the reason may say it
+        kinds = [k for k in SCENARIO_KINDS if any(p.search(f"{scen} {reason}") for p in k.patterns)]
+    if len(kinds) > 1:
+        m.doubt("a scenario of two kinds", 0.2)
+    return next((k for k in kinds if k.key not in seen), kinds[0] if kinds else None)
+
+
+def _reason_level(reason: str, scenario: str = "") -> str | None:
+    """'strong' when the reason says what state grows and from what (the unit may come from the
+    scenario's name when the reason is a sentence: "their blocks are never freed"), 'weak' for half."""
+    sentence = len(re.findall(r"[A-Za-z]+", reason)) >= 4 or len(re.findall(r"[\u4e00-\u9fff]", reason)) >= 6
+    unit_text = f"{scenario} {reason}" if sentence else reason
+    has = [bool(re.search(p, text, re.IGNORECASE)) for p, text in ((_UNIT, unit_text), (_STATE, reason), (_GROW, reason))]
     if all(has):
         return "strong"
     if has[1] or (has[0] and has[2]):
@@ -451,10 +466,7 @@ def grade_task3(answer, m: Marks) -> None:
     seen: dict[str, str] = {}
     reasons: list[str] = []
     for scen, reason in items[:3]:
-        both = f"{scen} {reason}"
-        kind = next((k for k in SCENARIO_KINDS if any(p.search(scen) for p in k.patterns)), None)
-        if kind is None:  # the name may be vague; the reason may say it
-            kind = next((k for k in SCENARIO_KINDS if any(p.search(both) for p in k.patterns)), None)
+        kind = _scenario_kind(scen, reason, seen, m)
         name = scen or reason[:30]
         if kind is None:
             m.missing(_say(lang, f"'{name}': not a cache-pressure scenario the grader recognises (long context, "
@@ -484,7 +496,7 @@ def grade_task3(answer, m: Marks) -> None:
             m.wrong(_say(lang, f"'{name}': the reason is a keyword list; write why as a sentence",
                          f"“{name}”：理由是一串关键词，请写成句子"))
             continue
-        level = _reason_level(reason)
+        level = _reason_level(reason, scen)
         if level == "strong" and kind is not None:
             m.ok(_say(lang, f"'{name}': the reason says what grows and why", f"“{name}”：理由说明了什么在增长、为什么增长"), 1)
         elif level == "strong":
