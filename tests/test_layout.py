@@ -20,6 +20,7 @@ modules would otherwise form a circle with their ``__init__``.
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@lru_cache(maxsize=1)
 def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PKG.rglob("*.py")) if "__pycache__" not in p.parts}
 
@@ -80,6 +82,7 @@ def _targets(node: ast.stmt, name: str, is_package: bool, modules: dict) -> set[
     return found
 
 
+@lru_cache(maxsize=1)
 def import_graph() -> dict[str, set[str]]:
     """``{module: the minillm modules it imports at load time}`` for every module of the package."""
     modules = _modules()
