@@ -198,3 +198,19 @@ def test_the_engine_core_does_not_import_the_layers_above_it():
     wrong = sorted(f"{m} imports {t}" for m, targets in graph.items() if m in core
                    for t in targets if t.startswith(UPPER_LAYERS))
     assert not wrong, "the engine core imports the course / tool layers: " + "; ".join(wrong)
+
+
+def test_the_grading_machinery_meets_the_chapter_only_at_its_registration_point():
+    """minillm/grading/ (less ch04/) imports ch04 nowhere but in its ``__init__`` (the one import that
+    registers the chapter, see grading/chapter.py), not even inside a function."""
+    modules = _modules()
+    wrong = []
+    for name, path in modules.items():
+        if not name.startswith("minillm.grading") or name.startswith("minillm.grading.ch04") \
+                or name == "minillm.grading":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        targets = {t for n in nodes for t in _targets(n, name, path.name == "__init__.py", modules)}
+        wrong += [f"{name} imports {t}" for t in sorted(targets) if t.startswith("minillm.grading.ch04")]
+    assert not wrong, "; ".join(wrong)
