@@ -68,8 +68,6 @@ MEMORY = idea(
                 r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀)"],
     weak=_MEM)
 
-_TOKEN = [r"\btokens?\b", r"\bwords?\b", r"\bchoice\b", r"\bresult\b", r"\boutput\b", r"\bsampl\w*", r"\bchos\w*",
-          r"\bpick\w*", r"\bselect\w*", r"\bit\b", r"\bthat\b", r"token", r"词", r"结果", r"采样", r"选", r"输出", r"它"]
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
          r"\bgo(es)?\s+(back\s+)?in(to)?\b", r"\benter\w*", r"\bwritten\b", r"\bwrit\w*", r"\bconcatenat\w*",
          r"\bpart of\b", r"\binsert\w*", r"\bextend\w*", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",

@@ -39,8 +39,6 @@ REQUIRED = ("enqueue", "prefill", "decode", "finish", "release")
 _ROLE_NAME_ZH = {"enqueue": "入队", "prefill": "预填充", "decode": "解码", "finish": "完成", "release": "释放"}
 LOOP_OK = {"decode", "sample", "update", None}  # roles a decode loop may pass through
 _KV = re.compile(r"\bkv\b|cache|blocks?|\bkeys?\b|\bvalues?\b|k/v|显存|缓存|键值|块|KV", re.IGNORECASE)
-_NOTHING = re.compile(r"\bnothing\b|\bnone\b|\bno\b|\bfree\w*|\breturn\w*|\breleas\w*|\bback\b|\b0\b|"
-                      r"无|没有|不占|释放|归还|回收|空", re.IGNORECASE)
 _NEGATOR = re.compile(r"\b(no|not|none|nothing|zero|never|without)\b|n't|无|没|不|未|零", re.IGNORECASE)
 _NONE_AFTER = re.compile(r"\s*(blocks?\s*)?[:：=]?\s*(none|nothing|no\b|0\b|zero|无|没有|零)", re.IGNORECASE)
 _ZERO = re.compile(r"(\b(0|zero)\s+(\w+\s+)?|零个?\s*)$", re.IGNORECASE)
