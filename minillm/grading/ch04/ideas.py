@@ -47,11 +47,11 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
          r"\blarge\w*", r"\bbig\w*", r"\bscal\w*", r"\blinear\w*", r"\bproportional\b", r"\bbottleneck\w*",
          r"\bbudget\b", r"\bspend\w*", r"\bprice\b", r"\btrad(e|es|ing)\b", r"\btrade-?off\b", r"\bhungry\b",
          r"\bintensive\b", r"\bdemand\w*", r"\bneed\w*", r"\brequir\w*", r"\bhog\w*", r"\baccumulat\w*",
-         r"\bballoon\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
+         r"\bballoon\w*", r"\bswell\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
          r"\brun\w*\s+out\b", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
          r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
          r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨",
-         r"换", r"越多", r"越大", r"耗", r"变多", r"增多", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
+         r"换", r"越多", r"越大", r"耗", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
 MEMORY = idea(
     "memory_cost", "it costs memory that grows", "它要占用显存，而且随长度和请求数增长",
     parts=[_MEM, _COST],
@@ -60,7 +60,7 @@ MEMORY = idea(
     standalone=[r"\bmemory[- ]bound\b", r"\bmemory pressure\b", r"显存压力", r"以显存换", r"用显存换",
                 r"\b(its|the|cache)\s+(size|footprint|usage)\s+(\w+\s+){0,2}?(grows?|growing|increases?|scales?|rises?)\b",
                 r"占用(量)?[^，。；,;]{0,12}(增长|增加|增大|变大|越来越|上升|膨胀|线性)",
-                r"\b(cache|it|kv|structure|store|buffer|table|state|memo)\s+(\w+\s+){0,2}(grows?|growing|(gets?|getting) "
+                r"\b(cache|it|kv|structure|store|buffer|table|state|memo)\s+(\w+\s+){0,2}(grows?|growing|swell\w*|(gets?|getting) "
                 r"(bigger|larger|huge|big|large|enormous)|balloons?|expands?)\b",
                 r"(缓存|KV)[^，。；,;]{0,8}(多一份|多出|变多|增多|越多)",
                 r"\bout of (gpu\s+)?memory\b", r"\boom\b", r"爆显存|显存(不够|不足|溢出|耗尽)",
@@ -94,7 +94,8 @@ _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcomin
          r"\bfrom then on\b", r"\bafterwards\b", r"\bthereafter\b", r"\bdownstream\b", r"\bwhat comes (next|after)\b",
          r"\beverything after\b", r"\bcondition\w*\b", r"\bdepend\w*", r"\bbuilds?\s+on\b", r"\bbased on\b", r"\bcontinuations\b",
          r"\brel(y|ies)\s+on\b", r"\battends? to\b", r"\bsteer\w*", r"\bdiverg\w*", r"\bcontinuation\b",
-         r"下一(轮|步|个|次)", r"后续", r"之后", r"以后", r"后面", r"接下来", r"路径", r"走向", r"轨迹", r"方向", r"自回归",
+         r"下一(轮|步|个|次)", r"后续", r"(之后|以后|后面)(的)?[^，。；,;]{0,3}(每一?步|步|token|计算|生成|输出|解码|decode|内容|路径|轮|预测|都)",
+         r"(影响|决定|改变|左右)[^，。；,;]{0,2}(之后|以后|后面)", r"接下来", r"路径", r"走向", r"轨迹", r"方向", r"自回归",
          r"依赖", r"基于", r"为条件", r"depend", r"next step"]
 NEXT_STEP_DEPENDS = idea(
     "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",
