@@ -132,6 +132,10 @@ def stream_weights(model: nn.Module, enabled: bool = True) -> nn.Module:
     (no C compiler) or ``MINILLM_GEMV=0``. Returns the model."""
     if enabled and not (gemv.enabled_by_env() and gemv.available()):
         enabled = False
+    if enabled:
+        gemv.keep_torch_on_one_thread(model)  # decode steps: the kernel's threads, not torch's team
+    else:
+        gemv.release_torch_threads(model)
     for owner, name in model.projections():
         module = getattr(owner, name)
         if isinstance(module, Int8Linear):
