@@ -21,7 +21,8 @@ from __future__ import annotations
 
 
 def prepare_model(llm, opts) -> None:
-    """int8 weights (``minillm.models.weights``) and the row split (``threaded``), as asked:
+    """int8 weights (``minillm.models.weights``) or, for float32 on the CPU, the streaming
+    kernel for decode's few-row products (``gemv``), and the row split (``threaded``), as asked:
     after the thread count (chosen from the float parameters), before the KV budget (what the
     weights leave of the memory). ``llm.shard_pool`` holds the row split's threads (None: unused)."""
     import torch
@@ -30,6 +31,10 @@ def prepare_model(llm, opts) -> None:
         from ..models.weights import quantize_weights
 
         quantize_weights(llm.model, opts.weight_dtype)
+    elif llm.device.type == "cpu" and llm.dtype == torch.float32:
+        from ..models.weights import stream_weights  # decode's few-row products on the streaming kernel
+
+        stream_weights(llm.model)
     threads = llm.num_threads or (torch.get_num_threads() if llm.device.type == "cpu" else 1)
     if opts.row_split and threads >= 2 and not opts.compile:
         from .threaded import use_row_split

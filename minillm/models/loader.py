@@ -246,10 +246,6 @@ def build_model(config: ModelConfig, hf: dict[str, torch.Tensor], dtype: torch.d
     # rotary tables are computed, not stored: built in float32 on the target device
     model.rotary.reset(device)
     model.eval()
-    if device.type == "cpu" and dtype == torch.float32:
-        from .weights import stream_weights  # decode's few-row products on the streaming kernel
-
-        stream_weights(model)
     return model
 
 
