@@ -241,10 +241,26 @@ def run_async():
 SLOW_FILES = ("browser/", "test_notebooks_rerun", "test_compile.py", "test_decode_graphs.py", "test_gguf.py",
               "test_flex_compiled.py", "test_gpu_check.py",
               "test_grading_notebook.py")
+# ... and single tests of other files that compile graphs or start a real JupyterLab
+SLOW_TESTS = ("test_interrupt.py::test_real_sigint_at_random_moments_never_changes_an_output[compile-",
+              "test_cpu_kernel.py::test_compiled_decode_graphs_call_the_kernel_operator",
+              "test_lab.py::test_minillm_lab_starts_answers_and_stops")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = str(Path(str(item.fspath)).relative_to(REPO)) if str(item.fspath).startswith(str(REPO)) else ""
-        if path.endswith(".ipynb") or any(part in path for part in SLOW_FILES):
+        if (path.endswith(".ipynb") or any(part in path for part in SLOW_FILES)
+                or any(t in item.nodeid for t in SLOW_TESTS)):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile with the heaviest files handed out first (tests/suite_order.py), so the two
+    workers of scripts/test.sh finish together instead of one waiting on a notebook file."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from suite_order import HeaviestFileFirst
+
+    return HeaviestFileFirst(config, log)

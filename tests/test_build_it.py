@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minillm.grading import build_it
+from minillm.grading.ch04 import build_it
 from minillm.request import RequestState as S
 
 sys.path.insert(0, str(Path(__file__).parent / "solved"))

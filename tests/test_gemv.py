@@ -127,18 +127,34 @@ def test_env_switch_keeps_torch_kernels(model_factory, monkeypatch):
     folder, _ = model_factory("llama")
     llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=1)
     assert {type(getattr(o, n)) for o, n in llm.model.projections()} == {nn.Linear}
-    q = Int8Linear(nn.Linear(16, 8))
-    assert q._stream is None
+    int8 = LLM(str(folder), device="cpu", dtype="float32", num_threads=1, weight_dtype="int8")
+    assert all(getattr(o, n)._stream is None for o, n in int8.model.projections())
+
+
+def test_the_reference_path_keeps_torch_kernels(model_factory):
+    folder, _ = model_factory("llama")
+    llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=1, fast=False)
+    assert {type(getattr(o, n)) for o, n in llm.model.projections()} == {nn.Linear}
 
 
 def test_int8_decode_rows_use_the_kernel_close_to_float():
     torch.manual_seed(0)
     lin = nn.Linear(64, 48, bias=True)
     q = Int8Linear(lin)
-    assert q._stream is not None
+    assert q._stream is None  # torch's int8 linear until streamed
     x = torch.randn(2, 64)
     w = q.dequantized_weight()
+    q.stream()
     torch.testing.assert_close(q(x), F.linear(x, w, lin.bias.detach()), rtol=1e-4, atol=1e-4)
+    big = torch.randn(12, 64)  # prefill rows: torch's int8 GEMM (activations rounded to 8 bits)
+    assert torch.equal(q(big), torch.ops.quantized.linear_dynamic(big, q._packed, False))
+
+
+def test_engine_int8_decode_is_streamed(model_factory):
+    folder, _ = model_factory("llama")
+    llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=1, weight_dtype="int8")
+    assert all(getattr(o, n)._stream is not None for o, n in llm.model.projections())
+    assert all(len(t) == 6 for t in _tokens(llm, [[5, 17, 42], [9]], n=6))
 
 
 def test_traced_decode_rows_call_the_operator():
@@ -161,3 +177,24 @@ def test_traced_decode_rows_call_the_operator():
             torch.testing.assert_close(got, F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
     assert any("minillm_gemv.linear" in t for t in seen[0]), seen[0]
     assert not any("minillm_gemv" in t for t in seen[1]), seen[1]
+
+
+def test_decode_steps_give_the_threads_to_the_kernel(model_factory):
+    """With 2 threads a decode step runs torch's ops on one thread and the kernel on two (torch's
+    OpenMP team collapses on a shared machine); prefills keep torch's threads; all restored after."""
+    folder, _ = model_factory("llama")
+    before = torch.get_num_threads()
+    try:
+        llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=2)
+        seen = []
+        llm.model.lm_head.register_forward_hook(
+            lambda m, a, out: seen.append((a[0].shape[0], torch.get_num_threads(), gemv._threads)))
+        _tokens(llm, [list(range(5, 25))], n=3)
+        assert seen[0][1:] == (2, None)  # the prefill (20 tokens): torch's two threads
+        decode = seen[1:]
+        assert decode and all(s[1:] == (1, 2) for s in decode), seen
+        assert torch.get_num_threads() == 2 and gemv._threads is None
+        stream_weights(llm.model, False)
+        assert not llm.model._gemv_hooks
+    finally:
+        torch.set_num_threads(before)

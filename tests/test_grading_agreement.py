@@ -32,11 +32,14 @@ import split
 ROWS = split.rows()
 ORDINARY = {"ordinary", "format"}
 
-# measured on the last change (README, grading section); each is a floor, not a target
-FLOORS = {  # measured: tune 99.3 % (ordinary 99.4, adversarial 99.2), 0.7 % not-full→full, 2 of 2 disagreements flagged;
-    # held out 89.5 % (87.5 / 91.9), 4.4 % (4/90) not-full→full, 8 of 17 flagged
-    "tune": {"agreement": 0.98, "ordinary": 0.98, "adversarial": 0.98, "wrong_full": 0.02, "flagged": 0.5},
-    "holdout": {"agreement": 0.89, "ordinary": 0.87, "adversarial": 0.91, "wrong_full": 0.05, "flagged": 0.45},
+# measured on the last change (README, grading section); each is a floor (or a ceiling), not a target
+FLOORS = {  # measured (1098 answers): tune 99.1 % (ordinary 99.5, adversarial 98.3; zh 98.7, en 99.3), 0.5 % (2/390)
+    # not-full→full, 6 of 7 disagreements flagged, 36 % of answers flagged; held out 90.6 % (90.3 / 90.9; zh 88.2,
+    # en 92.0), 2.0 % (4/199) not-full→full, 28 of 34 flagged, 44 % flagged
+    "tune": {"agreement": 0.99, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.01, "flagged": 0.85,
+             "zh_en_gap": 0.01, "load": 0.37},
+    "holdout": {"agreement": 0.90, "ordinary": 0.90, "adversarial": 0.90, "wrong_full": 0.03, "flagged": 0.82,
+                "zh_en_gap": 0.04, "load": 0.45},
 }
 
 
@@ -71,11 +74,12 @@ def measure(rows) -> dict:
     return {"n": len(rows), "agreement": _rate(rows), "ordinary": _rate(ordinary), "adversarial": _rate(adversarial),
             "wrong_full": len(wrong_full) / max(1, len(not_full)), "wrong_full_n": f"{len(wrong_full)}/{len(not_full)}",
             "flagged": sum(r.needs_human_review for _, r in disagree) / max(1, len(disagree)),
-            "disagree": len(disagree), "zh": _rate(by_lang.get("zh", [])), "en": _rate(by_lang.get("en", []))}
+            "disagree": len(disagree), "zh": _rate(by_lang.get("zh", [])), "en": _rate(by_lang.get("en", [])),
+            "load": sum(r.needs_human_review for _, r in rows) / max(1, len(rows))}
 
 
 def test_the_answer_set_is_large_and_varied():
-    assert len(ROWS) >= 450
+    assert len(ROWS) >= 1090
     tags = {row["tag"] for row in ROWS}
     assert {"negation", "salad", "typo", "mixed", "copied", "overlength", "other_names", "misconception",
             "invisible"} <= tags
@@ -94,7 +98,7 @@ def test_agreement_with_a_fair_instructor(part, capsys):
         print(f"\n[{part}] {m['n']} answers: agreement {m['agreement']:.1%} (ordinary {m['ordinary']:.1%}, adversarial "
               f"{m['adversarial']:.1%}; zh {m['zh']:.1%}, en {m['en']:.1%}); not-full answers given full marks "
               f"{m['wrong_full']:.1%} ({m['wrong_full_n']}); disagreements flagged for review {m['flagged']:.0%} "
-              f"of {m['disagree']}")
+              f"of {m['disagree']}; review load {m['load']:.0%} of all answers")
         if part == "tune":  # the held-out answers are never read one by one: that would be tuning on them
             for row, r in rows:
                 if r.score != row["score"]:
@@ -106,6 +110,8 @@ def test_agreement_with_a_fair_instructor(part, capsys):
     assert m["adversarial"] >= floor["adversarial"]
     assert m["wrong_full"] <= floor["wrong_full"]
     assert m["flagged"] >= floor["flagged"]
+    assert abs(m["zh"] - m["en"]) <= floor["zh_en_gap"]
+    assert m["load"] <= floor["load"]  # flagging everything would cover every disagreement
 
 
 def test_chinese_answers_get_chinese_feedback_and_english_ones_english():
@@ -140,11 +146,11 @@ def _with_text(row, text):
     if ex in ("task2_kv_explain", "task4_sampling"):
         return text, 0
     if ex.startswith("quiz"):
-        from minillm.grading.texts import QUIZ
+        from minillm.grading.ch04.texts import QUIZ
 
         return (next(q.answer for q in QUIZ if q.id == ex), text), 1
     if ex.startswith("pitfall"):
-        from minillm.grading.texts import PITFALLS
+        from minillm.grading.ch04.texts import PITFALLS
 
         return (next(p.truth for p in PITFALLS if p.id == ex), text), 1
     if ex == "task5_trim_policy":

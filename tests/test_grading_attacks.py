@@ -328,9 +328,9 @@ def test_escape_codes_in_answers_are_printed_escaped(tmp_path, capsys):
 
 
 def test_reference_solutions_are_not_in_the_installed_package():
-    import minillm.grading.build_notebooks as builder
+    import minillm.grading.ch04.exercise_notebook as notebook_text
 
-    assert not hasattr(builder, "SOLVED_ANSWERS")
+    assert not hasattr(notebook_text, "SOLVED_ANSWERS")
     needle = "mass_above = probs.cumsum(dim=-1) - probs"
     pkg = Path(minillm.__file__).parent
     assert not [p for p in pkg.rglob("*.py") if needle in p.read_text(encoding="utf-8", errors="replace")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from minillm.grading import check
-from minillm.grading.build_notebooks import solved_answers
+from exercise_builder import solved_answers
 
 
 def _answer(ex_id, lang="en"):

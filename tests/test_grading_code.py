@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from minillm import StopReason
-from minillm.grading import EXERCISES, PRESSURE_SCENARIOS, check, coding, safecall
+from minillm.grading import EXERCISES, PRESSURE_SCENARIOS, check, safecall
+from minillm.grading.ch04 import coding
 
 
 @pytest.fixture

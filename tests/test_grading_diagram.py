@@ -8,7 +8,8 @@ import json
 import pytest
 
 from minillm.grading import DiagramEditor, check
-from minillm.grading.diagram import DiagramFormatError, parse_dot, roles_of, to_dot
+from minillm.grading.ch04.lifecycle import roles_of
+from minillm.grading.diagram import DiagramFormatError, parse_dot, to_dot
 
 NOTES = {
     "WAITING": "prompt token ids, sampling params; no KV block yet",

@@ -11,10 +11,10 @@ import nbformat
 import pytest
 
 from minillm.grading import EXERCISES, check, get_language, set_language
-from minillm.grading.build_notebooks import SOLVED, SOLVED_ZH, STUDENT, STUDENT_ZH, TARGETS, build
+from exercise_builder import SOLVED, SOLVED_ZH, STUDENT, STUDENT_ZH, TARGETS, build
 from minillm.grading.language import Bi, answer_language, using
 from minillm.grading.messages import MESSAGES, msg
-from minillm.grading.texts import PITFALLS, QUIZ, TASK5_SCENARIO
+from minillm.grading.ch04.texts import PITFALLS, QUIZ, TASK5_SCENARIO
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -237,18 +237,20 @@ def test_show_solution_follows_the_language():
     assert CJK.search(show_solution("quiz2").text)
 
 
-def test_a_copy_of_the_chinese_model_answer_is_flagged():
-    from minillm.grading.solutions import MODEL_ANSWERS
+def test_a_copy_of_the_chinese_model_answer_earns_nothing_and_is_flagged():
+    """A verbatim model answer is not the learner's own words: no points, and a person decides
+    (the override restores them when the learner wrote it themselves)."""
+    from minillm.grading.ch04.solutions import MODEL_ANSWERS
 
     r = check("task2_kv_explain", MODEL_ANSWERS["task2_kv_explain"][1])
-    assert r.passed and r.needs_human_review
+    assert r.score == 0 and r.needs_human_review and "copy of a model answer" in r.flags
 
 
 # =============================================================================================
 # The Chinese notebook: built from the same source
 # =============================================================================================
 def test_the_four_committed_notebooks_are_what_the_builder_writes():
-    """Edit minillm/grading/build_notebooks.py and rerun it; do not edit one notebook by hand."""
+    """Edit minillm/grading/ch04/exercise_notebook.py and run scripts/build_exercises.py; do not edit one notebook by hand."""
     assert {p for p, _, _ in TARGETS} == {STUDENT, SOLVED, STUDENT_ZH, SOLVED_ZH}
     for path, solved, lang in TARGETS:
         committed = nbformat.read(path, as_version=4)

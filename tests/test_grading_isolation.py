@@ -316,7 +316,7 @@ def test_the_engine_guard_puts_the_engine_back_and_sees_copies():
     import torch
 
     from minillm.grading import safecall
-    from minillm.grading.engine_guard import FORBIDDEN
+    from minillm.grading.ch04.coding import FORBIDDEN
     from minillm.sampler import top_p_filter
 
     x = torch.tensor([3.0, 1.0, 0.5, -2.0])
@@ -332,7 +332,7 @@ def test_the_engine_guard_puts_the_engine_back_and_sees_copies():
 
 
 def test_a_lookup_table_of_the_printed_scenarios_earns_nothing(tmp_path, monkeypatch):
-    from minillm.grading.coding import PRESSURE_SCENARIOS, engine, measure
+    from minillm.grading.ch04.coding import PRESSURE_SCENARIOS, engine, measure
 
     llm = engine()
     table = {(s.num_requests, s.prompt_tokens, s.output_tokens): measure(llm, s).used_bytes
@@ -353,7 +353,7 @@ task3_kv_bytes = scenario_kv_bytes
 
 def test_the_hidden_scenarios_follow_the_engines_rule():
     """The rule used for the fresh scenarios accepts what the engine really stores for the printed ones."""
-    from minillm.grading.coding import PRESSURE_SCENARIOS, engine, hidden_scenarios, measure, plausible_bytes
+    from minillm.grading.ch04.coding import PRESSURE_SCENARIOS, engine, hidden_scenarios, measure, plausible_bytes
 
     llm = engine()
     for s in PRESSURE_SCENARIOS.values():
@@ -365,7 +365,7 @@ def test_the_hidden_scenarios_follow_the_engines_rule():
 def test_top_p_cases_are_fresh_per_seed_and_hostile():
     import torch
 
-    from minillm.grading.coding import top_p_cases
+    from minillm.grading.ch04.coding import top_p_cases
 
     a, b = top_p_cases(1), top_p_cases(2)
     assert not torch.equal(a[0].logits, b[0].logits)

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from minillm.grading import EXERCISES, cli_grade
-from minillm.grading.build_notebooks import SOLVED, SOLVED_ZH, STUDENT, STUDENT_ZH, build
+from exercise_builder import SOLVED, SOLVED_ZH, STUDENT, STUDENT_ZH, build
 
 EDITIONS = pytest.mark.parametrize("student, solved, lang", [(STUDENT, SOLVED, "en"), (STUDENT_ZH, SOLVED_ZH, "zh")],
                                    ids=["en", "zh"])
@@ -79,7 +79,7 @@ def test_broken_cells_endless_loops_and_noise_still_get_graded(tmp_path, capsys)
 # =============================================================================================
 @EDITIONS
 def test_committed_notebooks_are_what_the_builder_writes(student, solved, lang):
-    """Edit minillm/grading/build_notebooks.py and rerun it; do not edit one notebook by hand."""
+    """Edit minillm/grading/ch04/exercise_notebook.py and run scripts/build_exercises.py; do not edit one notebook by hand."""
     for path, is_solved in ((student, False), (solved, True)):
         committed = nbformat.read(path, as_version=4)
         built = build(is_solved, lang)

@@ -8,7 +8,7 @@ import pytest
 from minillm.grading import check
 from minillm.grading.concepts import is_salad, keyword_run
 from minillm.grading.copies import copied_share, verdict
-from minillm.grading.diagram import _holds_kv, roles_of
+from minillm.grading.ch04.lifecycle import _holds_kv, roles_of
 from minillm.grading.unicode_clean import clean, tricks
 
 ZW = "\u200b"
@@ -61,10 +61,13 @@ def test_terse_statements_are_not_keyword_runs(text):
 
 def test_copies_of_what_the_notebook_shows_earn_nothing_in_every_field():
     option = "It spares decode from redoing past tokens' keys and values, and that storage grows with tokens and live requests."
-    assert verdict(option) == "copied" and check("task2_kv_explain", option).score == 0
+    assert verdict(option) in ("copied", "pasted") and check("task2_kv_explain", option).score == 0
     quiz = check("quiz1_live_requests", ("B", "Because each request holds resources until it is released, and the "
                                               "engine decides who runs, who waits, who is freed."))
-    assert quiz.score == 1 and quiz.needs_human_review
+    assert quiz.score == 1 and "pasted from the course" in quiz.flags  # wholly pasted: certain, no review needed
+    mostly = check("quiz1_live_requests", ("B", "each request holds resources until it is released, and the engine "
+                                                "decides who runs, who waits, who is freed, so it must track them all the time"))
+    assert mostly.score == 1 and mostly.needs_human_review  # mostly pasted: a person looks
     bar = "for each one, say why it makes requests hold more state — what grows, and because of what"
     task3 = check("task3_pressure", [("long context", bar), ("high concurrency", bar), ("long outputs", bar)])
     assert task3.score == 3

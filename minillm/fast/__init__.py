@@ -11,7 +11,9 @@ attention) is what the chapter reads. ``LLM()`` runs this layer instead, token f
 * ``sampler``: ``BatchedSampler``, the whole batch in a fixed number of device operations;
 * ``decode_graphs``, ``compiled``: fixed-shape graphs of decode steps, ``torch.compile`` of the forward;
 * ``cpu_kernel``, ``kernel_cache``, ``kernels/``: the C kernel and its checked build cache;
-* ``threaded``: projections split by output rows across persistent threads.
+* ``threaded``: projections split by output rows across persistent threads;
+* ``gemv``: decode's few-row projections (float32, int8) on a C kernel that streams each weight
+  once and shares output rows with persistent worker threads (``stream_weights``, on the CPU).
 
 ``prepare_model(llm, options)`` changes the weights (int8, the row split) before the KV cache
 is sized; ``build(llm, options, ...)`` assembles the runner and sampler an ``LLM`` uses.
@@ -21,8 +23,8 @@ from __future__ import annotations
 
 
 def prepare_model(llm, opts) -> None:
-    """int8 weights (``minillm.models.weights``) or, for float32 on the CPU, the streaming
-    kernel for decode's few-row products (``gemv``), and the row split (``threaded``), as asked:
+    """int8 weights (``minillm.models.weights``), the streaming decode kernel (``gemv``, on the
+    CPU) and the row split (``threaded``), as asked:
     after the thread count (chosen from the float parameters), before the KV budget (what the
     weights leave of the memory). ``llm.shard_pool`` holds the row split's threads (None: unused)."""
     import torch
@@ -31,8 +33,8 @@ def prepare_model(llm, opts) -> None:
         from ..models.weights import quantize_weights
 
         quantize_weights(llm.model, opts.weight_dtype)
-    elif llm.device.type == "cpu" and llm.dtype == torch.float32:
-        from ..models.weights import stream_weights  # decode's few-row products on the streaming kernel
+    if opts.fast and llm.device.type == "cpu":
+        from ..models.weights import stream_weights
 
         stream_weights(llm.model)
     threads = llm.num_threads or (torch.get_num_threads() if llm.device.type == "cpu" else 1)

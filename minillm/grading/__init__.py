@@ -1,21 +1,18 @@
-"""Exercises for chapter 04, graded instantly in the notebook and by ``minillm grade``.
+"""Exercises graded instantly in the notebook and by ``minillm grade``.
 
     from minillm.grading import check
     check("task2_kv_explain")          # reads the variable task2_kv_explain from the notebook
     check("task2", "my answer")         # or grade an answer given directly; a unique prefix works
     show_solution("task2")             # the model answer, on request (recorded in the notebook)
 
-Exercise ids (stable; the notebook lists them):
-
-    task1_diagram, task2_kv_explain, task3_pressure, task3_kv_bytes, task4_sampling,
-    quiz1_live_requests, quiz2_kv_tradeoff, quiz3_sampling_interface, quiz4_states_before_batching,
-    quiz5_debug_by_request, quiz6_key_table_decode, quiz7_scheduling_states,
-    pitfall1_kv_not_hit_cache, pitfall2_sampling_not_ui, pitfall3_one_lifecycle,
-    code_top_p, code_kv_bytes, code_stop_check, code_chat_kv, task5_trim_policy, task6_gpu_capacity
+This package is the machinery (the registry and ``check``, the notebook runner and its sandbox,
+reports, review, answer extraction, text matching); the chapter's content, its exercises and
+their ids, lives in ``ch04/`` and is registered by the one import below (see ``chapter.py``).
 
 Feedback follows the answer's language (a Chinese answer gets Chinese feedback); code, letters
 and numbers have none, so they follow the notebook's: ``set_language("zh")`` in the Chinese
-notebook's set-up cell (``minillm grade`` reads ``metadata.minillm.lang`` from the file).
+notebook's set-up cell (``minillm grade`` reads ``metadata.minillm.lang`` from the file). The
+setting is the course-wide one of :mod:`minillm.i18n`.
 
 The engine's model is loaded only by the check that runs it (``task3_kv_bytes``), and
 ipywidgets only when ``DiagramEditor`` is first used.
@@ -23,23 +20,14 @@ ipywidgets only when ``DiagramEditor`` is first used.
 
 from __future__ import annotations
 
-from . import diagram as _diagram  # noqa: F401  (registers task 1)
-from . import texts as _texts  # noqa: F401  (registers tasks 2-4, quiz, pitfalls)
-from . import coding as _coding  # noqa: F401  (registers the coding tasks and task 3's byte count)
-from . import capacity as _capacity  # noqa: F401  (registers task 6, requests in GPU memory)
-from .coding import PRESSURE_SCENARIOS, show_scenarios
+from . import ch04 as _chapter  # the registration point: the chapter's exercises, answers and texts
+from .ch04 import PRESSURE_SCENARIOS, show_scenarios
 from .language import get_language, set_language
 from .registry import EXERCISES, Marks, NotAttempted, check, check_all, summary
 from .result import Feedback, Result, Summary
 from .solutions import show_solution
 
-# the order of the notebook (and of reports)
-ORDER = ["task1_diagram", "task2_kv_explain", "task3_pressure", "task3_kv_bytes", "task4_sampling",
-         "quiz1_live_requests", "quiz2_kv_tradeoff", "quiz3_sampling_interface", "quiz4_states_before_batching",
-         "quiz5_debug_by_request", "quiz6_key_table_decode", "quiz7_scheduling_states",
-         "pitfall1_kv_not_hit_cache", "pitfall2_sampling_not_ui", "pitfall3_one_lifecycle",
-         "code_top_p", "code_kv_bytes", "code_stop_check", "code_chat_kv", "task5_trim_policy",
-         "task6_gpu_capacity"]
+ORDER = list(_chapter.ORDER)
 assert sorted(ORDER) == sorted(EXERCISES), "every registered exercise must have its place in ORDER"
 _registered = dict(EXERCISES)
 EXERCISES.clear()
@@ -47,7 +35,7 @@ EXERCISES.update((k, _registered[k]) for k in ORDER)
 
 __all__ = ["check", "check_all", "summary", "EXERCISES", "ORDER", "Result", "Summary", "Feedback", "Marks",
            "NotAttempted", "DiagramEditor", "cli_grade", "PRESSURE_SCENARIOS", "show_scenarios", "show_solution",
-           "set_language", "get_language"]
+           "set_language", "get_language", "build_it"]
 
 
 def cli_grade(argv: list[str]) -> int:
@@ -62,4 +50,8 @@ def __getattr__(name: str):
         from .diagram_editor import DiagramEditor
 
         return DiagramEditor
+    if name == "build_it":  # the build-it track (``from minillm.grading import build_it``)
+        from .ch04 import build_it
+
+        return build_it
     raise AttributeError(f"module 'minillm.grading' has no attribute {name!r}")

@@ -1,13 +1,13 @@
-"""What ``minillm.grading.solutions`` is inside the grader's jail: no model answers at all.
+"""What ``minillm.grading.solutions`` and ``minillm.grading.ch04.solutions`` are inside the grader's
+jail: no model answers at all.
 
-:mod:`jail` mounts this file over ``solutions.py`` where a submission's code runs, so a cell that
-imports the model answers (under any name) finds none, and ``show_solution`` only says so.
+:mod:`jail` mounts this file over both (``jail.BLINDED``) where a submission's code runs, so a cell
+that imports the model answers (under any name) finds none, and ``show_solution`` only says so.
 """
 
 from __future__ import annotations
 
 MODEL_ANSWERS: dict = {}
-BLIND = True
 
 
 def model_answer(exercise_id: str, lang: str | None = None) -> str:
@@ -21,3 +21,7 @@ def close_to_model(exercise_id: str, text: str) -> bool:
 def show_solution(exercise_id: str) -> str:
     """Model answers are not available to code being graded."""
     return "model answers are not available while a submission is graded / 评分时不提供参考答案"
+
+
+def model_texts() -> list:
+    return []

@@ -71,7 +71,8 @@ def build_unshare_jail(cfg):
     for path in cfg["keep"]:
         if path != cfg["scratch"]:
             _bind(root, path)
-    _bind(root, cfg["blind"], os.path.join(cfg["package"], "grading", "solutions.py"))
+    for target in cfg["blinded"]:
+        _bind(root, cfg["blind"], os.path.join(cfg["package"], target))
     _bind(root, cfg["scratch"], "/scratch", writable=True, recursive=False)
     os.makedirs(root + "/proc", exist_ok=True)
     _mount("/proc", root + "/proc", None, MS_BIND | MS_REC)

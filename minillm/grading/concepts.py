@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from rapidfuzz import fuzz, process
-from rapidfuzz.distance import DamerauLevenshtein
+from rapidfuzz.distance import DamerauLevenshtein, Levenshtein
 
 from .unicode_clean import clean
 
@@ -88,7 +88,31 @@ same different way ways less least because since until each both either whose fi
 small big huge high low fast faster slow slower speed quick quickly model models engine user users answer
 text word words part parts thing things work works world every cost costs price pay pays still keep
 redo redoes redoing redone redid rerun reruns rerunning reread refill refills reload reloads reuse reusing
+decide decides decided deciding stop stops stopped stopping progress repeated complete completed attend attends
+layer layers write writes writing written spare spared sparing reduce reduces choose chooses chose
 """.split())
+
+
+_VOWELS = set("aeiou")
+
+
+def _typo_of(word: str, target: str) -> bool:
+    """Is ``word`` a slip of the keyboard for ``target``: letters dropped, doubled or swapped,
+    or a vowel for a vowel in a long word ("memery")? A consonant for a consonant makes another
+    English word ("stop" / "step", "spare" / "space", "reduces" / "reuses"): not a typo."""
+    ops = Levenshtein.editops(word, target)
+    replaced = [(i, j) for kind, i, j in ops if kind == "replace"]
+    k = 0
+    while k < len(replaced):
+        i, j = replaced[k]
+        if k + 1 < len(replaced) and replaced[k + 1] == (i + 1, j + 1) and word[i] == target[j + 1] \
+                and word[i + 1] == target[j]:
+            k += 2  # two letters swapped
+            continue
+        if not (len(word) >= 6 and word[i] in _VOWELS and target[j] in _VOWELS):
+            return False
+        k += 1
+    return True
 
 
 def fix_typos(text: str) -> str:
@@ -101,7 +125,8 @@ def fix_typos(text: str) -> str:
             return w
         max_edits = 1 if len(low) <= 6 else 2
         same_start = [v for v in VOCAB if v[0] == low[0]]
-        hit = process.extractOne(low, same_start, scorer=DamerauLevenshtein.distance, score_cutoff=max_edits)
+        hits = process.extract(low, same_start, scorer=DamerauLevenshtein.distance, score_cutoff=max_edits, limit=3)
+        hit = next((h for h in hits if _typo_of(low, h[0])), None)
         return w if hit is None else hit[0]
 
     return re.sub(r"[A-Za-z][A-Za-z']*", repl, text)
@@ -135,9 +160,9 @@ _NEG_WIDE = re.compile(r"\b(is|are|was|it's)\s+(not|n't)\s+(a|an|the|some|any)\b
                        r"不是|并非|并不是|不属于|不算是?|\bwithout\b|\binstead of\b|\brather than\b|\bno need\b|\bnever\b|\bneedn't\b|"
                        r"\bno longer\b|\bnothing\b|\bnone\b|\bnor\b|\bneither\b|\bavoid(?:s|ed|ing)?\b|"
                        r"无需|无须|不必|不用|不需要|无需再|不再|免去|免得|以免|省得|省去|省掉|省了|避免|没有必要|从不|永远不", _I)
-_NEG_NEAR = re.compile(r"\bnot\b(?!\s+(just|only|merely|simply|solely)\b)|n't\b(?!\s+(just|only|merely|simply)\b)|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
+_NEG_NEAR = re.compile(r"\bnot\b(?!\s+(just|only|merely|simply|solely|small|little|negligible|cheap|free|trivial|minor)\b)|n't\b(?!\s+(just|only|merely|simply)\b)|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
                        r"\bcannot\b|\bhardly\b|\bbarely\b|\bfails? to\b|"
-                       r"(?<!得)不(?!断|同|少|过|仅|只|止|单|管|停|久|然|但|论|得不|够)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
+                       r"(?<!得)不(?!断|同|少|小|低|便宜|过|仅|只|止|单|管|停|久|然|但|论|得不|够)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
 _NOT_JUST = re.compile(r"\b(not|n't)\s+(just|only|merely|simply|solely)\b|不只|不仅|不单|不止", _I)
 NEAR_WINDOW_EN = 24  # characters before the predicate (about four words)
 NEAR_WINDOW_ZH = 5
@@ -151,7 +176,7 @@ def negated_at(clause: str, pos: int) -> bool:
     if _NEG_WIDE.search(before[joins[-1]:] if joins else before):  # "avoids X and costs Y": the scope ends at "and"
         return True
     window_start = max(0, pos - (NEAR_WINDOW_ZH if _CJK_RE.search(clause[max(0, pos - 1):pos + 1]) else NEAR_WINDOW_EN))
-    near = clause[window_start:pos]
+    near = clause[max([window_start] + joins):pos]  # "is not small and rises": the "not" stays with "small"
     return bool(_NEG_NEAR.search(near))
 
 
@@ -166,6 +191,7 @@ def negated_after(clause: str, end: int) -> bool:
         return True
     after = clause[end:end + NEG_AFTER_EN]
     return bool(re.match(r"\s+(\w+\s+){0,1}?(do|does|did|is|are|was|were|will|would|can|could|should)\s*(not|n't)\b"
+                         r"(?!\s+(small|little|negligible|cheap|free|trivial|minor)\b)"
                          r"|\s+(\w+\s+){0,1}?(never|don't|doesn't|won't|can't|isn't|aren't)\b", after, _I))
 
 
@@ -186,12 +212,15 @@ class Idea:
     weak: tuple = ()  # phrasings that only hint at the idea
     label_en: str = ""
     label_zh: str = ""
+    inverted_by: re.Pattern | None = None  # verbs that negate an inverted phrase ("spares … recomputing")
+    polar: bool = True  # False: a negation does not turn the idea around ("won't keep turn 1" still names it)
 
     def find(self, text: str) -> str:
         """'present', 'negated', 'weak' or 'absent'."""
-        state = "absent"
+        state, prev = "absent", ""
         for _, clause in clauses(text):
-            s = self._in_clause(clause)
+            s = self._in_clause(clause, prev)
+            prev = clause
             if s == "present":
                 return "present"
             if s == "negated":
@@ -200,38 +229,79 @@ class Idea:
                 state = "weak"
         return state
 
-    def _in_clause(self, clause: str) -> str:
-        result = "absent"
-        said = [not (negated_at(clause, m.start()) or negated_after(clause, m.end()))
-                for pattern in self.standalone for m in pattern.finditer(clause)]
+    def _negated(self, clause: str, m: re.Match) -> bool:
+        if not self.polar:
+            return False
+        inside = m.group(0)[2:]  # "占用也不会增长": a negator inside the phrase (not one it starts with)
+        if negated_at(clause, m.start()) or negated_after(clause, m.end()) or _NEG_NEAR.search(inside):
+            return not double_negative(clause, m)
+        return False
+
+    def _in_clause(self, clause: str, prev: str = "") -> str:
+        said = [not self._negated(clause, m) for pattern in self.standalone for m in pattern.finditer(clause)]
+        if not said and prev and _LIST_PAIR.search(prev + "，" + clause):  # "有的刚进来、有的快结束", "some …, some …"
+            joined = prev + "，" + clause
+            said = [not self._negated(joined, m) for pattern in self.standalone for m in pattern.finditer(joined)
+                    if m.start() < len(prev) < m.end()]
         if said:  # "only computes the new token instead of reusing …": one plain mention is enough
             return "present" if any(said) else "negated"
-        if self.parts:
-            hits = []
-            for group in self.parts:
-                ms = [m for p in group for m in p.finditer(clause)]
-                if not ms:
-                    hits = None
-                    break
-                hits.append(ms)
-            if hits:
-                predicate = min(hits[-1], key=lambda m: m.start())
-                return "negated" if negated_at(clause, predicate.start()) else "present"
+        state = self._parts_state(clause)
+        if state == "present" and _WITHOUT_IT.search(prev):
+            return "negated"  # "without a cache, memory would grow": said of the world without it
+        if state != "absent":
+            return state
         for p in self.inverted:
             for m in p.finditer(clause):
-                if negated_at(clause, m.start()):
+                if negated_at(clause, m.start()) or _NEG_NEAR.search(m.group(0)) or counterfactual(clause[:m.start()], prev) or (
+                        self.inverted_by is not None and self.inverted_by.search(clause[:m.start()])):
                     return "present"
-        for p in self.weak:
-            if p.search(clause):
-                result = "weak"
-        return result
+        return "weak" if any(p.search(clause) for p in self.weak) else "absent"
+
+    def _parts_state(self, clause: str) -> str:
+        """All parts in the clause: 'present', or 'negated' when any of its predicates is negated
+        ("the memory it uses doesn't grow", "uses no extra memory")."""
+        if not self.parts:
+            return "absent"
+        hits = []
+        for group in self.parts:
+            ms = [m for p in group for m in p.finditer(clause)]
+            if not ms:
+                return "absent"
+            hits.append(ms)
+        if any(self._negated(clause, m) for m in hits[-1]):
+            return "negated"
+        return "present"
 
 
-def idea(key, label_en, label_zh, parts=(), inverted=(), standalone=(), weak=()) -> Idea:
+_LIST_PAIR = re.compile(r"有的[^。；]{0,16}有的|一些[^。；]{0,16}一些|\bsome\b[^.;]{0,40}\b(some|others?)\b", re.IGNORECASE)
+_COUNTERFACTUAL = re.compile(r"\bwould\b|\bwithout (it|the cache|a cache|caching|them)\b|\botherwise\b|否则|不然|"
+                             r"要不然|(如果|若)?没有(它|缓存|KV)", re.IGNORECASE)
+_WITHOUT_IT = re.compile(r"^\s*(without\s+(it|the|a|any|kv|caching)\b|如果没有|若没有|没有(它|缓存|KV)|否则|不然|otherwise)",
+                         re.IGNORECASE)
+
+
+def counterfactual(before: str, prev: str) -> bool:
+    """"Without it, each step would recompute …", "否则每一步都要重算": what the cache spares is
+    named by what would happen without it."""
+    return bool(_COUNTERFACTUAL.search(before) or _WITHOUT_IT.search(prev))
+
+
+_DOUBLE_AFTER = re.compile(r"\b(without|unless|except)\b|离不开|都(要|得|会)", re.IGNORECASE)
+
+
+def double_negative(clause: str, m: re.Match) -> bool:
+    """"No later step is computed without it", "没有哪一步不依赖它": two negations make a yes."""
+    if _DOUBLE_AFTER.search(clause[m.end():m.end() + 60]):
+        return bool(re.search(r"\b(no|not|never|none)\b|没有|没", clause[max(0, m.start() - 24):m.start()], re.IGNORECASE))
+    return bool(re.search(r"没有[^，。；,;]{0,8}$", clause[:m.start()])) and "不" in clause[m.end():m.end() + 8]
+
+
+def idea(key, label_en, label_zh, parts=(), inverted=(), standalone=(), weak=(), inverted_by=(), polar=True) -> Idea:
     """``parts``: a list of groups, each a list of alternative patterns (the last group is the
-    predicate); ``inverted``, ``standalone``, ``weak``: lists of patterns."""
+    predicate); ``inverted``, ``standalone``, ``weak``, ``inverted_by``: lists of patterns."""
     return Idea(key, tuple((_rx(g),) for g in parts), tuple(_rx([p]) for p in inverted),
-                tuple(_rx([p]) for p in standalone), tuple(_rx([p]) for p in weak), label_en, label_zh)
+                tuple(_rx([p]) for p in standalone), tuple(_rx([p]) for p in weak), label_en, label_zh,
+                _rx(inverted_by) if inverted_by else None, polar)
 
 
 @dataclass(frozen=True)
@@ -383,7 +453,7 @@ def _doubts(text: str, ideas, r: Reading) -> list:
     return out
 
 
-PARTLY_DOUBT = 0.2  # an idea not found, but some of its words are there: a paraphrase may have been missed
+PARTLY_DOUBT = 0.35  # an idea not found, but some of its words are there: a paraphrase may have been missed
 
 
 def _partly_there(i: Idea, text: str) -> bool:

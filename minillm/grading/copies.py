@@ -51,23 +51,8 @@ def grams(text: str) -> list:
     return [" ".join(words[i:i + 3]) for i in range(len(words) - 2)] + ["".join(zh[i:i + 3]) for i in range(len(zh) - 2)]
 
 
-def _texts_of(obj) -> list[str]:
-    """Every string inside a Bi, a tuple, a dict or a dataclass of them."""
-    from .language import Bi
-
-    if isinstance(obj, str):
-        return [obj]
-    if isinstance(obj, Bi):
-        return [obj.en, obj.zh]
-    if isinstance(obj, dict):
-        return [s for v in obj.values() for s in _texts_of(v)]
-    if isinstance(obj, (list, tuple)):
-        return [s for v in obj for s in _texts_of(v)]
-    return []
-
-
 _REGEX_HINT = re.compile(r"\\[a-zA-Z]|\(\?|\[\^|\{\d")
-SHOWN_MODULES = ("texts", "ideas", "messages", "build_notebooks")  # where every text a learner reads is written
+SHOWN_MODULES = ("minillm.grading.messages",)  # the machinery's own lines; the chapter names its modules
 
 
 def _literals(module) -> list[str]:
@@ -95,8 +80,10 @@ def shown_texts() -> list[str]:
     import importlib
 
     out: list[str] = []
-    for name in SHOWN_MODULES:
-        out += _literals(importlib.import_module(f"{__package__}.{name}"))
+    from .chapter import current
+
+    for name in SHOWN_MODULES + current().shown_modules:
+        out += _literals(importlib.import_module(name))
     apart = set(_labels()) | set(model_texts())
     return [t for t in out if t not in apart]
 
@@ -104,18 +91,16 @@ def shown_texts() -> list[str]:
 def _labels() -> list[str]:
     """How feedback names an idea the answer already has ("you say that …"): shown only to whoever
     said it, so pasting one back gains nothing, and a right answer may well read like one."""
-    from . import ideas
-    from .concepts import Idea
+    from .chapter import current
 
-    return [s for v in vars(ideas).values() if isinstance(v, Idea) for s in (v.label_en, v.label_zh)]
+    return current().idea_labels()
 
 
 def model_texts() -> list[str]:
     """The model answers, shown only on request (``show_solution``, which the notebook records)."""
-    from . import texts
-    from .solutions import MODEL_ANSWERS
+    from .chapter import current
 
-    return [s for s in _texts_of([list(MODEL_ANSWERS.values())] + [p.why for p in texts.PITFALLS]) if s]
+    return current().model_texts()
 
 
 def _index(texts: list[str]) -> tuple:
@@ -133,39 +118,103 @@ def _corpus(which: str) -> tuple:
     return _index(shown_texts() if which == "shown" else model_texts())
 
 
-def copied_share(text: str, sources="shown") -> float:
-    """The share of the answer (in words; a Chinese character is half a word) that lies in
-    verbatim stretches of at least :data:`STRETCH` words of ``sources``: "shown" (what the
-    notebook and its feedback show), "model" (the model answers) or a list of texts. 0 for an
-    answer too short to judge."""
+def _coverage(text: str, sources="shown", whole: bool = True) -> tuple[float, float]:
+    """(share of the answer in verbatim stretches of at least :data:`STRETCH` words of
+    ``sources``, share in stretches long enough to be a pasted passage: :data:`LONG_STRETCH`
+    words, or the whole answer when ``whole``); (0, 0) for an answer too short to judge. A
+    passage pasted twice counts twice."""
     from difflib import SequenceMatcher
 
     mine = tokens(text)
     total = sum(_weight(t) for t in mine)
     if total < MIN_WORDS:
-        return 0.0
+        return 0.0, 0.0
     texts, index = _corpus(sources) if isinstance(sources, str) else _index(list(sources))
     near = {i for j in range(len(mine) - 2) for i in index.get(tuple(mine[j:j + 3]), ())}
     covered = [False] * len(mine)
+    pasted = [False] * len(mine)
+    long_enough = min(LONG_STRETCH, total) if whole else LONG_STRETCH
     for i in sorted(near):
-        for block in SequenceMatcher(None, mine, texts[i], autojunk=False).get_matching_blocks():
-            run = mine[block.a:block.a + block.size]
-            if sum(_weight(t) for t in run) >= STRETCH:
-                covered[block.a:block.a + block.size] = [True] * block.size
-    return sum(_weight(t) for t, c in zip(mine, covered) if c) / total
+        left = list(mine)
+        for _ in range(4):  # again on what is left: the same hint pasted three times
+            found = False
+            for block in SequenceMatcher(None, left, texts[i], autojunk=False).get_matching_blocks():
+                size = sum(_weight(t) for t in mine[block.a:block.a + block.size])
+                if size >= STRETCH:
+                    covered[block.a:block.a + block.size] = [True] * block.size
+                    left[block.a:block.a + block.size] = ["\0"] * block.size
+                    found = True
+                if size >= long_enough:
+                    pasted[block.a:block.a + block.size] = [True] * block.size
+            if not found:
+                break
+    share = [sum(_weight(t) for t, c in zip(mine, flags) if c) / total for flags in (covered, pasted)]
+    return share[0], share[1]
+
+
+def copied_share(text: str, sources="shown") -> float:
+    """The share of the answer (in words; a Chinese character is half a word) that lies in
+    verbatim stretches of at least :data:`STRETCH` words of ``sources``: "shown" (what the
+    notebook and its feedback show), "model" (the model answers) or a list of texts. 0 for an
+    answer too short to judge."""
+    return _coverage(text, sources)[0]
+
+
+LONG_STRETCH = 8.0  # a pasted passage: seven words of a short reason can be a phrase every answer shares
+PASTED = 0.5  # a copy has at least half of the answer in such passages
+WHOLLY = 0.9  # this share in long passages: the answer is a paste, with nothing of its own
+
+
+_QUOTED = re.compile(r"“[^”]{0,40}”|‘[^’]{0,40}’")
 
 
 def verdict(text: str) -> str | None:
-    """'copied' (from what the notebook or its feedback shows: earns nothing), 'model' (a near
-    copy of a model answer: a person decides), 'partly' (lower confidence) or None."""
-    share = copied_share(text, "shown")
-    if share >= COPIED:
+    """'pasted' (wholly text the notebook or its feedback shows: earns nothing, certain),
+    'copied' (mostly such text: earns nothing, a person looks), 'model' (a near
+    copy of a model answer: earns nothing either, and a person decides whether it was looked
+    up), 'partly' (lower confidence, a person looks) or None. Common phrases of the chapter
+    strung together ("the keys and values of one live request's") are not a copy: half of a
+    copy lies in passages of :data:`LONG_STRETCH` words or more."""
+    text = _QUOTED.sub(" ", text)  # feedback quotes the learner's own names back: not shown text
+    share, pasted = _coverage(text, "shown")
+    if share >= WHOLLY and pasted >= WHOLLY:
+        return "pasted"  # nothing of the learner's own in it: no one needs to look
+    if share >= COPIED and pasted >= PASTED:
         return "copied"
-    if copied_share(text, "model") >= COPIED:
+    model, model_pasted = _coverage(text, "model", whole=False)  # a short reason may say it as the model does
+    if model >= COPIED and model_pasted >= PASTED:
         return "model"
-    if share >= PARTLY:
+    if share >= PARTLY or model >= PARTLY:
         return "partly"
     return None
+
+
+def _content(text: str) -> list[str]:
+    """Latin content words and Chinese character pairs (a single character says too little)."""
+    toks = [t for t in tokens(text) if t not in _FILLER]
+    out, run = [], []
+    for t in toks + [""]:
+        if re.match(f"[{CJK}]", t):
+            run.append(t)
+            continue
+        out += ["".join(run[i:i + 2]) for i in range(len(run) - 1)] or run
+        run = []
+        if t:
+            out.append(t)
+    return out
+
+
+def restates(text: str, option: str) -> bool:
+    """Does ``text`` say little beyond the words of ``option`` (a quiz why that paraphrases the
+    chosen option: most of its content words, or character pairs, are the option's own)?"""
+    mine, theirs = _content(text), set(_content(option))
+    if len(mine) < 3:
+        return False
+    return sum(t in theirs for t in mine) / len(mine) >= RESTATES
+
+
+RESTATES = 0.9  # this share of a why's content words in the option's own text: a restatement (a paraphrase is not)
+_FILLER = set("because since as it its the a an of to and is are this that so 因 为 的 了 是 所 以 它 这 那".split())
 
 
 def _similar(a: list, b: list) -> float:
@@ -195,7 +244,7 @@ def mark_shared_answers(reports: list[dict]) -> list[dict]:
     import copy
     from pathlib import Path
 
-    from . import EXERCISES
+    from .registry import EXERCISES
 
     out = copy.deepcopy(reports)
     for ex_id, ex in EXERCISES.items():

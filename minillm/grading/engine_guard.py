@@ -1,7 +1,8 @@
 """The engine's own answer to a coding task, made unavailable while the learner's function is graded.
 
 ``my_top_p_filter`` that returns ``minillm.sampler.top_p_filter(logits, top_p)`` would pass every
-case, having written nothing. For the length of one graded call, :func:`unavailable` swaps the
+case, having written nothing (a chapter names, per answer, the functions that would answer it:
+``Chapter.forbidden``). For the length of one graded call, :func:`unavailable` swaps the
 code of each engine function that answers the task for code that raises a RuntimeError saying so
 (every reference to the function sees it, however it was imported or renamed), and a profiler
 notes any call that still reaches the original code (a copy made from ``__code__``). The code is
@@ -15,15 +16,6 @@ import importlib
 import sys
 import threading
 from contextlib import contextmanager
-
-#: answer name -> the engine functions ("module:function") that must not answer it
-FORBIDDEN = {
-    "my_top_p_filter": ("minillm.sampler:top_p_filter",),
-    "my_kv_bytes_per_token": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token"),
-    "my_check_stop": ("minillm.scheduler:check_stop",),
-    "chat_kv_bytes": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token"),
-}
-
 
 def _resolve(spec: str):
     module, name = spec.split(":")

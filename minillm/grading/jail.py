@@ -5,7 +5,7 @@ without its model answers, and its own scratch folder — and nothing else.
 is started inside new user, mount, PID, network, IPC and UTS namespaces, so it
 
 * sees only the interpreter, the virtual environment, the ``minillm`` package (its
-  ``grading/solutions.py`` replaced by :mod:`_blind_solutions`) and a scratch folder; the
+  ``grading/solutions.py`` and ``grading/ch04/solutions.py`` replaced by :mod:`_blind_solutions`) and a scratch folder; the
   checkout's ``tests/`` (the solved notebooks), the grader's home and every other file are absent;
 * has no network (a network namespace with only a loopback of its own);
 * cannot see or signal the grader (it is in its own PID namespace, in a new session);
@@ -35,6 +35,9 @@ MODES = ("bwrap", "unshare", "none")
 JAIL_SCRATCH = "/scratch"
 _BOOT = Path(__file__).with_name("_jail_boot.py")
 _BLIND = Path(__file__).with_name("_blind_solutions.py")
+#: the files (below the package) that :mod:`_blind_solutions` replaces in the jail: the machinery's
+#: ``show_solution`` and the chapter's model answers
+BLINDED = (("grading", "solutions.py"), ("grading", "ch04", "solutions.py"))
 
 
 class NoJail(RuntimeError):
@@ -101,8 +104,10 @@ def _bwrap_argv(scratch: str, bwrap: str) -> list[str]:
     for root in _python_roots():
         argv += ["--ro-bind", root, root]
     pkg = str(package_dir())
-    argv += ["--ro-bind", pkg, pkg, "--ro-bind", str(_BLIND), os.path.join(pkg, "grading", "solutions.py"),
-             "--bind", scratch, JAIL_SCRATCH, "--chdir", JAIL_SCRATCH, "--remount-ro", "/"]
+    argv += ["--ro-bind", pkg, pkg]
+    for target in BLINDED:
+        argv += ["--ro-bind", str(_BLIND), os.path.join(pkg, *target)]
+    argv += ["--bind", scratch, JAIL_SCRATCH, "--chdir", JAIL_SCRATCH, "--remount-ro", "/"]
     return argv + ["--"]
 
 
@@ -116,7 +121,8 @@ def boot_config(scratch: str, mode: str) -> dict:
     pkg = str(package_dir())
     cfg = {"lib": str(Path(pkg).parent), "mode": mode}
     if mode == "unshare":
-        cfg.update({"package": pkg, "blind": str(_BLIND), "scratch": scratch,
+        cfg.update({"package": pkg, "blind": str(_BLIND), "blinded": [os.path.join(*t) for t in BLINDED],
+                    "scratch": scratch,
                     "keep": sorted(set(_python_roots()) | {pkg, scratch})})
     elif mode == "bwrap":
         cfg["scratch"] = JAIL_SCRATCH

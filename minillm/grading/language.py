@@ -1,4 +1,5 @@
-"""Which language the grader's feedback is in: the answer's own, or the notebook's.
+"""Which language the grader's feedback is in: the answer's own, or the notebook's (the course-wide
+setting of :mod:`minillm.i18n`, re-exported here).
 
 A written answer carries its language (Chinese characters or English words); feedback on it
 follows it. Code, a letter or a number carries none, so those are answered in the notebook's
@@ -9,43 +10,9 @@ default.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from dataclasses import dataclass
+from ..i18n import LANGS, Bi, get_language, resolve, set_language, using
 
-LANGS = ("en", "zh")
-_current = ["en"]
-
-
-def _checked(lang) -> str:
-    if lang not in LANGS:
-        raise ValueError(f"lang must be one of {', '.join(map(repr, LANGS))}, got {lang!r}")
-    return lang
-
-
-def set_language(lang: str) -> None:
-    """Make ``lang`` ("en" or "zh") the language of feedback that has no language of its own
-    (code, letters, numbers, empty answers); a written answer is still answered in its own."""
-    _current[0] = _checked(lang)
-
-
-def get_language() -> str:
-    return _current[0]
-
-
-def resolve(lang: str | None) -> str:
-    """``lang`` when given (checked), else the notebook's language."""
-    return get_language() if lang is None else _checked(lang)
-
-
-@contextmanager
-def using(lang: str | None):
-    """Within the block, ``lang`` (when given) is the current language; then the old one again."""
-    old = _current[0]
-    _current[0] = resolve(lang)
-    try:
-        yield _current[0]
-    finally:
-        _current[0] = old
+__all__ = ["LANGS", "Bi", "answer_language", "get_language", "resolve", "set_language", "using"]
 
 
 def answer_language(text: str, fallback: str | None = None) -> str:
@@ -56,15 +23,3 @@ def answer_language(text: str, fallback: str | None = None) -> str:
     if not text or not (cjk_chars(text) or latin_words(text)):
         return resolve(fallback)
     return language(text)
-
-
-@dataclass(frozen=True)
-class Bi:
-    """One text in both languages, side by side so they cannot drift apart."""
-
-    en: str
-    zh: str
-
-    def __call__(self, lang: str | None = None, **fields) -> str:
-        text = self.zh if resolve(lang) == "zh" else self.en
-        return text.format(**fields) if fields else text

@@ -199,22 +199,10 @@ class Session:
 
 def _prepare(need_engine: bool) -> None:
     """Import (and load) everything grading uses, before any student code runs."""
-    import minillm.grading  # noqa: F401  (registers every exercise)
-    from . import coding
-
-    import torch  # noqa: F401
-    import minillm.kv_cache  # noqa: F401
-    import minillm.sampler  # noqa: F401
-    from minillm import SamplingParams, StopReason  # noqa: F401
     from . import wire  # noqa: F401
-    import numpy  # noqa: F401
+    from .chapter import current
 
-    coding.shipped_config()
-    if need_engine:
-        try:
-            coding.engine()
-        except Exception:  # reported by the grader that needs it
-            pass
+    current().prepare(need_engine)
 
 
 def _answer_text(value) -> str:
@@ -230,10 +218,10 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
     """Grade one submission; returns the report (a dict). Raises ``ValueError`` for an unreadable
     notebook, and :class:`jail.NoJail` when its code must run but no jail can be built here
     (unless ``unjailed``: then the code runs in the weaker mode, and the report says so)."""
-    from . import EXERCISES
+    from .chapter import current
     from .integrity import Snapshot
     from .messages import msg
-    from .registry import grade
+    from .registry import EXERCISES, grade
     from .result import NOT_ATTEMPTED, Feedback, Result, Summary
 
     started = time.monotonic()
@@ -243,7 +231,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
     lang = notebook_language(nb)
     names = {ex.answer_name: ex for ex in EXERCISES.values()}
     found = extract.static_answers(nb, names)
-    editor_file = path.resolve().parent / "ch04_task1_diagram.json"
+    editor_file = path.resolve().parent / current().diagram_file
     answers: dict = {}
     dynamic = []
     for name in names:
@@ -262,7 +250,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
         elif kind == extract.DYNAMIC:
             dynamic.append(name)
     jail = jails.choose(allow_unjailed=unjailed) if dynamic else None
-    _prepare(need_engine="task3_kv_bytes" in dynamic)
+    _prepare(need_engine=any(names[n].kind == "engine" for n in dynamic))
     snapshot = Snapshot()
     session = None
     try:
@@ -332,13 +320,13 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
 
 def _flag_engine_references(nb, results, lang: str) -> None:
     """A person reads a code answer whose notebook names the engine's own implementation of it."""
-    from . import EXERCISES
-    from .engine_guard import FORBIDDEN
+    from .chapter import current
     from .messages import msg
     from .peeking import engine_references
+    from .registry import EXERCISES
     from .result import Feedback
 
-    named = engine_references(nb, FORBIDDEN)
+    named = engine_references(nb, current().forbidden)
     for r in results:
         if EXERCISES[r.exercise_id].answer_name in named:
             r.needs_human_review = True
@@ -356,7 +344,7 @@ def _sandbox_line(session, jail) -> str:
 
 def coding_seed() -> int:
     """The seed of this run's fresh code cases (``MINILLM_GRADE_SEED=…`` repeats them)."""
-    from .coding import run_seed
+    from .cases import run_seed
 
     return run_seed()
 
@@ -508,14 +496,14 @@ def grade_in_child(nb_path: Path, args, work: Path) -> dict:
 
 
 def _write_gradebook(csv_path: Path, json_path: Path, reports: list[dict], done: bool) -> None:
-    from . import ORDER
+    from .chapter import current
 
     from .copies import mark_shared_answers
     from .review import apply, load
 
     # answers two students share go to a person; an instructor's overrides are kept across regrades
     reports = apply(mark_shared_answers(reports), load(json_path.parent))
-    write_atomic(csv_path, gradebook_csv(reports, ORDER))
+    write_atomic(csv_path, gradebook_csv(reports, list(current().order)))
     write_atomic(json_path, as_json({"grader_version": grader_version(), "complete": done, "reports": reports}))
 
 

@@ -232,6 +232,10 @@ def grade(ex: Exercise, answer: Any, lang: str | None = None) -> Result:
                 needs_human_review=True, bonus_max=ex.bonus_max, lang=lang, confidence=0.0, flags=["grader failed"])
         _flag_copy_of_model(ex, answer, marks)
         _doubt_hidden_characters(ex, answer, marks)
+        if ex.kind in ("text", "quiz"):
+            from .calibration import near_the_line
+
+            near_the_line(ex.id, answer, marks, ex.max_score)
         score = min(max(marks.score, 0.0), ex.max_score)
         bonus = min(max(marks.bonus, 0.0), ex.bonus_max)
         confidence = marks.confidence
@@ -248,12 +252,23 @@ def _flag_copy_of_model(ex: Exercise, answer: Any, marks: Marks) -> None:
     text = " ".join(p if isinstance(p, str) else " ".join(x for x in p if isinstance(x, str))
                     if isinstance(p, (list, tuple)) else "" for p in parts)
     try:
-        from .solutions import close_to_model
-
         if close_to_model(ex.id, text):
             marks.flag(marks.t("grade.model_copy"))
     except Exception:  # never let the copy check break grading
         pass
+
+
+def close_to_model(exercise_id: str, text: str) -> bool:
+    """Is ``text`` a near copy of the chapter's model answer to ``exercise_id`` (a full id)?"""
+    from rapidfuzz import fuzz
+
+    from .chapter import current
+
+    try:
+        models = [current().model_answer(exercise_id, lang) for lang in ("en", "zh")]
+    except KeyError:
+        return False
+    return len(text) >= 30 and any(fuzz.token_set_ratio(text.lower(), model.lower()) >= 88 for model in models)
 
 
 HIDDEN_DOUBT = 0.35  # invisible or look-alike characters in a written answer: someone may be hiding a word
@@ -270,7 +285,7 @@ def _strings(value, depth: int = 0):
 def _doubt_hidden_characters(ex: Exercise, answer: Any, marks: Marks) -> None:
     """Invisible characters or look-alike letters were cleaned out of a written answer before it
     was read: the reading is probably right, but a person should see what was hidden."""
-    if ex.kind not in ("text", "quiz"):
+    if ex.kind not in ("text", "quiz", "diagram"):
         return
     from .unicode_clean import tricks
 

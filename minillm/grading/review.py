@@ -157,14 +157,14 @@ def _find(reports: list[dict], target: str) -> tuple[dict, str]:
 
 def _write(path: Path, data: dict, reports: list[dict]) -> None:
     """The gradebook (or report) at ``path`` with the decisions applied; a gradebook's CSV beside it."""
-    from . import ORDER
+    from .chapter import current
 
     if "reports" in data:
         data = dict(data, reports=reports)
         write_atomic(path, as_json(data))
         csv_path = path.with_suffix(".csv")
         if csv_path.exists():
-            write_atomic(csv_path, gradebook_csv(reports, ORDER))
+            write_atomic(csv_path, gradebook_csv(reports, list(current().order)))
     else:
         write_atomic(path, as_json(reports[0]))
 

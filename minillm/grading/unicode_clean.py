@@ -62,7 +62,10 @@ def _map_word(word: str) -> str:
     has_latin = any(_is_latin(ch) for ch in word)
     only_lookalikes = all(ch in _LOOKALIKES or ch.isdigit() or _is_latin(ch) for ch in word)
     if has_latin or only_lookalikes:
-        return "".join(_LOOKALIKES.get(ch, ch) for ch in word)
+        latin = [ch for ch in word if _is_latin(ch)]
+        upper = len(latin) >= 2 and all(ch.isupper() for ch in latin)  # "WаITING": a state name in capitals
+        return "".join((_LOOKALIKES[ch].upper() if upper else _LOOKALIKES[ch]) if ch in _LOOKALIKES else ch
+                       for ch in word)
     return word
 
 

@@ -84,16 +84,24 @@ class Int8Linear(nn.Module):
         bias = None if linear.bias is None else linear.bias.detach().float()
         self._packed = torch.ops.quantized.linear_prepack(q, bias)
         self.weight_bytes = q.numel() + 4 * scale.numel() + (0 if bias is None else 4 * bias.numel())
-        # the same int8 levels and scales, plain, for the decode kernel (few rows: weight-only)
-        self._stream = None
-        if w.device.type == "cpu" and gemv.enabled_by_env() and gemv.available():
-            self._stream = (q.int_repr().contiguous(), scale.float().contiguous(), bias)
+        self._stream = None  # (int8 levels, scales, bias) for the decode kernel: ``stream``
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._stream is not None and gemv.few_rows(x, self.in_features):
             q, scale, bias = self._stream
             return gemv.linear_int8(x, q, scale, bias)
         return torch.ops.quantized.linear_dynamic(x, self._packed, False)
+
+    def stream(self, enabled: bool = True) -> None:
+        """Run products of at most ``gemv.MAX_ROWS`` rows (decode) on the streaming kernel: the
+        same int8 levels and scales, widened to float32 in registers (the activations are not
+        rounded to 8 bits, as torch's dynamic int8 linear does). A plain copy of the levels
+        (a byte a weight) is kept for it. ``enabled=False`` drops it."""
+        self._stream = None
+        if enabled:
+            q, bias = torch.ops.quantized.linear_unpack(self._packed)
+            self._stream = (q.int_repr().contiguous(), q.q_per_channel_scales().float().contiguous(),
+                            None if bias is None else bias.float().contiguous())
 
     def dequantized_weight(self) -> torch.Tensor:
         """The float32 weight the int8 one stands for (for checks and the course)."""
@@ -118,14 +126,22 @@ def quantize_weights(model: nn.Module, weight_dtype) -> nn.Module:
 
 
 def stream_weights(model: nn.Module, enabled: bool = True) -> nn.Module:
-    """Run ``model``'s float32 CPU projections' decode products on the streaming kernel
-    (``minillm.fast.gemv.StreamLinear``, in place: same parameters), or put plain
-    ``nn.Linear``s back (``enabled=False``). Left as they are where the kernel cannot be built
+    """Run ``model``'s decode products (float32 or int8 CPU projections) on the streaming kernel
+    (``minillm.fast.gemv``; float32: ``StreamLinear``, in place, same parameters), or put the
+    plain ``nn.Linear`` / torch's int8 linear back (``enabled=False``). The fast layer calls it
+    at load (``minillm.fast.prepare_model``); nothing changes where the kernel cannot be built
     (no C compiler) or ``MINILLM_GEMV=0``. Returns the model."""
     if enabled and not (gemv.enabled_by_env() and gemv.available()):
         enabled = False
+    if enabled:
+        gemv.keep_torch_on_one_thread(model)  # decode steps: the kernel's threads, not torch's team
+    else:
+        gemv.release_torch_threads(model)
     for owner, name in model.projections():
         module = getattr(owner, name)
+        if isinstance(module, Int8Linear):
+            module.stream(enabled)
+            continue
         if not isinstance(module, nn.Linear):
             continue
         if enabled and module.weight.device.type == "cpu" and module.weight.dtype == torch.float32:

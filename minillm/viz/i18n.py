@@ -1,14 +1,14 @@
-"""The course's language: one setting for every widget, diagram and plot, and one phrase table
-per language.
+"""The widgets' and plots' words: one phrase table per language. The language itself is the
+course-wide setting of :mod:`minillm.i18n` (shared with the grader's feedback), re-exported here.
 
     from minillm.viz import set_language
     set_language("zh")          # every view made after this speaks Chinese
     RequestStepper(lang="en")   # ... except one that asks for English
 
-Every view takes ``lang=None``; None means the course-wide setting (``get_language()``,
-"en" until ``set_language`` is called). The words live in ``PHRASES``, one dict per
-language with the same keys, so a label is looked up, never translated on the fly; the
-engine's own names (states such as WAITING or DECODE, stop reasons, ``SamplingParams``
+Every view takes ``lang=None``; None means the course-wide setting (``get_language()``, "en"
+until ``set_language`` is called, here or in ``minillm.grading``: it is one setting). The words
+live in ``PHRASES``, one dict per language with the same keys, so a label is looked up, never
+translated on the fly; the engine's own names (states such as WAITING or DECODE, stop reasons, ``SamplingParams``
 fields) stay as the engine spells them in every language.
 """
 
@@ -16,35 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-LANGUAGES = ("en", "zh")
-_current = "en"
+from ..i18n import LANGS as LANGUAGES
+from ..i18n import get_language, pick, set_language
+from ..i18n import resolve as resolve_lang
 
-
-def _check(lang) -> str:
-    if lang not in LANGUAGES:
-        raise ValueError(f"lang must be one of {', '.join(repr(x) for x in LANGUAGES)}, got {lang!r}")
-    return lang
-
-
-def set_language(lang: str) -> None:
-    """Set the course-wide language ("en" or "zh") used by every view given ``lang=None``."""
-    global _current
-    _current = _check(lang)
-
-
-def get_language() -> str:
-    """The course-wide language: "en" until ``set_language`` changes it."""
-    return _current
-
-
-def resolve_lang(lang=None) -> str:
-    """``lang`` itself when given (checked), else the course-wide setting."""
-    return _current if lang is None else _check(lang)
+__all__ = ["LANGUAGES", "get_language", "set_language", "resolve_lang", "phrase", "PhraseMapping", "PHRASES"]
 
 
 def phrase(key: str, lang=None, **fields) -> str:
     """The phrase ``key`` in ``lang`` (None: the course-wide language), with ``fields`` filled in."""
-    text = PHRASES[resolve_lang(lang)][key]
+    text = pick(en=EN[key], zh=ZH[key], lang=lang)
     return text.format(**fields) if fields else text
 
 

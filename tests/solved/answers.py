@@ -1,7 +1,7 @@
 """The reference answers of the chapter 04 exercises (each must grade to full marks).
 
 They live here, under tests/, not in the installed ``minillm`` package and not in the tree
-the course lab serves: ``python -m minillm.grading.build_notebooks`` reads them from this file
+the course lab serves: ``python scripts/build_exercises.py`` reads them from this file
 to write the solved notebook next to it.
 """
 

@@ -19,13 +19,14 @@
  * Threads: output rows are cut into chunks that the calling thread and persistent workers
  * claim one at a time (a compare-and-swap on a ticket holding the call's number and the next
  * chunk), so a worker that wakes late takes fewer chunks and the caller never waits for a
- * worker that has not started; it waits only for chunks a worker has claimed. Workers spin
- * for a short while after a call (decode calls come every few tens of microseconds), then
- * sleep on a futex. Built and loaded by minillm/fast/gemv.py. */
+ * worker that has not started; it waits only for chunks a worker has claimed (spinning, then
+ * yielding its core). Workers spin for a short while after a call (decode calls come every few
+ * tens of microseconds; 100 us, MINILLM_GEMV_SPIN_US), then sleep on a futex. Built and loaded by minillm/fast/gemv.py. */
 
 #define _GNU_SOURCE
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -181,7 +182,7 @@ static struct {
     struct gemv_job job;
     int64_t nchunks, chunk_rows;
     long spin_ns;                          /* how long an idle worker spins before sleeping */
-} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .spin_ns = 200000};
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .spin_ns = 100000};
 
 static void futex_wait(_Atomic uint32_t *addr, uint32_t val)
 {
@@ -262,6 +263,9 @@ static void forget_workers_after_fork(void)
 static int ensure_workers(int want)
 {
     static int atfork_done;
+    const char *spin = getenv("MINILLM_GEMV_SPIN_US"); /* read when the first worker starts */
+    if (spin != NULL && pool.started == 0 && atoi(spin) >= 0)
+        pool.spin_ns = (long)atoi(spin) * 1000;
     if (want > MAX_WORKERS)
         want = MAX_WORKERS;
     while (pool.started < want) {
@@ -315,8 +319,14 @@ static void run(const struct gemv_job *job, int threads)
     if (atomic_load(&pool.sleepers) > 0)
         futex_wake_all(&pool.wake);
     take_chunks(call);
-    while (atomic_load(&pool.done) < pool.nchunks)
-        CPU_RELAX();
+    /* wait for the chunks workers claimed; on a machine busier than its cores a worker may be
+     * descheduled holding one: after a short spin, give the core away until it is done */
+    for (int spins = 0; atomic_load(&pool.done) < pool.nchunks; spins++) {
+        if (spins < 4096)
+            CPU_RELAX();
+        else
+            sched_yield();
+    }
     pthread_mutex_unlock(&pool.lock);
 }
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .language import Bi, answer_language
-from .registry import Marks, NotAttempted, is_unanswered, register
-from .text import CLAUSE, W, char_count, compile_all, keyword_list, misconception, normalize
+from ..language import Bi, answer_language
+from ..registry import Marks, NotAttempted, is_unanswered, register
+from ..text import CLAUSE, W, char_count, compile_all, keyword_list, misconception, normalize
 
 # =============================================================================================
 # Task 3's misconceptions (tasks 2 and 4, the quiz and the pitfalls use those of ideas.py)
@@ -31,7 +31,8 @@ HIT_MISS = misconception(
      rf"(answers?|responses?|replies|completions?)",
      rf"(same|identical|repeated)\s+(prompts?|questions?|query|queries|requests?)\b{CLAUSE}{{0,40}}"
      rf"(return|serv|answer|skip|fast|instant)",
-     r"\blru\b", r"命中|缓存(了)?[^。；;]{0,6}(答案|回答|回复)|(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)|查表"],
+     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
+     r"命中|缓存(了)?[^。；;]{0,6}(答案|回答|回复)|(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)|查表"],
     "the KV cache is not a hit/miss cache of answers: it is execution state (the keys and values "
     "of one live request's tokens) that exists only while that request runs",
 )
@@ -223,31 +224,34 @@ def _report_misconceptions(reading, m: Marks) -> set:
     return spoiled
 
 
-PARTLY_COPIED_DOUBT = 0.25  # alone it does not flag: the bar's own words are the natural way to say it
+PARTLY_COPIED_DOUBT = 0.35  # part of the answer is shown text: a person reads it (with the other doubts)
 
 
 def own_words(text: str, m: Marks, lang: str, what: tuple[str, str] = ("this", "这段话")) -> bool:
     """False (this text earns nothing, a person looks) when it is mostly text the course or its
-    feedback shows (:mod:`copies`); a partial copy only lowers the confidence."""
-    from .copies import verdict
+    feedback shows, or a model answer (:mod:`copies`); a partial copy only lowers the confidence."""
+    from ..copies import verdict
 
     found = verdict(text)
-    if found == "copied":
+    if found == "pasted":
+        m.wrong(_say(lang, f"{what[0]} is text the exercise, its options or its feedback show; say it in your own words",
+                     f"{what[1]}是题目、选项或反馈里的原文；请用自己的话说"))
+        m.doubt("pasted from the course", 0.0)  # certain: named in the flags, no review needed
+        return False
+    if found in ("copied", "model"):
         m.wrong(_say(lang, f"{what[0]} repeats text the exercise, its options or its feedback show; "
                            f"say it in your own words",
                      f"{what[1]}照搬了题目、选项或反馈里的文字；请用自己的话说"))
-        m.flag(why="copied from the course")
+        m.flag(why="copied from the course" if found == "copied" else "copy of a model answer")
         return False
-    if found == "model":
-        m.flag(why="close to the model answer")
-    elif found == "partly":
+    if found == "partly":
         m.doubt("partly copied from the course", PARTLY_COPIED_DOUBT)
     return True
 
 
 def _short_answer(text: str, m: Marks, ideas, misconceptions, prompts, limit: float, name: str) -> None:
     """Task 2 and task 4: ideas by meaning, misconceptions, salad, copied task text, a length rule."""
-    from .concepts import length_units, read
+    from ..concepts import length_units, read
 
     r = read(text, ideas, misconceptions, prompts)
     lang = r.lang = m.lang = answer_language(text, m.lang)
@@ -324,7 +328,8 @@ SCENARIO_KINDS = [
         r"(huge|big|large|very long|enormous|massive|lengthy|giant|long)\s+(\w+\s+){0,2}(prompts?|context|inputs?|documents?|"
         r"history|pdfs?|codebases?|files?|books?|transcripts?)", r"system\s+prompt", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
         r"(book|document|file|codebase|report)",
-        r"超长|长[^。；;]{0,3}(提示|系统提示|prompt)|(提示词|系统提示|prompt)[^。；;]{0,4}(长|大)|大文档|整本书|整份|很长的(文档|输入|提示)"]),
+        r"超长|长[^。；;]{0,3}(提示|系统提示|prompt)|(提示词|系统提示|prompt)[^。；;]{0,4}(长|大)|大文档|整本书|整份|很长的(文档|输入|提示)",
+        r"长[^。；;]{0,2}(文档|文件|合同|论文|代码库)|(文档|文章|报告|论文|合同)[^。；;]{0,4}(总结|问答|摘要|分析)|(总结|分析|阅读)[^。；;]{0,6}(文档|文章|报告|论文|合同)"]),
     _kind("high_concurrency", "high concurrency (many live requests at once)", [
         r"concurren\w*", r"parallel\s+(requests|users|sessions)", rf"many\s+{W}{{0,2}}(requests|users|sessions|"
         r"clients|sequences|conversations|chats)", r"high\s+(traffic|load|qps|throughput)", r"(large|big)\s+batch",
@@ -357,17 +362,35 @@ SCENARIO_KINDS = [
 
 _UNIT = (r"\btokens?\b|length|longer|\bclients?\b|\bcontext\b|\bprompts?\b|\bhistory\b|\boutputs?\b|\bbatch\b|对话|越长|\brequests?\b|\busers?\b|sessions?|sequences?|\bsteps?\b|\brounds?\b|positions?|"
          r"lifetime|\btime\b|\beach\b|\bevery\b|\bper\b|concurren\w*|simultaneous\w*|at once|"
-         r"token|长度|请求|用户|会话|序列|步|轮|位置|时间|更久|更长|每|各|上下文|历史|并发|同时")
-_STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|"
+         r"token|长度|请求|用户|会话|序列|步|轮|位置|时间|更久|更长|每|各|上下文|历史|并发|同时|生成|输出|解码|\bgenerat\w*|\bdecod\w*")
+_STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|\bstor(e|ed|ing|age)\b|"
           r"KV|缓存|显存|内存|键值|块|状态|存储")
 _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore\b|\badd\w*|accumulat\w*|append\w*|multipl\w*|"
          r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
-         r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每")
+         r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|留|存着|"
+         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|"
+         r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
+         r"\buntil\b|\bwhile\b|不会?(丢|删)")
 
 
-def _reason_level(reason: str) -> str | None:
-    has = [bool(re.search(p, reason, re.IGNORECASE)) for p in (_UNIT, _STATE, _GROW)]
+def _scenario_kind(scen: str, reason: str, seen: dict, m: Marks):
+    """The kind of cache-pressure scenario a name describes (or, for a vague name, its reason); a
+    name of two kinds ("code generation of a big file") is read as a kind not given yet, with a doubt."""
+    kinds = [k for k in SCENARIO_KINDS if any(p.search(scen) for p in k.patterns)]
+    if not kinds:  # the name may be vague; the reason may say it
+        kinds = [k for k in SCENARIO_KINDS if any(p.search(f"{scen} {reason}") for p in k.patterns)]
+    if len(kinds) > 1:
+        m.doubt("a scenario of two kinds", 0.2)
+    return next((k for k in kinds if k.key not in seen), kinds[0] if kinds else None)
+
+
+def _reason_level(reason: str, scenario: str = "") -> str | None:
+    """'strong' when the reason says what state grows and from what (the unit may come from the
+    scenario's name when the reason is a sentence: "their blocks are never freed"), 'weak' for half."""
+    sentence = len(re.findall(r"[A-Za-z]+", reason)) >= 4 or len(re.findall(r"[\u4e00-\u9fff]", reason)) >= 6
+    unit_text = f"{scenario} {reason}" if sentence else reason
+    has = [bool(re.search(p, text, re.IGNORECASE)) for p, text in ((_UNIT, unit_text), (_STATE, reason), (_GROW, reason))]
     if all(has):
         return "strong"
     if has[1] or (has[0] and has[2]):
@@ -432,7 +455,7 @@ _KIND_ZH = {"long_context": "长上下文（长提示、长对话历史）", "hi
 @_wrong_type
 def grade_task3(answer, m: Marks) -> None:
     """2 points per scenario: a recognised, distinct scenario, and a reason that says what state grows."""
-    from .concepts import keyword_run
+    from ..concepts import keyword_run
 
     items = _scenario_items(answer)
     if not items:
@@ -444,10 +467,7 @@ def grade_task3(answer, m: Marks) -> None:
     seen: dict[str, str] = {}
     reasons: list[str] = []
     for scen, reason in items[:3]:
-        both = f"{scen} {reason}"
-        kind = next((k for k in SCENARIO_KINDS if any(p.search(scen) for p in k.patterns)), None)
-        if kind is None:  # the name may be vague; the reason may say it
-            kind = next((k for k in SCENARIO_KINDS if any(p.search(both) for p in k.patterns)), None)
+        kind = _scenario_kind(scen, reason, seen, m)
         name = scen or reason[:30]
         if kind is None:
             m.missing(_say(lang, f"'{name}': not a cache-pressure scenario the grader recognises (long context, "
@@ -477,7 +497,7 @@ def grade_task3(answer, m: Marks) -> None:
             m.wrong(_say(lang, f"'{name}': the reason is a keyword list; write why as a sentence",
                          f"“{name}”：理由是一串关键词，请写成句子"))
             continue
-        level = _reason_level(reason)
+        level = _reason_level(reason, scen)
         if level == "strong" and kind is not None:
             m.ok(_say(lang, f"'{name}': the reason says what grows and why", f"“{name}”：理由说明了什么在增长、为什么增长"), 1)
         elif level == "strong":
@@ -773,7 +793,8 @@ def _register_question(q: Question) -> None:
               title_zh=f"自测 · {q.text.zh[:24].rstrip()}…")
     @_wrong_type
     def grader(answer, m: Marks, q=q) -> None:
-        from .concepts import is_salad, length_units, read
+        from ..concepts import is_salad, length_units, read
+        from ..copies import restates
 
         letter_text, why = _quiz_answer(answer, q)
         # the why carries the answer's language; a bare letter has none, so the notebook's decides
@@ -804,6 +825,11 @@ def _register_question(q: Question) -> None:
             m.flag()
             return
         if not own_words(why, m, lang, ("the why", "理由")):
+            return
+        if restates(why, q.options[letter].text.en) or restates(why, q.options[letter].text.zh):
+            m.wrong(_say(lang, "the why repeats the option you chose; say what makes it true",
+                         "理由只是复述了所选的选项；请说明它为什么成立"))
+            m.flag(why="restates the option")
             return
         wanted, need_all = _quiz_why_ideas(q)
         r = read(why, wanted, [])
@@ -901,7 +927,7 @@ def _pitfall_answer(answer, name: str) -> tuple[bool | None, str]:
 def _pitfall_reason(p: Pitfall, reason: str):
     """(reading, present) for a pitfall's reason, by the concept matcher."""
     from . import ideas as I
-    from .concepts import read
+    from ..concepts import read
 
     wanted = {"pitfall1_kv_not_hit_cache": [I.REQUEST_STATE],
               "pitfall2_sampling_not_ui": [I.TOKEN_TO_HISTORY, I.NEXT_STEP_DEPENDS, I.SAMPLING_PICKS],
@@ -920,7 +946,7 @@ def _register_pitfall(p: Pitfall) -> None:
               title_zh=f"误区 · {p.statement.zh[:22].rstrip()}…")
     @_wrong_type
     def grader(answer, m: Marks, p=p) -> None:
-        from .concepts import is_salad, length_units
+        from ..concepts import is_salad, length_units
 
         verdict, reason = _pitfall_answer(answer, p.id)
         lang = m.lang = answer_language(reason, m.lang) if reason else m.lang
@@ -986,7 +1012,7 @@ def grade_task5(answer, m: Marks) -> None:
     """1 point: the summary policy (the last-N window would drop turn 1, which every later turn needs);
     1 point: a reason that says what each policy keeps or loses."""
     from . import ideas as I
-    from .concepts import is_salad, read
+    from ..concepts import is_salad, read
 
     if not (isinstance(answer, (list, tuple)) and len(answer) == 2):
         raise _TypeProblem('task5_trim_policy should be a pair ("summary" or "last_n", "why, in a sentence")',

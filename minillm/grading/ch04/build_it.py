@@ -22,10 +22,10 @@ import random
 from dataclasses import dataclass, fields
 
 from . import programs as P
-from . import safecall
-from .language import resolve
-from .registry import Exercise, Marks, NotAttempted, grade
-from .result import Result
+from .. import safecall
+from ..language import resolve
+from ..registry import Exercise, Marks, NotAttempted, grade
+from ..result import Result
 
 N_PROGRAMS = 16
 PROGRAM_LENGTH = 10
@@ -118,8 +118,8 @@ def small_engine(parts=None):
     4 tokens, 3 batch slots and a 12-token step, so prompts prefill in chunks and requests
     preempt each other. ``parts``: a ``minillm.seams.EngineParts``, or None for the engine's own
     parts (with ``seams.RefCountPool`` as its pool, so nothing is kept between programs)."""
-    from ..llm import LLM
-    from ..seams import EngineParts, RefCountPool
+    from ...llm import LLM
+    from ...seams import EngineParts, RefCountPool
 
     parts = parts or EngineParts()
     if parts.block_pool is None:
@@ -157,8 +157,8 @@ def engine(parts, *, quiet: bool = False, **options):
     invariant) this says why in one sentence and returns the engine with its own parts instead,
     so every cell after it still runs. ``options``: ``LLM`` options (default: the CPU, a pool
     of 64 blocks of 4 tokens, as the widgets draw it)."""
-    from ..llm import LLM
-    from ..seams import EngineParts
+    from ...llm import LLM
+    from ...seams import EngineParts
 
     lang = resolve(None)
     opts = {"device": "cpu", "block_size": 4, "num_kv_blocks": 64, **options}
@@ -255,8 +255,8 @@ def run_programs(m: Marks, parts, reference_parts, *, sampling=False, failures=T
 
 # --- part (a): the state machine's legal moves ---------------------------------------------
 def grade_moves(table, m: Marks) -> None:
-    from ..request import TRANSITIONS, RequestState
-    from ..seams import EngineParts
+    from ...request import TRANSITIONS, RequestState
+    from ...seams import EngineParts
 
     if not isinstance(table, dict):
         m.wrong(_t(m.lang, "not_dict", type=type(table).__name__))
@@ -297,9 +297,9 @@ LAX_SETUP = {  # a few lines that bring request r to each state (PREEMPTED needs
 def _show_lax_move(table, m: Marks) -> None:
     """For the first move the diagram lacks that a few lines can reach, run those lines on an
     engine guarded by the learner's table and, if the wrong move passes, show them."""
-    from ..params import SamplingParams
-    from ..request import TRANSITIONS, RequestState
-    from ..seams import EngineParts
+    from ...params import SamplingParams
+    from ...request import TRANSITIONS, RequestState
+    from ...seams import EngineParts
 
     states = {s.value for s in RequestState}
     for old in RequestState:
@@ -322,13 +322,13 @@ def _show_lax_move(table, m: Marks) -> None:
 
 # --- part (b): a block pool with reference counts ------------------------------------------
 def grade_pool(cls, m: Marks) -> None:
-    from ..seams import EngineParts
+    from ...seams import EngineParts
 
     if not isinstance(cls, type):
         m.wrong(_t(m.lang, "not_class", name="MyBlockPool", type=type(cls).__name__))
         return
-    from ..kv_cache import BlockAllocator
-    from ..seams import RefCountPool
+    from ...kv_cache import BlockAllocator
+    from ...seams import RefCountPool
 
     if issubclass(cls, (RefCountPool, BlockAllocator)):
         m.wrong(_t(m.lang, "engine_own", name="MyBlockPool", what=_WHAT["b"][m.lang == "zh"]))
@@ -348,7 +348,7 @@ _WHAT = {"a": ("transition table (request.TRANSITIONS)", "转移表（request.TR
 
 def _block_own_step(llm) -> None:
     """The engine's own step is unavailable to a learner's engine (the task is to write it)."""
-    from .messages import both
+    from ..messages import both
 
     en, _zh = both("call.engine_used", name="LLM._step_once")
 
@@ -358,7 +358,7 @@ def _block_own_step(llm) -> None:
     llm._step_once = blocked
 
 def grade_step(fn, m: Marks) -> None:
-    from ..seams import EngineParts
+    from ...seams import EngineParts
 
     if not callable(fn) or isinstance(fn, type):
         m.wrong(_t(m.lang, "not_function", name="my_step", type=type(fn).__name__))
@@ -407,8 +407,8 @@ def _check_cases(m: Marks, fn, name: str, cases, engine_fn, arg: str) -> bool:
 
 
 def grade_filters(pair, m: Marks) -> None:
-    from ..sampler import top_k_filter, top_p_filter
-    from ..seams import EngineParts
+    from ...sampler import top_k_filter, top_p_filter
+    from ...seams import EngineParts
 
     top_k, top_p = pair
     for fn, name in ((top_k, "my_top_k_filter"), (top_p, "my_top_p_filter")):
@@ -504,12 +504,12 @@ def resolve_part(part: str) -> str:
 def check(part: str, answer=None, *, namespace: dict | None = None, lang: str | None = None) -> Verdict:
     """Check one part (``"a"`` … ``"d"``): its answer is read from the notebook by name (part d
     reads both filters) unless given."""
-    from .registry import _user_namespace
+    from ..registry import _user_namespace
 
     try:
         ex = PARTS[resolve_part(part)]
     except KeyError as exc:  # a typo in the part's name is feedback, not a traceback
-        from .result import ERROR, Feedback
+        from ..result import ERROR, Feedback
 
         return Verdict(Result(str(part), "unknown part", 0, 0, ERROR, [Feedback("wrong", exc.args[0])]))
     if answer is None:
@@ -534,8 +534,8 @@ def check(part: str, answer=None, *, namespace: dict | None = None, lang: str | 
 
 def show_method(part: str):
     """The method of one part in words (recorded in the notebook, like ``show_solution``)."""
-    from .language import get_language
-    from .solutions import _Shown
+    from ..language import get_language
+    from ..solutions import _Shown
 
     ex_id = resolve_part(part)
     return _Shown(ex_id, METHODS[ex_id][1 if get_language() == "zh" else 0], get_language())

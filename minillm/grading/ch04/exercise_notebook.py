@@ -1,58 +1,24 @@
-"""Write the chapter 04 exercises notebooks — English and Chinese, student and solved — from one source.
+"""The text of chapter 04's exercises notebook, both editions: every prose cell one
+``Bi(English, Chinese)``, the answer templates and the ``check(...)`` cells.
 
-    python -m minillm.grading.build_notebooks [--execute] [--lang en|zh]
-
-Four notebooks come out of this file:
-
-* ``exercises/ch04_exercises.ipynb`` and ``notebooks/zh/ch04/ch04_exercises.ipynb``: the student
-  notebooks, English and Chinese;
-* ``tests/solved/ch04_exercises_solved.ipynb`` and ``tests/solved/zh/ch04_exercises_solved.ipynb``:
-  their solved twins (reference answers from ``tests/solved/answers.py``).
-
-Why one source: every prose cell is one ``Bi(English, Chinese)`` written side by side, the quiz
-questions, options, pitfalls and scenario come from the graders' own bilingual tables
-(``texts.py``), and the code cells (answer templates, ``check(...)`` calls) are the same strings
-in both editions, so the editions cannot drift apart and the exercise ids and points are the
-same. The one code difference is the set-up cell: the Chinese edition calls
-``set_language("zh")`` so feedback that has no language of its own (code, letters) is Chinese;
-its ``metadata.minillm.lang`` is "zh" for ``minillm grade``.
-
-``--execute`` runs them and stores their outputs (a student notebook must show "not attempted"
-everywhere; a solved one, full marks), which is what nbval compares against. Cells whose output
-depends on the shipped model carry ``# NBVAL_IGNORE_OUTPUT``.
+It lives in the package because it is what a learner reads while answering: copy detection
+(``copies.py``) reads its string literals, so an answer pasted from the notebook earns nothing.
+``scripts/build_exercises.py`` (a source checkout) turns these cells into the four notebooks:
+the student and solved editions, English and Chinese. The quiz, pitfalls and scenario come from
+the graders' own tables (``texts.py``), so the notebook and its grading cannot disagree.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import re
-from pathlib import Path
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell
 
-from .language import LANGS, Bi
+from ...i18n import LANGS, Bi
 from .texts import PITFALLS, QUIZ, TASK5_SCENARIO
 
-REPO = Path(__file__).resolve().parents[2]
-STUDENT = REPO / "exercises" / "ch04_exercises.ipynb"
-SOLVED = REPO / "tests" / "solved" / "ch04_exercises_solved.ipynb"
-STUDENT_ZH = REPO / "notebooks" / "zh" / "ch04" / "ch04_exercises.ipynb"
-SOLVED_ZH = REPO / "tests" / "solved" / "zh" / "ch04_exercises_solved.ipynb"
-TARGETS = [(STUDENT, False, "en"), (SOLVED, True, "en"), (STUDENT_ZH, False, "zh"), (SOLVED_ZH, True, "zh")]
-
-SOLVED_SOURCE = REPO / "tests" / "solved" / "answers.py"
-
-
-def solved_answers(lang: str = "en") -> dict:
-    """The reference answers, read from ``tests/solved/answers.py`` (a source checkout only)."""
-    import runpy
-
-    if not SOLVED_SOURCE.is_file():
-        raise FileNotFoundError(f"the reference answers are in {SOLVED_SOURCE} (a source checkout), not installed")
-    return runpy.run_path(str(SOLVED_SOURCE))["SOLVED_ANSWERS_ZH" if lang == "zh" else "SOLVED_ANSWERS"]
-
+STUDENT_PATH = "exercises/ch04_exercises.ipynb"  # where the student notebooks sit, from the repository's root
+STUDENT_ZH_PATH = "notebooks/zh/ch04/ch04_exercises.ipynb"
 
 STUDENT_ANSWERS = {  # shared by both notebooks: the comments say it in both languages
     "task1_diagram": "# Your answer: the editor above (default), Python data, or DOT text.\n"
@@ -114,7 +80,7 @@ def _pitfall_markdown(p, number: int, lang: str) -> str:
 
 
 def _grade_command(lang: str) -> str:
-    return f"minillm grade {(STUDENT_ZH if lang == 'zh' else STUDENT).relative_to(REPO).as_posix()} --json report.json"
+    return f"minillm grade {STUDENT_ZH_PATH if lang == 'zh' else STUDENT_PATH} --json report.json"
 
 
 SETUP = {  # the set-up cell: the only code that differs, and only in telling check() its language
@@ -124,11 +90,14 @@ SETUP = {  # the set-up cell: the only code that differs, and only in telling ch
 }
 
 
-def cells(solved: bool, lang: str = "en") -> list:
-    """The notebook's cells in ``lang``; answer cells from the reference answers when ``solved``."""
+def cells(solved: bool, lang: str = "en", answers: dict | None = None) -> list:
+    """The notebook's cells in ``lang``; the answer cells hold ``answers`` (the reference answers,
+    which the repository keeps out of the package) when ``solved``, else the empty templates."""
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
-    answer = solved_answers(lang) if solved else STUDENT_ANSWERS
+    if solved and answers is None:
+        raise ValueError("a solved notebook needs its answers (tests/solved/answers.py in a source checkout)")
+    answer = answers if solved else STUDENT_ANSWERS
     code = new_code_cell
 
     def md(text: Bi):
@@ -145,7 +114,7 @@ def cells(solved: bool, lang: str = "en") -> list:
     out = [md(Bi(f"""# Chapter 04 exercises — the engine's core path{suffix}
 ### 第 04 章 练习：推理引擎核心链路 —— prefill、decode、sampling、KV Cache
 
-*中文版：[`{STUDENT_ZH.relative_to(REPO).as_posix()}`](../notebooks/zh/ch04/ch04_exercises.ipynb)*
+*中文版：[`{STUDENT_ZH_PATH}`](../notebooks/zh/ch04/ch04_exercises.ipynb)*
 
 The chapter asks one question: *which states does a request go through, from the moment it enters
 the engine until its resources are released?* These exercises check that you can answer it — on a
@@ -175,14 +144,14 @@ diagram, in a few sentences, and in small pieces of code that are compared with 
 > pitfall reasons) are read clause by clause for each required idea, in English, Chinese or a mix
 > of both, forgiving small typos and reading negation ("does *not* save memory", "无需重算").
 > Lists of keywords, copies of the task's own words (or of the options, hints and feedback the
-> notebook shows) and the chapter's misconceptions earn nothing.
+> notebook shows, or of a model answer) and the chapter's misconceptions earn nothing.
 > The graders do not understand your text: an unusual but correct answer can be missed, so when
 > the evidence is thin the result says **flagged for human review** and a person reads it.
 > Feedback is given in the language you answer in.""",
                     f"""# 第 04 章练习：推理引擎核心链路{suffix}
 ### Chapter 04 exercises — prefill、decode、sampling 与 KV Cache
 
-*English edition: [`{STUDENT.relative_to(REPO).as_posix()}`](../../../exercises/ch04_exercises.ipynb)*
+*English edition: [`{STUDENT_PATH}`](../../../exercises/ch04_exercises.ipynb)*
 
 这一章只问一个问题：*一个请求从进入引擎到资源被释放，要经过哪些状态？* 这些练习检查你能不能回答它——
 画成状态图、用几句话讲清楚，再写几段小代码，直接和引擎本身的实现对照。
@@ -206,7 +175,7 @@ diagram, in a few sentences, and in small pieces of code that are compared with 
 
 > **文字题的评分是启发式的。** 书面回答（任务 2–5、自测题的理由、误区判断的理由）按子句逐条寻找每个
 > 要点，中文、英文或中英混写都可以，能容忍小的拼写错误，也能识别否定（“无需重算”、“并*不*节省显存”）。
-> 关键词堆砌、照抄题目（或照抄 notebook 里显示的选项、提示和反馈）、章节里列出的误解都不得分。评分器并不真正理解你的文字：不寻常但正确的回答可能被
+> 关键词堆砌、照抄题目（或照抄 notebook 里显示的选项、提示和反馈，或照抄参考答案）、章节里列出的误解都不得分。评分器并不真正理解你的文字：不寻常但正确的回答可能被
 > 漏判，所以证据不足时结果会显示**已标记为需要人工复核**，由老师来读。
 > 用中文作答就得到中文反馈；代码题等没有自身语言的反馈，也因为下面的 `set_language("zh")` 而用中文。""")),
         md(Bi("""| exercise id | what you do | points | chapter |
@@ -680,43 +649,3 @@ task1_diagram = '''digraph {
 }'''
 ```""",
 }
-
-
-def build(solved: bool, lang: str = "en"):
-    nb = new_notebook(cells=cells(solved, lang))
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
-    nb.metadata["minillm"] = {"lang": lang, "generated": "edit minillm/grading/build_notebooks.py and rerun it"}
-    for i, cell in enumerate(nb.cells):  # stable cell ids: clean diffs when regenerated
-        cell["id"] = f"ch04-ex-{i:02d}"
-    return nb
-
-
-def execute(nb, folder: Path):
-    from nbclient import NotebookClient
-
-    NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
-                   resources={"metadata": {"path": str(folder)}}).execute()
-    return nb
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--execute", action="store_true", help="run the notebooks and store their outputs")
-    parser.add_argument("--lang", choices=LANGS, action="append",
-                        help="only this edition (repeatable; default: both)")
-    args = parser.parse_args(argv)
-    for path, solved, lang in TARGETS:
-        if args.lang and lang not in args.lang:
-            continue
-        nb = build(solved, lang)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if args.execute:
-            os.environ.setdefault("TQDM_DISABLE", "1")
-            execute(nb, path.parent)
-        nbformat.write(nb, path)
-        print(f"wrote {path.relative_to(REPO)}")
-
-
-if __name__ == "__main__":
-    main()

@@ -214,7 +214,7 @@ def _holders(llm) -> dict[int, list[str]]:
 
 def check_invariants(llm) -> None:
     """Raise Broken naming the first disagreement between the pool and the requests."""
-    from ..request import LIVE_STATES, RequestState
+    from ...request import LIVE_STATES, RequestState
 
     alloc = llm.kv_cache.allocator
     held = _holders(llm)
@@ -238,7 +238,7 @@ def check_invariants(llm) -> None:
 
 
 def _apply(llm, action, added: list[str], index: int) -> None:
-    from ..params import SamplingParams
+    from ...params import SamplingParams
 
     if isinstance(action, Add):
         params = SamplingParams(max_tokens=action.max_tokens, temperature=action.temperature, top_k=action.top_k,
