@@ -336,6 +336,8 @@ _GLUE_ZH = re.compile(r"的|了|是|会|把|让|但|所以|因为|就|时|也|�
                       r"将|以|只|都|每|再|还|又|才|即|则|若|如果|由于|因此|于是|需要|之|其|着|过|给|对|后|成|到|为|后|前|里|上|中")
 
 
+_VERB_ZH = re.compile(f"[{CJK}]{{2}}(决定|影响|依赖|进入|加入|追加|占用|占着|增加|避免|复用|需要|导致|变成|保存|释放|继续)[{CJK}]")
+
 # nouns of the chapter that contain a glue character (上下文, 并发…): not glue
 _ZH_TERMS = re.compile(r"上下文|并发|并行|中间|成本|时间|前缀|上限|在线|以前|之前|之后|以后|后续|后面|前面|对话|会话")
 _SEGMENT_SPLIT = re.compile(r"\s*(?:[,;|\n•·、，；→⇒]|->|=>|\s/\s|(?<=\w{2})/(?=\w{2})|\s[-–]\s)\s*"
@@ -371,6 +373,8 @@ def is_salad(text: str) -> bool:
     zh = "".join(_CJK_RE.findall(_ZH_TERMS.sub("", t)))
     if zh and _GLUE_ZH.search(zh):
         return False
+    if _VERB_ZH.search(t):
+        return False  # "输出长度决定步数": a verb between two nouns is a statement
     return len(en) + (len(re.findall(f"[{CJK}]+", t))) >= 2
 
 

@@ -12,7 +12,7 @@ _COMPUTE = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bcomput\w*", r"\bcalcula
             r"\bmath\b", r"计算", r"重算", r"运算", r"(?<![打清])算"]
 _AVOID = [r"\bavoid\w*", r"\bskip\w*", r"\bsav(e|es|ed|ing)\b", r"\bspar\w*", r"\beliminat\w*", r"\bprevent\w*",
           r"\breduc\w*", r"\bcut\w*", r"\bless\b", r"\bfewer\b", r"\bsidestep\w*", r"\bbypass\w*", r"\bspare\w*",
-          r"\bomit\w*", r"\bdrop\w*", r"少(?=算|计算|重算)", r"省去", r"避免", r"减少", r"节省", r"节约", r"免去", r"省掉", r"省了", r"(?<![节])省", r"跳过", r"免得", r"以免", r"省得",
+          r"\bomit\w*", r"\bdrop\w*", r"少(了)?(?=算|计算|重算|重复)", r"省去", r"避免", r"减少", r"节省", r"节约", r"免去", r"省掉", r"省了", r"(?<![节])省", r"跳过", r"免得", r"以免", r"省得",
           r"降低"]
 _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r"\bredid\b", r"\bre-?run\w*",
            r"\bre-?process\w*", r"\bre-?encod\w*",
@@ -63,7 +63,9 @@ MEMORY = idea(
                 r"\b(cache|it|kv|structure|store|buffer|table|state|memo)\s+(\w+\s+){0,2}(grows?|growing|swell\w*|(gets?|getting) "
                 r"(bigger|larger|huge|big|large|enormous)|balloons?|expands?)\b",
                 r"(缓存|KV)[^，。；,;]{0,8}(多一份|多出|变多|增多|越多)",
-                r"\bout of (gpu\s+)?memory\b", r"\boom\b", r"爆显存|显存(不够|不足|溢出|耗尽)",
+                r"\bout of (gpu\s+)?memory\b", r"\boom\b",
+                r"\b(size|memory|footprint)\b[^.;]{0,40}\bdepends?\s+on\b[^.;]{0,50}\b(length|tokens?|context)\b",
+                r"额外(的)?(显存|内存|存储)|显存开销|(显存|内存)[^，。；,;]{0,10}(有关|相关|成正比)", r"爆显存|显存(不够|不足|溢出|耗尽)",
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
                 r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀)"],
     weak=_MEM)
@@ -185,6 +187,7 @@ NO_EFFECT_LATER = misconception(
 
 HOLDS_RESOURCES = idea(
     "holds_resources", "each request holds state and resources until it is released", "每个请求从进入到释放都占着状态和资源",
+    polar=False,  # "没释放的块", "blocks not yet freed": still held
     standalone=[r"\bblocks?\b", r"\bslots?\b", r"\buntil\s+(it|the request|they)\s+(ends|finishes|is released|is freed|are released)\b",
                 r"\b(holds?|holding|occup\w*|owns?|keeps?|has|have)\b\s+(\w+\s+){0,3}?(resources?|state|kv|blocks?|slots?|memory|"
                 r"tokens)", r"\b(resources?|state|states)\b", r"\bkv blocks?\b", r"\bstate machines?\b",
@@ -200,6 +203,8 @@ MIXED_STATES = idea(
                 r"(改|更新|推进|切换|变)[^，。；]{0,6}(state|状态)", r"有的[^。；]{0,16}有的", r"有的(在|处于|正在)",
                 r"状态[^，。；]{0,4}(一直|不断|每一?步|总)[^，。；]{0,4}(变|改)",
                 r"\bsome\b[^.;]{0,40}\b(others?|some)\b", r"\bchanging\s+(\w+\s+)?states?\b", r"一些[^。；]{0,16}一些",
+                r"\b(join|leave|enter|finish)\w*\b[^.;]{0,30}\bdifferent\s+(times?|moments?|points?)\b",
+                r"\bbatch\w*\s+(\w+\s+){0,2}?(keeps?\s+)?chang\w*",
                 r"(加入|离开|进出|进进出出)", r"混合", r"每一?步[^，。；]{0,6}变"])
 
 EARLY_TURN_MATTERS = idea(
