@@ -16,7 +16,8 @@ by the memory bandwidth. Float32 (the reference) is exact; two options store few
 Both change the logits a little; ``tests/test_weight_options.py`` bounds how much on the
 shipped model and reports where greedy tokens first diverge from float32.
 
-Float32 weights on the CPU are *streamed* (``stream_weights``, the fast layer's default): a decode step's
+Float32 weights on the CPU are *streamed* on the fast path (``stream_weights``, called by
+``minillm.fast.prepare_model``; the reference path keeps ``nn.Linear``): a decode step's
 few-row products run ``minillm.fast.gemv``, a C kernel that reads each weight once at the
 core's bandwidth and shares the output rows between threads; the same float32 products in
 another summation order. int8 decode steps use its int8 twin: the int8 weights widened to
