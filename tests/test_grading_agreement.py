@@ -33,13 +33,13 @@ ROWS = split.rows()
 ORDINARY = {"ordinary", "format"}
 
 # measured on the last change (README, grading section); each is a floor (or a ceiling), not a target
-FLOORS = {  # measured (1098 answers): tune 99.1 % (ordinary 99.5, adversarial 98.3; zh 98.7, en 99.3), 0.5 % (2/390)
-    # not-full→full, 6 of 7 disagreements flagged, 36 % of answers flagged; held out 90.6 % (90.3 / 90.9; zh 88.2,
-    # en 92.0), 2.0 % (4/199) not-full→full, 28 of 34 flagged, 44 % flagged
-    "tune": {"agreement": 0.99, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.01, "flagged": 0.85,
-             "zh_en_gap": 0.01, "load": 0.37},
-    "holdout": {"agreement": 0.90, "ordinary": 0.90, "adversarial": 0.90, "wrong_full": 0.03, "flagged": 0.82,
-                "zh_en_gap": 0.04, "load": 0.45},
+FLOORS = {  # measured (1254 answers): tune 98.9 % (ordinary 99.2, adversarial 98.4; zh 98.8, en 99.0), 0.7 % (3/445)
+    # not-full→full, 8 of 9 disagreements flagged, 35 % of answers flagged; held out 90.8 % (91.0 / 90.4; zh 87.8,
+    # en 92.6), 1.8 % (4/222) not-full→full, 30 of 38 flagged, 44 % flagged
+    "tune": {"agreement": 0.98, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.01, "flagged": 0.88,
+             "zh_en_gap": 0.01, "load": 0.36},
+    "holdout": {"agreement": 0.90, "ordinary": 0.91, "adversarial": 0.90, "wrong_full": 0.02, "flagged": 0.78,
+                "zh_en_gap": 0.05, "load": 0.45},
 }
 
 
@@ -79,7 +79,7 @@ def measure(rows) -> dict:
 
 
 def test_the_answer_set_is_large_and_varied():
-    assert len(ROWS) >= 1090
+    assert len(ROWS) >= 1250
     tags = {row["tag"] for row in ROWS}
     assert {"negation", "salad", "typo", "mixed", "copied", "overlength", "other_names", "misconception",
             "invisible"} <= tags

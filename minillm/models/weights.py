@@ -16,7 +16,8 @@ by the memory bandwidth. Float32 (the reference) is exact; two options store few
 Both change the logits a little; ``tests/test_weight_options.py`` bounds how much on the
 shipped model and reports where greedy tokens first diverge from float32.
 
-Float32 weights on the CPU are *streamed* (``stream_weights``, the fast layer's default): a decode step's
+Float32 weights on the CPU are *streamed* on the fast path (``stream_weights``, called by
+``minillm.fast.prepare_model``; the reference path keeps ``nn.Linear``): a decode step's
 few-row products run ``minillm.fast.gemv``, a C kernel that reads each weight once at the
 core's bandwidth and shares the output rows between threads; the same float32 products in
 another summation order. int8 decode steps use its int8 twin: the int8 weights widened to
@@ -132,6 +133,10 @@ def stream_weights(model: nn.Module, enabled: bool = True) -> nn.Module:
     (no C compiler) or ``MINILLM_GEMV=0``. Returns the model."""
     if enabled and not (gemv.enabled_by_env() and gemv.available()):
         enabled = False
+    if enabled:
+        gemv.keep_torch_on_one_thread(model)  # decode steps: the kernel's threads, not torch's team
+    else:
+        gemv.release_torch_threads(model)
     for owner, name in model.projections():
         module = getattr(owner, name)
         if isinstance(module, Int8Linear):

@@ -31,7 +31,7 @@ HIT_MISS = misconception(
      rf"(answers?|responses?|replies|completions?)",
      rf"(same|identical|repeated)\s+(prompts?|questions?|query|queries|requests?)\b{CLAUSE}{{0,40}}"
      rf"(return|serv|answer|skip|fast|instant)",
-     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
+     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*|remember\w*|keep\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
      r"命中|缓存(了)?[^。；;]{0,6}(答案|回答|回复)|(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)|查表"],
     "the KV cache is not a hit/miss cache of answers: it is execution state (the keys and values "
     "of one live request's tokens) that exists only while that request runs",
