@@ -198,3 +198,18 @@ def test_decode_steps_give_the_threads_to_the_kernel(model_factory):
         assert not llm.model._gemv_hooks
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_plain_c_copy_computes_the_same(tmp_path):
+    """``MINILLM_GEMV_ISA=plain`` runs the portable loop (what a CPU without AVX2 gets); each
+    vector copy is checked against it when the library loads (``agrees_with_plain``)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch, torch.nn.functional as F\nfrom minillm.fast import gemv\nassert gemv.isa() == 'plain'\n"
+            "for m in (1, 3, 8):\n    x, w, b = torch.randn(m, 70), torch.randn(13, 70), torch.randn(13)\n"
+            "    torch.testing.assert_close(gemv.linear(x, w, b, threads=2), F.linear(x, w, b), rtol=1e-5, atol=1e-5)\n")
+    env = dict(os.environ, MINILLM_GEMV_ISA="plain")
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+    assert gemv.isa() in ("avx512", "avx2", "plain")

@@ -162,7 +162,7 @@ _NEG_WIDE = re.compile(r"\b(is|are|was|it's)\s+(not|n't)\s+(a|an|the|some|any)\b
                        r"无需|无须|不必|不用|不需要|无需再|不再|免去|免得|以免|省得|省去|省掉|省了|避免|没有必要|从不|永远不", _I)
 _NEG_NEAR = re.compile(r"\bnot\b(?!\s+(just|only|merely|simply|solely|small|little|negligible|cheap|free|trivial|minor)\b)|n't\b(?!\s+(just|only|merely|simply)\b)|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
                        r"\bcannot\b|\bhardly\b|\bbarely\b|\bfails? to\b|"
-                       r"(?<!得)不(?!断|同|少|小|低|便宜|过|仅|只|止|单|管|停|久|然|但|论|得不|够)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
+                       r"(?<!得)不(?!断|同|少|小|低|便宜|过|仅|只|止|单|管|停|久|然|但|论|得不|够|一样|相同)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
 _NOT_JUST = re.compile(r"\b(not|n't)\s+(just|only|merely|simply|solely)\b|不只|不仅|不单|不止", _I)
 NEAR_WINDOW_EN = 24  # characters before the predicate (about four words)
 NEAR_WINDOW_ZH = 5
@@ -444,7 +444,8 @@ def _doubts(text: str, ideas, r: Reading) -> list:
         for _, clause in clauses(text):
             if i._in_clause(clause) != "present":
                 continue
-            negators = len(_NEG_NEAR.findall(clause)) + len(_NEG_WIDE.findall(clause))
+            negators = len({m.start() for rx in (_NEG_NEAR, _NEG_WIDE) for m in rx.finditer(clause)}
+                           - {m.start() + 1 for m in re.finditer("无[需须]", clause)})  # one negator, counted once
             said_by_negation = any(p.search(clause) for p in i.inverted)  # "avoids recomputing": one is expected
             if negators > (1 if said_by_negation else 0):
                 out.append(("negation near an idea", HEDGED_DOUBT))

@@ -28,7 +28,7 @@ import ipywidgets as widgets
 
 from .diagram import Diagram, from_data, render_svg, to_dot
 from .extract import DIAGRAM_MIME
-from .language import resolve
+from ..i18n import resolve
 from .messages import msg
 
 MIN_SCALE = 0.8  # the editor's picture never shrinks below this: 11 pt labels stay ~12 px

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..cases import CaseRun, engine_piece
-from ..language import Bi
+from ...i18n import Bi
 from ..registry import Marks, register
 
 UTILIZATION, WEIGHT_BYTES, BLOCK = 0.9, 2, 16

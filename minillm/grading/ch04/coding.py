@@ -49,7 +49,7 @@ class _TopPCase:
     zh: str = ""  # the name in Chinese
 
     def label(self, lang: str | None = None) -> str:
-        from ..language import resolve
+        from ...i18n import resolve
 
         return self.zh if resolve(lang) == "zh" and self.zh else self.name
 
@@ -304,7 +304,7 @@ class _StopCase:
     zh: str = ""  # the name in Chinese
 
     def label(self, lang: str | None = None) -> str:
-        from ..language import resolve
+        from ...i18n import resolve
 
         return self.zh if resolve(lang) == "zh" and self.zh else self.name
 
@@ -621,7 +621,7 @@ class ChatCase:
     zh: str = ""  # the name in Chinese
 
     def label(self, lang: str | None = None) -> str:
-        from ..language import resolve
+        from ...i18n import resolve
 
         return self.zh if resolve(lang) == "zh" and self.zh else self.name
 

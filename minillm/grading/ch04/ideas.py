@@ -32,7 +32,7 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
           r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
           r"(从|在)(KV ?)?缓存(里|中)?(直接)?(读|取|拿)", r"(算|计算)一次就(存|保存|缓存)",
-          r"只(需|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前)", r"每(一)?步只(需|要)?(计算|算|处理)"]
+          r"只(需|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前)", r"只(需|要|用)?(计算|算|处理)(它|它们)?自己", r"每(一)?步只(需|要)?(计算|算|处理)"]
 
 RECOMPUTE = idea(
     "no_recompute", "it avoids recomputing the tokens already processed", "它避免了对已处理 token 的重复计算",
@@ -103,6 +103,7 @@ NEXT_STEP_DEPENDS = idea(
     "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",
     standalone=_NEXT + [r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(it|that|this|them)\b",
                         r"\b(continu\w*|carr(y|ies) on|goes on|builds?)\s+from\s+(it|that|this|there)\b",
+                        r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(the\s+)?(\w+\s+){0,2}?(tokens?|samples?|choices?)\b",
                         r"\binput\s+(of|for|to)\s+(the\s+)?(next|following|later)\b", r"(下一步|后面|之后)[^，。；]{0,4}(的)?输入"])
 
 REQUEST_STATE = idea(
@@ -144,7 +145,7 @@ HIT_MISS = misconception(
      r"(answers?|responses?|replies|completions?)",
      r"(same|identical|repeated)\s+(prompts?|questions?|query|queries|requests?)\b[^.;!?]{0,40}(return|serv|answer|"
      r"skip|fast|instant)",
-     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
+     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*|remember\w*|keep\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
      r"命中", r"缓存(了)?[^。；;，,]{0,6}(答案|回答|回复)", r"(返回|复用)[^。；;，,]{0,6}(之前|以前)的?(答案|回答|回复)",
      r"(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)", r"查表"],
     ["no_recompute"],
@@ -198,7 +199,7 @@ MIXED_STATES = idea(
                 r"\bwho\s+\w+s?\b[^.;]{0,30}\bwho\s+\w+", r"\bothers?\s+(are\s+)?(decod|prefill|wait)\w*",
                 r"\b(join|leave|enter|exit|finish)\w*\b[^.;]{0,40}\b(batch|step)", r"\b(mix|mixes|mixed|mixing)\b",
                 r"\bchang\w*\s+(\w+\s+){0,2}?(every|each)\s+step", r"\b(transition|move)\w*\b",
-                r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)", r"状态[^，。；]{0,6}(变化|改变|在变|会变|不一样|不同|各异)",
+                r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)", r"状态[^，。；]{0,6}(变化|改变|在变|会变|不一样|不同|各异|不相同|各不)",
                 r"各(不|有)(相同|一样)的?(状态|阶段)", r"每一?步[^，。；]{0,10}状态",
                 r"(改|更新|推进|切换|变)[^，。；]{0,6}(state|状态)", r"有的[^。；]{0,16}有的", r"有的(在|处于|正在)",
                 r"状态[^，。；]{0,4}(一直|不断|每一?步|总)[^，。；]{0,4}(变|改)",
@@ -230,4 +231,5 @@ DECODE_PER_TOKEN = idea(
                 r"\b(long|longer|more)\s+(\w+\s+){0,2}?(outputs?|tokens)\b[^.;]{0,50}\b(steps?|rounds?|latency|longer|time)",
                 r"\bschedul\w*\b[^.;]{0,50}\b(batch\w*|together|utili[sz]\w*|throughput|busy|idle)",
                 r"每(个|一个)?(输出|生成的?)?\s*token\s*(一|1)\s*(步|轮)", r"逐(个|一)?\s*token|一轮一轮|一步一步",
-                r"输出(越|很)?长[^。；;]{0,20}(步|轮|延迟|越久|时间|慢)", r"(调度|批|batch)[^。；;]{0,16}(利用率|吞吐|一起|合批|空闲)"])
+                r"输出(越|很)?长[^。；;]{0,20}(步|轮|延迟|越久|时间|慢)", r"步数[^，。；,;]{0,3}(越多|更多|增加|变多)",
+                r"\bmore\s+(decode\s+)?steps\b", r"(调度|批|batch)[^。；;]{0,16}(利用率|吞吐|一起|合批|空闲)"])

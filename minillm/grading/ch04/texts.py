@@ -31,7 +31,7 @@ HIT_MISS = misconception(
      rf"(answers?|responses?|replies|completions?)",
      rf"(same|identical|repeated)\s+(prompts?|questions?|query|queries|requests?)\b{CLAUSE}{{0,40}}"
      rf"(return|serv|answer|skip|fast|instant)",
-     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
+     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*|remember\w*|keep\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
      r"命中|缓存(了)?[^。；;]{0,6}(答案|回答|回复)|(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)|查表"],
     "the KV cache is not a hit/miss cache of answers: it is execution state (the keys and values "
     "of one live request's tokens) that exists only while that request runs",
@@ -224,7 +224,7 @@ def _report_misconceptions(reading, m: Marks) -> set:
     return spoiled
 
 
-PARTLY_COPIED_DOUBT = 0.35  # part of the answer is shown text: a person reads it (with the other doubts)
+PARTLY_COPIED_DOUBT = 0.25  # part of the answer is shown text (the chapter's own phrases are natural): with another doubt, a person reads it
 
 
 def own_words(text: str, m: Marks, lang: str, what: tuple[str, str] = ("this", "这段话")) -> bool:
