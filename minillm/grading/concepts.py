@@ -444,7 +444,8 @@ def _doubts(text: str, ideas, r: Reading) -> list:
         for _, clause in clauses(text):
             if i._in_clause(clause) != "present":
                 continue
-            negators = len(_NEG_NEAR.findall(clause)) + len(_NEG_WIDE.findall(clause))
+            negators = len({m.start() for rx in (_NEG_NEAR, _NEG_WIDE) for m in rx.finditer(clause)}
+                           - {m.start() + 1 for m in re.finditer("无[需须]", clause)})  # one negator, counted once
             said_by_negation = any(p.search(clause) for p in i.inverted)  # "avoids recomputing": one is expected
             if negators > (1 if said_by_negation else 0):
                 out.append(("negation near an idea", HEDGED_DOUBT))

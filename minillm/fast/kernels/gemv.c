@@ -46,6 +46,10 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
+#ifndef PREFETCH_F32
+#define PREFETCH_F32 1 /* software prefetch of the next tile for float32 weights too */
+#endif
+
 struct gemv_job {
     const float *x;
     int64_t m, ldx;

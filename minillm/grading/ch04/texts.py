@@ -224,7 +224,7 @@ def _report_misconceptions(reading, m: Marks) -> set:
     return spoiled
 
 
-PARTLY_COPIED_DOUBT = 0.35  # part of the answer is shown text: a person reads it (with the other doubts)
+PARTLY_COPIED_DOUBT = 0.25  # part of the answer is shown text (the chapter's own phrases are natural): with another doubt, a person reads it
 
 
 def own_words(text: str, m: Marks, lang: str, what: tuple[str, str] = ("this", "这段话")) -> bool:
