@@ -45,6 +45,12 @@ FLAGS = ("-O3", "-fno-math-errno", "-fPIC", "-shared", "-pthread")
 MAX_ROWS = 8
 #: ``MINILLM_GEMV=0`` leaves every projection on ``F.linear`` (the reference, for comparison)
 ENV_SWITCH = "MINILLM_GEMV"
+#: whether an eager float32 ``StreamLinear`` uses the kernel when it would run on one thread.
+#: Off: on the AMD EPYC Zen 3 share it was measured on, MKL's ``F.linear`` streamed a batch-1
+#: step at one thread with ~10 % less CPU per token than the kernel (68 vs 77 ms, SmolLM2-135M,
+#: load ~7; per layer 5-25 % faster), so one thread keeps torch's; int8 and compiled graphs
+#: use the kernel at any thread count
+ONE_THREAD_F32 = False
 
 _lib = None
 _threads: int | None = None  # set_threads(): the kernel's own thread count (None: torch's)
@@ -257,15 +263,16 @@ def few_rows(x: torch.Tensor, in_features: int) -> bool:
 class StreamLinear(nn.Linear):
     """An ``nn.Linear`` whose products of at most ``MAX_ROWS`` rows (decode) run the streaming
     kernel, through ``ctypes`` when eager and as ``torch.ops.minillm_gemv.linear`` inside a
-    compiled graph; anything else (prefills, gradients, a transposed weight) is ``F.linear``.
-    Same parameters as the ``nn.Linear`` it was (``stream`` changes the class in place), so
+    compiled graph; anything else (prefills, gradients, a transposed weight, and eager calls on
+    one thread unless ``ONE_THREAD_F32``) is ``F.linear``. Same parameters as the ``nn.Linear`` it was (``stream`` changes the class in place), so
     the state dict and a tied lm head are unchanged."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
         if (x.dim() == 2 and 0 < x.shape[0] <= MAX_ROWS and x.dtype is _F32 and w.dtype is _F32 and x.is_cpu
                 and not torch.is_grad_enabled() and not torch.compiler.is_compiling() and _lib is not None
-                and w.stride(1) == 1 and x.shape[1] == self.in_features):
+                and w.stride(1) == 1 and x.shape[1] == self.in_features
+                and (ONE_THREAD_F32 or (_threads or torch.get_num_threads()) > 1)):
             return _eager_2d(x, w, self.bias)  # the decode step's case, in as few Python ops as can be
         if (not few_rows(x, self.in_features) or w.dtype is not torch.float32 or w.stride(-1) != 1
                 or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))):
@@ -276,6 +283,8 @@ class StreamLinear(nn.Linear):
             x2 = x.reshape(-1, self.in_features).contiguous()
             y = torch.ops.minillm_gemv.linear(x2, w, _NO_BIAS if self.bias is None else self.bias)
             return y.view(*x.shape[:-1], self.out_features)
+        if not ONE_THREAD_F32 and (_threads or torch.get_num_threads()) == 1:
+            return F.linear(x, w, self.bias)
         return _call(x, w, None, self.bias, None)
 
 
