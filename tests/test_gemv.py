@@ -76,6 +76,8 @@ def test_leading_dims_and_strided_rows_are_kept():
     (lambda: gemv.linear_int8(torch.randn(2, 8), torch.zeros(4, 8, dtype=torch.int8), torch.rand(5)), "scale"),
     (lambda: gemv.linear_int8(torch.randn(2, 8), torch.zeros(4, 8), torch.rand(4)), "q must be int8"),
     (lambda: gemv.set_spin_us(-1), "us must be"),
+    (lambda: stream_weights(nn.Module(), min_bytes=-1), "min_bytes"),
+    (lambda: gemv.set_threads(0), "threads must be"),
 ])
 def test_bad_arguments_are_value_errors(bad, match):
     with pytest.raises(ValueError, match=match):
@@ -110,7 +112,9 @@ def test_engine_streams_float32_projections_with_the_reference_tokens(model_fact
     folder, _ = model_factory("qwen2")  # biases on q/k/v
     llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=2)
     kinds = {type(getattr(o, n)) for o, n in llm.model.projections()}
-    assert kinds == {gemv.StreamLinear}
+    assert kinds == {nn.Linear}  # a tiny model's projections are below MIN_STREAM_BYTES
+    stream_weights(llm.model, min_bytes=0)
+    assert {type(getattr(o, n)) for o, n in llm.model.projections()} == {gemv.StreamLinear}
     prompts = [[5, 17, 42, 99, 7, 3], [5, 17], list(range(20, 50))]
     got = _tokens(llm, prompts)
     stream_weights(llm.model, False)
@@ -186,6 +190,7 @@ def test_decode_steps_give_the_threads_to_the_kernel(model_factory):
     before = torch.get_num_threads()
     try:
         llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=2)
+        stream_weights(llm.model, min_bytes=0)
         seen = []
         llm.model.lm_head.register_forward_hook(
             lambda m, a, out: seen.append((a[0].shape[0], torch.get_num_threads(), gemv._threads)))

@@ -13,6 +13,15 @@ from collections import deque
 from ..diagram import Diagram, DiagramFormatError, read_answer
 from ..registry import Marks, NotAttempted, register
 
+#: what the DiagramEditor offers as a state's note (what it holds), per language
+RESOURCE_NOTES = {
+    "en": ("prompt text", "prompt token ids", "sampling params", "KV blocks for the prompt",
+           "KV blocks (one more token per step)", "a batch slot", "output token ids", "stop reason",
+           "nothing on the device (blocks freed)"),
+    "zh": ("prompt 文本", "prompt token", "采样参数", "整段 prompt 的 KV 块", "KV 块（每步多一个 token）", "一个 batch 槽位",
+           "已生成的输出 token", "停止原因", "设备上什么都不占（块已释放）"),
+}
+
 # =============================================================================================
 # Roles: which state is which, in English or Chinese
 # =============================================================================================
