@@ -1,11 +1,13 @@
 """Decode's few-row projections at the weight-streaming floor: a C kernel (``kernels/gemv.c``).
 
 A batch-1 decode step multiplies one activation row by every weight of the model, so its time
-is the weight bytes divided by the read bandwidth a core gets. torch's ``F.linear`` for one
-row streamed SmolLM2-135M's weights at ~55 % of that on an AMD EPYC core (issue 29); the
-kernel here reads each weight once, in order, in tiles of four weight rows with the activations
-in registers (AVX-512 or AVX2 + FMA, chosen at run time; plain C elsewhere), float32 or int8
-(``w[o, :] * scale[o]``, widened in registers: only a quarter of the bytes cross the bus).
+is the weight bytes divided by the read bandwidth a core gets. The kernel here reads each weight
+once, in order, in tiles of four weight rows with the activations in registers (AVX-512 or
+AVX2 + FMA, chosen at run time and checked against plain C when loaded; plain C elsewhere),
+float32 or int8 (``w[o, :] * scale[o]``, widened in registers: only a quarter of the bytes
+cross the bus, and the activations are not rounded). Measured on an AMD EPYC Zen 3 share
+(``benchmarks/gemv_floor.py``): at one thread torch's ``F.linear`` (MKL) already streams near
+the floor there and the kernel is no faster; what it adds is the threads below.
 
 With ``threads`` > 1 the output rows are shared between the calling thread and persistent
 workers of the C library (no start-up per call: they spin a moment between calls, then
