@@ -106,16 +106,6 @@ def layer_floor(rounds: int, threads_list, rows: int) -> list[dict]:
     return out
 
 
-def _int8_kernel(model, on: bool) -> None:
-    from minillm.models.weights import Int8Linear
-
-    for m in model.modules():
-        if isinstance(m, Int8Linear):
-            if not hasattr(m, "_stream_saved"):
-                m._stream_saved = m._stream
-            m._stream = m._stream_saved if on else None
-
-
 def engine_tpot(rounds: int, threads_list, prompt_len: int, new_tokens: int, weight_dtype) -> list[dict]:
     from minillm import LLM, SamplingParams
     from minillm.models.weights import stream_weights
@@ -128,7 +118,7 @@ def engine_tpot(rounds: int, threads_list, prompt_len: int, new_tokens: int, wei
                   weight_dtype=weight_dtype)
 
         def run(on: bool, llm=llm):
-            (_int8_kernel if weight_dtype else stream_weights)(llm.model, on)
+            stream_weights(llm.model, on)  # float32 or int8; off: torch's kernels and threads
             req = llm.add_request(prompt_token_ids=prompt, params=params)
             llm.step()  # the prefill and the first token
             w, c = time.perf_counter(), time.process_time()

@@ -175,7 +175,7 @@ class IncrementalDetokenizer:
         self.text = ""
         self.stop_string: str | None = None
         # the library's window (``DecodeStream``) when it decodes exactly as ``self._decode`` would
-        self._stream, self._stream_with = None, None
+        self._stream, self._stream_with, self._held = None, None, False
         # (not after a prompt that ends inside a character, where the library shows that
         # character's bytes from the prompt and the window does not: keep one behaviour)
         if decode is None and stream_with is not None and not self._decode(self._ids, self._skip).endswith("\ufffd"):
@@ -204,6 +204,7 @@ class IncrementalDetokenizer:
         self._ids.append(token_id)
         if self._stream is not None:  # the library's two decodes, the window's offsets kept alike
             piece = self._stream.step(self._stream_with, token_id)
+            self._held = piece is None  # something may be held back (or nothing was new)
             return False if piece is None else self._show(piece)
         if token_id in self._run_ids:
             return False  # a byte-fallback run may still turn into U+FFFD: wait for its end
@@ -212,8 +213,8 @@ class IncrementalDetokenizer:
     def finish(self) -> bool:
         """The request ended: add the text still held back (a byte-fallback run), leaving out
         an incomplete character at the very end. Returns True if a stop string appeared."""
-        if self.stop_string is not None:
-            return False
+        if self.stop_string is not None or (self._stream is not None and not self._held):
+            return False  # (the stream's last step showed everything: the window would add nothing)
         return self._advance(final=True)
 
     def _advance(self, final: bool) -> bool:

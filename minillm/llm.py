@@ -113,7 +113,8 @@ class LLM(EngineCore):
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)
         self.shard_pool = None  # the row split's worker threads, joined when the model goes
-        fast_layer.prepare_model(self, opts)
+        if opts.fast:
+            fast_layer.prepare_model(self, opts)
         plan = plan_kv_cache(opts, cfg)  # after the weights are on the device: what is left is the budget
         pool = None if parts.block_pool is None else PooledAllocator(
             parts.block_pool(plan.num_kv_blocks), plan.num_kv_blocks, opts.block_size, opts.enable_prefix_caching)

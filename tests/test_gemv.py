@@ -76,6 +76,8 @@ def test_leading_dims_and_strided_rows_are_kept():
     (lambda: gemv.linear_int8(torch.randn(2, 8), torch.zeros(4, 8, dtype=torch.int8), torch.rand(5)), "scale"),
     (lambda: gemv.linear_int8(torch.randn(2, 8), torch.zeros(4, 8), torch.rand(4)), "q must be int8"),
     (lambda: gemv.set_spin_us(-1), "us must be"),
+    (lambda: stream_weights(nn.Module(), min_bytes=-1), "min_bytes"),
+    (lambda: gemv.set_threads(0), "threads must be"),
 ])
 def test_bad_arguments_are_value_errors(bad, match):
     with pytest.raises(ValueError, match=match):
@@ -110,7 +112,9 @@ def test_engine_streams_float32_projections_with_the_reference_tokens(model_fact
     folder, _ = model_factory("qwen2")  # biases on q/k/v
     llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=2)
     kinds = {type(getattr(o, n)) for o, n in llm.model.projections()}
-    assert kinds == {gemv.StreamLinear}
+    assert kinds == {nn.Linear}  # a tiny model's projections are below MIN_STREAM_BYTES
+    stream_weights(llm.model, min_bytes=0)
+    assert {type(getattr(o, n)) for o, n in llm.model.projections()} == {gemv.StreamLinear}
     prompts = [[5, 17, 42, 99, 7, 3], [5, 17], list(range(20, 50))]
     got = _tokens(llm, prompts)
     stream_weights(llm.model, False)
@@ -177,3 +181,40 @@ def test_traced_decode_rows_call_the_operator():
             torch.testing.assert_close(got, F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
     assert any("minillm_gemv.linear" in t for t in seen[0]), seen[0]
     assert not any("minillm_gemv" in t for t in seen[1]), seen[1]
+
+
+def test_decode_steps_give_the_threads_to_the_kernel(model_factory):
+    """With 2 threads a decode step runs torch's ops on one thread and the kernel on two (torch's
+    OpenMP team collapses on a shared machine); prefills keep torch's threads; all restored after."""
+    folder, _ = model_factory("llama")
+    before = torch.get_num_threads()
+    try:
+        llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=2)
+        stream_weights(llm.model, min_bytes=0)
+        seen = []
+        llm.model.lm_head.register_forward_hook(
+            lambda m, a, out: seen.append((a[0].shape[0], torch.get_num_threads(), gemv._threads)))
+        _tokens(llm, [list(range(5, 25))], n=3)
+        assert seen[0][1:] == (2, None)  # the prefill (20 tokens): torch's two threads
+        decode = seen[1:]
+        assert decode and all(s[1:] == (1, 2) for s in decode), seen
+        assert torch.get_num_threads() == 2 and gemv._threads is None
+        stream_weights(llm.model, False)
+        assert not llm.model._gemv_hooks
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_plain_c_copy_computes_the_same(tmp_path):
+    """``MINILLM_GEMV_ISA=plain`` runs the portable loop (what a CPU without AVX2 gets); each
+    vector copy is checked against it when the library loads (``agrees_with_plain``)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch, torch.nn.functional as F\nfrom minillm.fast import gemv\nassert gemv.isa() == 'plain'\n"
+            "for m in (1, 3, 8):\n    x, w, b = torch.randn(m, 70), torch.randn(13, 70), torch.randn(13)\n"
+            "    torch.testing.assert_close(gemv.linear(x, w, b, threads=2), F.linear(x, w, b), rtol=1e-5, atol=1e-5)\n")
+    env = dict(os.environ, MINILLM_GEMV_ISA="plain")
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+    assert gemv.isa() in ("avx512", "avx2", "plain")

@@ -33,13 +33,13 @@ ROWS = split.rows()
 ORDINARY = {"ordinary", "format"}
 
 # measured on the last change (README, grading section); each is a floor (or a ceiling), not a target
-FLOORS = {  # measured (905 answers): tune 98.9 % (ordinary 99.4, adversarial 98.1; zh 98.3, en 99.2), 0.6 % (2/327)
-    # not-full→full, 6 of 7 disagreements flagged, 36 % of answers flagged; held out 90.3 % (88.0 / 92.9; zh 87.4,
-    # en 92.0), 2.4 % (4/167) not-full→full, 20 of 28 flagged, 46 % flagged
-    "tune": {"agreement": 0.98, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.01, "flagged": 0.85,
-             "zh_en_gap": 0.01, "load": 0.37},
-    "holdout": {"agreement": 0.90, "ordinary": 0.88, "adversarial": 0.92, "wrong_full": 0.03, "flagged": 0.71,
-                "zh_en_gap": 0.05, "load": 0.47},
+FLOORS = {  # measured (1319 answers): tune 98.7 % (ordinary 99.1, adversarial 98.2; zh 98.9, en 98.6), 0.6 % (3/462)
+    # not-full→full, 10 of 11 disagreements flagged, 32 % of answers flagged; held out 90.8 % (91.2 / 90.2; zh 88.1,
+    # en 92.4), 2.1 % (5/233) not-full→full, 32 of 41 flagged, 39 % flagged
+    "tune": {"agreement": 0.98, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.01, "flagged": 0.90,
+             "zh_en_gap": 0.01, "load": 0.33},
+    "holdout": {"agreement": 0.90, "ordinary": 0.91, "adversarial": 0.90, "wrong_full": 0.03, "flagged": 0.78,
+                "zh_en_gap": 0.05, "load": 0.40},
 }
 
 
@@ -79,7 +79,7 @@ def measure(rows) -> dict:
 
 
 def test_the_answer_set_is_large_and_varied():
-    assert len(ROWS) >= 900
+    assert len(ROWS) >= 1300
     tags = {row["tag"] for row in ROWS}
     assert {"negation", "salad", "typo", "mixed", "copied", "overlength", "other_names", "misconception",
             "invisible"} <= tags

@@ -342,9 +342,12 @@ def test_a_huge_answer_cannot_stall_the_graders_own_process(tmp_path):
                                                                     f"task4_sampling = {blob!r}")])
     path = tmp_path / "huge.ipynb"
     nbformat.write(nb, path)
-    rc, report, took = run(path)
+    cpu = time.process_time()
+    rc, report, _took = run(path)
+    # the grader's own work (this process: the kernel is a child) stays bounded: CPU time, not
+    # wall time, so a loaded machine does not fail it (a quadratic matcher took minutes)
     assert rc == 0 and report["exercises"]["task2_kv_explain"]["score"] <= 1
-    assert took < 30
+    assert time.process_time() - cpu < 20
 
 
 def test_bad_command_line_values_are_refused_with_the_parameter_named(tmp_path, capsys):

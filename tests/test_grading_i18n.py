@@ -69,6 +69,21 @@ def test_set_language_is_checked_and_names_the_parameter():
     assert get_language() == "zh"
 
 
+def test_the_widgets_and_the_grader_share_one_language_setting():
+    """minillm.i18n holds the one setting; viz and grading set and read it."""
+    from minillm import i18n
+    from minillm.viz import get_language as viz_language
+    from minillm.viz import set_language as set_viz_language
+
+    set_language("zh")
+    assert viz_language() == i18n.get_language() == "zh"
+    set_viz_language("en")
+    assert get_language() == "en"
+    assert i18n.pick(en="prefill", zh="预填充") == "prefill" and i18n.pick("prefill", "预填充", lang="zh") == "预填充"
+    with pytest.raises(ValueError, match="lang must be one of"):
+        i18n.pick("a", "b", lang="fr")
+
+
 def test_the_language_of_an_answer_and_the_fallback_for_none():
     assert answer_language("它避免重复计算", "en") == "zh"
     assert answer_language("it avoids recomputing", "zh") == "en"

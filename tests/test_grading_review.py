@@ -48,8 +48,14 @@ def test_every_answer_carries_a_confidence_and_why_it_is_unsure():
     sure = check("task2_kv_explain", "Past K/V are kept for reuse at every decode step; the memory grows per token.")
     unsure = check("task2_kv_explain", THIN)
     assert sure.confidence == 1.0 and not sure.needs_human_review and sure.flags == []
-    hedged = check("task2_kv_explain", "Past K/V are kept so decode never recomputes them; the memory grows per token.")
-    assert hedged.score == 2 and 0.7 <= hedged.confidence < 1.0 and "negation in the answer" in hedged.flags
+    plain_negation = check("task2_kv_explain", "Past K/V are kept so decode never recomputes them; the memory grows per token.")
+    assert plain_negation.score == 2 and plain_negation.confidence == 1.0  # the idea said through its negation
+    hedged = check("task2_kv_explain", "Past K/V are kept, so nothing old is recomputed; the memory is not freed and "
+                                       "grows per token.")
+    assert hedged.score == 2 and hedged.needs_human_review and "negation in the answer" in hedged.flags
+    unread = check("task2_kv_explain", "The KV cache is the part of the engine that keeps track of where each request "
+                                       "is in its conversation.")  # a sentence the rules find nothing in: a person reads it
+    assert unread.score == 0 and unread.needs_human_review and "a sentence with nothing found" in unread.flags
     assert unsure.confidence < 0.7 and unsure.needs_human_review and unsure.flags
     hidden = check("task2_kv_explain", "It keeps past K/V so decode does not re\u200bcompute them; memory grows.")
     assert "hidden characters (invisible)" in hidden.flags and hidden.as_dict()["confidence"] < 1

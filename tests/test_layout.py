@@ -20,6 +20,7 @@ modules would otherwise form a circle with their ``__init__``.
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@lru_cache(maxsize=1)
 def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PKG.rglob("*.py")) if "__pycache__" not in p.parts}
 
@@ -80,6 +82,7 @@ def _targets(node: ast.stmt, name: str, is_package: bool, modules: dict) -> set[
     return found
 
 
+@lru_cache(maxsize=1)
 def import_graph() -> dict[str, set[str]]:
     """``{module: the minillm modules it imports at load time}`` for every module of the package."""
     modules = _modules()
@@ -195,3 +198,19 @@ def test_the_engine_core_does_not_import_the_layers_above_it():
     wrong = sorted(f"{m} imports {t}" for m, targets in graph.items() if m in core
                    for t in targets if t.startswith(UPPER_LAYERS))
     assert not wrong, "the engine core imports the course / tool layers: " + "; ".join(wrong)
+
+
+def test_the_grading_machinery_meets_the_chapter_only_at_its_registration_point():
+    """minillm/grading/ (less ch04/) imports ch04 nowhere but in its ``__init__`` (the one import that
+    registers the chapter, see grading/chapter.py), not even inside a function."""
+    modules = _modules()
+    wrong = []
+    for name, path in modules.items():
+        if not name.startswith("minillm.grading") or name.startswith("minillm.grading.ch04") \
+                or name == "minillm.grading":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        targets = {t for n in nodes for t in _targets(n, name, path.name == "__init__.py", modules)}
+        wrong += [f"{name} imports {t}" for t in sorted(targets) if t.startswith("minillm.grading.ch04")]
+    assert not wrong, "; ".join(wrong)

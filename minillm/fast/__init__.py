@@ -33,7 +33,9 @@ def prepare_model(llm, opts) -> None:
         from ..models.weights import quantize_weights
 
         quantize_weights(llm.model, opts.weight_dtype)
-    if opts.fast and llm.device.type == "cpu":
+    if opts.fast and llm.device.type == "cpu" and not opts.compile:
+        # (not under LLM(compile=True): its one graph for every step would guard on the
+        # kernel's few-rows test and recompile past its bound; tests/test_compile.py)
         from ..models.weights import stream_weights
 
         stream_weights(llm.model)

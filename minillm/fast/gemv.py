@@ -1,11 +1,13 @@
 """Decode's few-row projections at the weight-streaming floor: a C kernel (``kernels/gemv.c``).
 
 A batch-1 decode step multiplies one activation row by every weight of the model, so its time
-is the weight bytes divided by the read bandwidth a core gets. torch's ``F.linear`` for one
-row streamed SmolLM2-135M's weights at ~55 % of that on an AMD EPYC core (issue 29); the
-kernel here reads each weight once, in order, in tiles of four weight rows with the activations
-in registers (AVX-512 or AVX2 + FMA, chosen at run time; plain C elsewhere), float32 or int8
-(``w[o, :] * scale[o]``, widened in registers: only a quarter of the bytes cross the bus).
+is the weight bytes divided by the read bandwidth a core gets. The kernel here reads each weight
+once, in order, in tiles of four weight rows with the activations in registers (AVX-512 or
+AVX2 + FMA, chosen at run time and checked against plain C when loaded; plain C elsewhere),
+float32 or int8 (``w[o, :] * scale[o]``, widened in registers: only a quarter of the bytes
+cross the bus, and the activations are not rounded). Measured on an AMD EPYC Zen 3 share
+(``benchmarks/gemv_floor.py``): at one thread torch's ``F.linear`` (MKL) already streams near
+the floor there and the kernel is no faster; what it adds is the threads below.
 
 With ``threads`` > 1 the output rows are shared between the calling thread and persistent
 workers of the C library (no start-up per call: they spin a moment between calls, then
@@ -45,6 +47,7 @@ MAX_ROWS = 8
 ENV_SWITCH = "MINILLM_GEMV"
 
 _lib = None
+_threads: int | None = None  # set_threads(): the kernel's own thread count (None: torch's)
 _error: str | None = None
 _op_error: str | None = None
 _op_loaded = False
@@ -102,6 +105,17 @@ def set_spin_us(us: int) -> int:
     if lib is None:
         raise RuntimeError(f"the gemv kernel is unavailable: {_error}")
     return lib.minillm_gemv_set_spin_us(us)
+
+
+def set_threads(threads: int | None) -> int | None:
+    """Threads the eager kernel calls use (None: ``torch.get_num_threads()`` at each call, the
+    default); returns the previous setting. Lets torch's own ops run on one thread while the
+    projections use two."""
+    global _threads
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be None or an int >= 1, got {threads!r}")
+    old, _threads = _threads, threads
+    return old
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -163,7 +177,7 @@ def _call(x, weight, scale, bias, threads):
     if lib is None:
         raise RuntimeError(f"the gemv kernel is unavailable: {_error}")
     if threads is None:
-        threads = torch.get_num_threads()
+        threads = _threads or torch.get_num_threads()
     n, k = weight.shape
     x2 = _rows(x)
     bias_ptr = _bias_ptr(bias, n, "gemv")
@@ -249,6 +263,10 @@ class StreamLinear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
+        if (x.dim() == 2 and 0 < x.shape[0] <= MAX_ROWS and x.dtype is _F32 and w.dtype is _F32 and x.is_cpu
+                and not torch.is_grad_enabled() and not torch.compiler.is_compiling() and _lib is not None
+                and w.stride(1) == 1 and x.shape[1] == self.in_features):
+            return _eager_2d(x, w, self.bias)  # the decode step's case, in as few Python ops as can be
         if (not few_rows(x, self.in_features) or w.dtype is not torch.float32 or w.stride(-1) != 1
                 or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))):
             return F.linear(x, w, self.bias)
@@ -259,6 +277,23 @@ class StreamLinear(nn.Linear):
             y = torch.ops.minillm_gemv.linear(x2, w, _NO_BIAS if self.bias is None else self.bias)
             return y.view(*x.shape[:-1], self.out_features)
         return _call(x, w, None, self.bias, None)
+
+
+_F32 = torch.float32
+
+
+def _eager_2d(x: torch.Tensor, w: torch.Tensor, bias) -> torch.Tensor:
+    """The kernel on a [m, in] float32 input, no checks beyond ``StreamLinear.forward``'s: each
+    microsecond here is paid ~120 times a step by SmolLM2-135M."""
+    if not x.is_contiguous():
+        x = x.contiguous()
+    m, k = x.shape
+    n = w.shape[0]
+    y = torch.empty((m, n), dtype=_F32)
+    _lib.minillm_gemv_f32(x.data_ptr(), m, k, w.data_ptr(), n, k, w.stride(0) if n > 1 else k,
+                          None if bias is None else bias.data_ptr(), y.data_ptr(), n,
+                          _threads or torch.get_num_threads())
+    return y
 
 
 def stream(linear: nn.Linear) -> nn.Linear:
@@ -273,3 +308,43 @@ def unstream(linear: nn.Module) -> nn.Module:
     if type(linear) is StreamLinear:
         linear.__class__ = nn.Linear
     return linear
+
+
+def keep_torch_on_one_thread(model: nn.Module) -> None:
+    """Forward hooks on ``model``: a step of at most ``MAX_ROWS`` tokens (decode) runs torch's
+    own ops on one intra-op thread and gives the kernel the thread count torch had. Measured on
+    SmolLM2-135M with two threads on a shared 2-core machine (``benchmarks/gemv_floor.py``):
+    torch's OpenMP team collapsed the step 4x (its barriers wait for a thread another process
+    holds), while the kernel's workers, which the caller never waits for unless they hold a
+    chunk, did not. Idempotent; ``release_torch_threads`` removes the hooks."""
+    if getattr(model, "_gemv_hooks", None):
+        return
+    saved = []
+
+    def before(module, args, kwargs):
+        if torch.compiler.is_compiling():  # a graph being traced: no thread settings in it
+            return
+        ids = args[0] if args else kwargs.get("input_ids")
+        threads = torch.get_num_threads()
+        small = ids is not None and ids.numel() <= MAX_ROWS and threads > 1
+        saved.append((threads, set_threads(threads)) if small else None)
+        if small:
+            torch.set_num_threads(1)
+
+    def after(module, args, kwargs, output):
+        if torch.compiler.is_compiling():
+            return
+        state = saved.pop() if saved else None
+        if state is not None:
+            torch.set_num_threads(state[0])
+            set_threads(state[1])
+
+    model._gemv_hooks = [model.register_forward_pre_hook(before, with_kwargs=True),
+                         model.register_forward_hook(after, with_kwargs=True, always_call=True)]
+
+
+def release_torch_threads(model: nn.Module) -> None:
+    """Remove ``keep_torch_on_one_thread``'s hooks (if any)."""
+    for hook in getattr(model, "_gemv_hooks", None) or ():
+        hook.remove()
+    model._gemv_hooks = []

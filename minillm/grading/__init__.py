@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from . import ch04 as _chapter  # the registration point: the chapter's exercises, answers and texts
 from .ch04 import PRESSURE_SCENARIOS, show_scenarios
-from .language import get_language, set_language
+from ..i18n import get_language, set_language
 from .registry import EXERCISES, Marks, NotAttempted, check, check_all, summary
 from .result import Feedback, Result, Summary
 from .solutions import show_solution

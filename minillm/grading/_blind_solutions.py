@@ -8,7 +8,6 @@ that imports the model answers (under any name) finds none, and ``show_solution`
 from __future__ import annotations
 
 MODEL_ANSWERS: dict = {}
-BLIND = True
 
 
 def model_answer(exercise_id: str, lang: str | None = None) -> str:

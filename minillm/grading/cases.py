@@ -1,10 +1,12 @@
 """What every code grader shares: the run's seed for fresh cases, loading the engine piece an
-answer is compared with, and turning a call's outcome into points and feedback.
+answer is compared with, and the loop over cases (:class:`CaseRun`: call the learner's function
+safely, stop at a stub, turn a raise or a timeout into feedback, give points in proportion).
 """
 
 from __future__ import annotations
 
 import random
+from typing import Any, Callable, Iterator, NamedTuple
 
 from . import safecall
 from .messages import msg
@@ -25,12 +27,7 @@ def run_seed() -> int:
     return _SEED[0]
 
 
-def _not_attempted_if_stub(outcome: safecall.Outcome, name: str) -> None:
-    if outcome.not_implemented:
-        raise NotAttempted.key("code.stub", name=name)
-
-
-def _engine_piece(m: Marks, fn, name: str, module: str, load):
+def engine_piece(m: Marks, fn, name: str, module: str, load):
     """The preamble every code grader shares: import the engine piece the answer is compared with
     (``load()``; failing is the grader's problem, not the student's) and reject an answer that is
     not a function. Returns the piece, or None after saying why the answer is not a function."""
@@ -57,3 +54,70 @@ def _fraction_points(m: Marks, passed: int, total: int, points: float) -> None:
         m.score += points
     else:
         m.score += int(2 * points * passed / total) / 2
+
+
+class Returned(NamedTuple):
+    """One call of the learner's function that returned: the case, its name in feedback, the
+    arguments it was called with and what came back."""
+
+    case: Any
+    label: str
+    args: tuple
+    value: Any
+
+
+class CaseRun:
+    """One code grader's pass over its cases, the loop every code grader shares.
+
+    Iterating calls the learner's ``fn`` on each case (``args(case)``, ``kwargs(case)``) through
+    :func:`safecall.call` with the engine functions ``forbid`` unavailable, and yields a
+    :class:`Returned` for every call that returned; the grader judges it and says :meth:`passed`
+    or :meth:`fail`. A stub (``NotImplementedError`` on the first case) raises
+    :class:`NotAttempted`; a call that raised or timed out becomes a problem line by itself, and a
+    timeout ends the run (the rest would time out too). :meth:`report` gives the points.
+    """
+
+    def __init__(self, fn, cases, args: Callable[[Any], tuple] = lambda case: (), *, name: str,
+                 kwargs: Callable[[Any], dict] = lambda case: {}, label: Callable[[Any], str] = str,
+                 forbid: tuple = ()) -> None:
+        self.fn, self.cases, self.args, self.kwargs = fn, list(cases), args, kwargs
+        self.name, self.label, self.forbid = name, label, forbid
+        self.passes = 0
+        self.problems: list[str] = []  # in the cases' order: what feedback shows first
+        self.failed: dict[str, str] = {}  # case label -> why its call did not return
+
+    def __iter__(self) -> Iterator[Returned]:
+        for i, case in enumerate(self.cases):
+            label, args = self.label(case), self.args(case)
+            out = safecall.call(self.fn, *args, forbid=self.forbid, **self.kwargs(case))
+            if i == 0 and out.not_implemented:
+                raise NotAttempted.key("code.stub", name=self.name)
+            if out.ok:
+                yield Returned(case, label, args, out.value)
+                continue
+            self.fail(_failure(label, out))
+            self.failed[label] = self.problems[-1]
+            if out.timed_out:
+                break
+
+    @property
+    def total(self) -> int:
+        return len(self.cases)
+
+    def passed(self) -> None:
+        self.passes += 1
+
+    def fail(self, text: str) -> None:
+        self.problems.append(text)
+
+    def report(self, m: Marks, points: float, all_right: str, some_right: str, show: int = 3) -> bool:
+        """Points in proportion to the cases passed; ``all_right`` when every case passed, else
+        ``some_right`` and the first ``show`` problems. True when every case passed."""
+        _fraction_points(m, self.passes, self.total, points)
+        if self.passes == self.total:
+            m.ok(all_right)
+            return True
+        m.missing(some_right)
+        for p in self.problems[:show]:
+            m.wrong(p)
+        return False

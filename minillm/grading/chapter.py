@@ -23,7 +23,9 @@ class Chapter:
     idea_labels: Callable[[], list[str]]  # how feedback names an idea an answer already has
     pattern_modules: tuple[str, ...]  # modules whose patterns are the words the text graders know
     prepare: Callable[[bool], None]  # import (and, when asked, load the engine) before student code runs
+    diagram_exercise: str  # the exercise the notebook's DiagramEditor answers (its Check button)
     diagram_file: str  # where the notebook's diagram editor saves its drawing, next to the notebook
+    diagram_notes: dict[str, tuple[str, ...]]  # lang -> the editor's choices for what a state holds
     forbidden: dict[str, tuple[str, ...]] = field(default_factory=dict)  # answer name -> engine functions
 
 

@@ -162,7 +162,7 @@ _NEG_WIDE = re.compile(r"\b(is|are|was|it's)\s+(not|n't)\s+(a|an|the|some|any)\b
                        r"无需|无须|不必|不用|不需要|无需再|不再|免去|免得|以免|省得|省去|省掉|省了|避免|没有必要|从不|永远不", _I)
 _NEG_NEAR = re.compile(r"\bnot\b(?!\s+(just|only|merely|simply|solely|small|little|negligible|cheap|free|trivial|minor)\b)|n't\b(?!\s+(just|only|merely|simply)\b)|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
                        r"\bcannot\b|\bhardly\b|\bbarely\b|\bfails? to\b|"
-                       r"(?<!得)不(?!断|同|少|小|低|便宜|过|仅|只|止|单|管|停|久|然|但|论|得不|够)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
+                       r"(?<!得)不(?!断|同|少|小|低|便宜|过|仅|只|止|单|管|停|久|然|但|论|得不|够|一样|相同)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
 _NOT_JUST = re.compile(r"\b(not|n't)\s+(just|only|merely|simply|solely)\b|不只|不仅|不单|不止", _I)
 NEAR_WINDOW_EN = 24  # characters before the predicate (about four words)
 NEAR_WINDOW_ZH = 5
@@ -336,6 +336,8 @@ _GLUE_ZH = re.compile(r"的|了|是|会|把|让|但|所以|因为|就|时|也|�
                       r"将|以|只|都|每|再|还|又|才|即|则|若|如果|由于|因此|于是|需要|之|其|着|过|给|对|后|成|到|为|后|前|里|上|中")
 
 
+_VERB_ZH = re.compile(f"[{CJK}]{{2}}(决定|影响|依赖|进入|加入|追加|占用|占着|增加|避免|复用|需要|导致|变成|保存|释放|继续)[{CJK}]")
+
 # nouns of the chapter that contain a glue character (上下文, 并发…): not glue
 _ZH_TERMS = re.compile(r"上下文|并发|并行|中间|成本|时间|前缀|上限|在线|以前|之前|之后|以后|后续|后面|前面|对话|会话")
 _SEGMENT_SPLIT = re.compile(r"\s*(?:[,;|\n•·、，；→⇒]|->|=>|\s/\s|(?<=\w{2})/(?=\w{2})|\s[-–]\s)\s*"
@@ -371,6 +373,8 @@ def is_salad(text: str) -> bool:
     zh = "".join(_CJK_RE.findall(_ZH_TERMS.sub("", t)))
     if zh and _GLUE_ZH.search(zh):
         return False
+    if _VERB_ZH.search(t):
+        return False  # "输出长度决定步数": a verb between two nouns is a statement
     return len(en) + (len(re.findall(f"[{CJK}]+", t))) >= 2
 
 
@@ -440,7 +444,8 @@ def _doubts(text: str, ideas, r: Reading) -> list:
         for _, clause in clauses(text):
             if i._in_clause(clause) != "present":
                 continue
-            negators = len(_NEG_NEAR.findall(clause)) + len(_NEG_WIDE.findall(clause))
+            negators = len({m.start() for rx in (_NEG_NEAR, _NEG_WIDE) for m in rx.finditer(clause)}
+                           - {m.start() + 1 for m in re.finditer("无[需须]", clause)})  # one negator, counted once
             said_by_negation = any(p.search(clause) for p in i.inverted)  # "avoids recomputing": one is expected
             if negators > (1 if said_by_negation else 0):
                 out.append(("negation near an idea", HEDGED_DOUBT))

@@ -213,7 +213,7 @@ def restates(text: str, option: str) -> bool:
     return sum(t in theirs for t in mine) / len(mine) >= RESTATES
 
 
-RESTATES = 0.8  # this share of a why's content words in the option's own text: a restatement
+RESTATES = 0.9  # this share of a why's content words in the option's own text: a restatement (a paraphrase is not)
 _FILLER = set("because since as it its the a an of to and is are this that so 因 为 的 了 是 所 以 它 这 那".split())
 
 

@@ -27,21 +27,13 @@ import re
 import ipywidgets as widgets
 
 from .diagram import Diagram, from_data, render_svg, to_dot
+from ..i18n import resolve
+from .chapter import current
 from .extract import DIAGRAM_MIME
-from .language import resolve
 from .messages import msg
 
 MIN_SCALE = 0.8  # the editor's picture never shrinks below this: 11 pt labels stay ~12 px
 
-RESOURCE_CHOICES = (
-    "prompt text", "prompt token ids", "sampling params", "KV blocks for the prompt",
-    "KV blocks (one more token per step)", "a batch slot", "output token ids", "stop reason",
-    "nothing on the device (blocks freed)",
-)
-RESOURCE_CHOICES_ZH = (
-    "prompt 文本", "prompt token", "采样参数", "整段 prompt 的 KV 块", "KV 块（每步多一个 token）", "一个 batch 槽位",
-    "已生成的输出 token", "停止原因", "设备上什么都不占（块已释放）",
-)
 
 
 class DiagramEditor(widgets.VBox):
@@ -54,7 +46,7 @@ class DiagramEditor(widgets.VBox):
         self.lang = resolve(lang)  # its labels and messages; default: the notebook's (set_language)
         t = self._t
         _pick = self._pick = t("ed.pick")
-        choices = RESOURCE_CHOICES_ZH if self.lang == "zh" else RESOURCE_CHOICES
+        choices = current().diagram_notes[self.lang]  # the chapter's notes on what a state holds
 
         # --- widgets: states ----------------------------------------------------------------
         self.state_name = widgets.Combobox(placeholder=t("ed.name"), options=(),
@@ -193,7 +185,7 @@ class DiagramEditor(widgets.VBox):
         """Grade the diagram now and show the feedback under the editor; returns the Result."""
         from .registry import check
 
-        result = check("task1_diagram", self, lang=self.lang)
+        result = check(current().diagram_exercise, self, lang=self.lang)
         self.result_view.value = result._repr_html_()
         return result
 

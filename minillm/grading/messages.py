@@ -11,7 +11,7 @@ choose by the answer's own language.
 
 from __future__ import annotations
 
-from .language import Bi, resolve
+from ..i18n import Bi, resolve
 
 B = Bi
 MESSAGES: dict[str, Bi] = {

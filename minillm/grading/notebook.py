@@ -81,7 +81,7 @@ def notebook_language(nb) -> str:
     """The notebook's language for feedback that has none of its own: ``metadata.minillm.lang``
     ("en" or "zh", as the exercises builder writes it), else English. A submission can change it;
     that changes only the language of its feedback, never a score."""
-    from .language import LANGS
+    from ..i18n import LANGS
 
     meta = nb.get("metadata", {}) if isinstance(nb, dict) else {}
     lang = meta.get("minillm", {}).get("lang") if isinstance(meta.get("minillm"), dict) else None

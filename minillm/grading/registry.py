@@ -185,7 +185,7 @@ def check(exercise_id: str, answer: Any = _MISSING, *, namespace: dict | None = 
     works too (``check("task2")``). Feedback is in the answer's language where it has one, else
     in ``lang`` (default: the notebook's, see :func:`~minillm.grading.set_language`).
     """
-    from .language import using
+    from ..i18n import using
     from .messages import msg
 
     with using(lang) as lang:
@@ -206,7 +206,7 @@ def check(exercise_id: str, answer: Any = _MISSING, *, namespace: dict | None = 
 def grade(ex: Exercise, answer: Any, lang: str | None = None) -> Result:
     """Run one exercise's grader on an answer; always returns a Result. ``lang`` is the language
     for feedback the answer does not decide (default: the current one)."""
-    from .language import using
+    from ..i18n import using
     from .messages import msg
 
     with using(lang) as lang:
@@ -296,7 +296,7 @@ def _doubt_hidden_characters(ex: Exercise, answer: Any, marks: Marks) -> None:
 
 def check_all(namespace: dict | None = None, lang: str | None = None) -> Summary:
     """Grade every registered exercise from one namespace (the notebook's by default)."""
-    from .language import resolve
+    from ..i18n import resolve
 
     ns = namespace if namespace is not None else _user_namespace()
     return Summary([check(ex_id, namespace=ns, lang=lang) for ex_id in EXERCISES], lang=resolve(lang))

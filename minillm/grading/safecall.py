@@ -46,7 +46,7 @@ class Outcome:
 
     def describe(self, lang: str | None = None) -> str | None:
         """The error in ``lang`` (default: the current language)."""
-        from .language import resolve
+        from ..i18n import resolve
 
         return self.error_zh if resolve(lang) == "zh" and self.error_zh else self.error
 

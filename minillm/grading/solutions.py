@@ -21,7 +21,7 @@ __all__ = ["close_to_model", "model_answer", "show_solution"]
 def model_answer(exercise_id: str, lang: str | None = None) -> str:
     """The model answer in ``lang`` (default: the current language), from the chapter's table."""
     from .chapter import current
-    from .language import resolve
+    from ..i18n import resolve
 
     ex_id = resolve_id(exercise_id)
     try:
@@ -53,7 +53,7 @@ class _Shown:
 def show_solution(exercise_id: str) -> _Shown:
     """Show the model answer of one exercise. Try first: the feedback of ``check()`` names
     what is missing; this shows a full answer, and the notebook records that you asked."""
-    from .language import get_language
+    from ..i18n import get_language
 
     ex_id = resolve_id(exercise_id)
     return _Shown(ex_id, model_answer(ex_id), get_language())

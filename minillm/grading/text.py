@@ -4,8 +4,7 @@ A text grader asks a few questions of an answer:
 
 * is it over the length limit (:func:`char_count`)?
 * is it a list of keywords rather than a sentence (:func:`keyword_list`)?
-* which required ideas does it express (:class:`Idea`, each with *strong* phrasings that earn
-  the point and *weak* ones that only hint at it and raise a review flag)?
+* which required ideas does it express (read by :mod:`concepts`, clause by clause)?
 * does it state one of the chapter's misconceptions (:class:`Misconception`), not negated?
 
 These are regular expressions over common phrasings, not understanding: an unusual but
@@ -47,10 +46,6 @@ def words(text: str) -> list[str]:
     return _WORD_RE.findall(text)
 
 
-def is_mostly_chinese(text: str) -> bool:
-    return cjk_chars(text) >= max(4, len(words(text)))
-
-
 def compile_all(patterns) -> tuple[re.Pattern, ...]:
     return tuple(re.compile(p, _FLAGS) for p in patterns)
 
@@ -73,30 +68,6 @@ def negated(text: str, start: int) -> bool:
 
 
 # --- ideas and misconceptions ----------------------------------------------------------------
-@dataclass(frozen=True)
-class Idea:
-    """A required idea: ``strong`` phrasings earn it, ``weak`` ones only hint at it."""
-
-    key: str
-    label: str  # how feedback names the idea, e.g. "it avoids recomputing past tokens"
-    strong: tuple[re.Pattern, ...]
-    weak: tuple[re.Pattern, ...] = ()
-    missing_hint: str = ""  # what to say when the idea is absent
-    weak_hint: str = ""  # what to say when only a weak phrasing was found
-
-    def find(self, text: str) -> str | None:
-        """'strong', 'weak' or None."""
-        if any(p.search(text) for p in self.strong):
-            return "strong"
-        if any(p.search(text) for p in self.weak):
-            return "weak"
-        return None
-
-
-def idea(key, label, strong, weak=(), missing_hint="", weak_hint="") -> Idea:
-    return Idea(key, label, compile_all(strong), compile_all(weak), missing_hint, weak_hint)
-
-
 @dataclass(frozen=True)
 class Misconception:
     key: str

@@ -16,7 +16,8 @@ by the memory bandwidth. Float32 (the reference) is exact; two options store few
 Both change the logits a little; ``tests/test_weight_options.py`` bounds how much on the
 shipped model and reports where greedy tokens first diverge from float32.
 
-Float32 weights on the CPU are *streamed* (``stream_weights``, the fast layer's default): a decode step's
+Float32 weights on the CPU are *streamed* on the fast path (``stream_weights``, called by
+``minillm.fast.prepare_model``; the reference path keeps ``nn.Linear``): a decode step's
 few-row products run ``minillm.fast.gemv``, a C kernel that reads each weight once at the
 core's bandwidth and shares the output rows between threads; the same float32 products in
 another summation order. int8 decode steps use its int8 twin: the int8 weights widened to
@@ -39,7 +40,7 @@ from ..fast import gemv
 LOGIT_TOLERANCE = {"bfloat16": 0.05, "int8": 0.2}
 
 __all__ = ["LOGIT_TOLERANCE", "WEIGHT_DTYPES", "WEIGHT_LEVELS", "Int8Linear", "check_weight_dtype", "cpu_has_bf16",
-           "quantize_weights", "stream_weights", "weight_bytes"]
+           "quantize_weights", "stream_weights", "weight_bytes", "MIN_STREAM_BYTES"]
 
 
 def cpu_has_vnni() -> bool:
@@ -124,25 +125,44 @@ def quantize_weights(model: nn.Module, weight_dtype) -> nn.Module:
     return model
 
 
-def stream_weights(model: nn.Module, enabled: bool = True) -> nn.Module:
+#: float32 projections with fewer weight bytes keep ``nn.Linear``: they come from cache, and
+#: the kernel's Python call costs ~10 us more than ``F.linear``'s (measured on the shipped model's
+#: 0.25-0.7 MB projections, a few per cent of its ~2.5 ms step)
+MIN_STREAM_BYTES = 1 << 20
+
+
+def stream_weights(model: nn.Module, enabled: bool = True, min_bytes: int = MIN_STREAM_BYTES) -> nn.Module:
     """Run ``model``'s decode products (float32 or int8 CPU projections) on the streaming kernel
-    (``minillm.fast.gemv``; float32: ``StreamLinear``, in place, same parameters), or put the
-    plain ``nn.Linear`` / torch's int8 linear back (``enabled=False``). The fast layer calls it
+    (``minillm.fast.gemv``; float32 of at least ``min_bytes``: ``StreamLinear``, in place, same
+    parameters), or put the plain ``nn.Linear`` / torch's int8 linear back (``enabled=False``).
+    With anything streamed, decode steps run torch's own ops on one thread
+    (``gemv.keep_torch_on_one_thread``). The fast layer calls it
     at load (``minillm.fast.prepare_model``); nothing changes where the kernel cannot be built
     (no C compiler) or ``MINILLM_GEMV=0``. Returns the model."""
+    if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 0:
+        raise ValueError(f"min_bytes must be an int >= 0, got {min_bytes!r}")
     if enabled and not (gemv.enabled_by_env() and gemv.available()):
         enabled = False
+    streamed = 0
     for owner, name in model.projections():
         module = getattr(owner, name)
         if isinstance(module, Int8Linear):
             module.stream(enabled)
+            streamed += enabled
             continue
         if not isinstance(module, nn.Linear):
             continue
-        if enabled and module.weight.device.type == "cpu" and module.weight.dtype == torch.float32:
+        w = module.weight
+        if (enabled and w.device.type == "cpu" and w.dtype == torch.float32
+                and w.numel() * w.element_size() >= min_bytes):
             gemv.stream(module)
+            streamed += 1
         else:
             gemv.unstream(module)
+    if streamed:
+        gemv.keep_torch_on_one_thread(model)  # decode steps: the kernel's threads, not torch's team
+    else:
+        gemv.release_torch_threads(model)
     return model
 
 

@@ -14,18 +14,21 @@
  * Instruction sets, chosen at run time (__builtin_cpu_supports): AVX-512 (16-wide, 4 rows of
  * activations a tile) where the CPU has it, else AVX2 + FMA (8-wide, 2 rows), else plain C.
  * The file is built without -march=native: one binary runs on any x86-64, each copy of the
- * tile code compiled for its own set (gemv_body.h, included once per set).
+ * tile code compiled for its own set (gemv_body.h, included once per set), and each copy is
+ * checked against the plain C loop on small problems before it is used (the AVX-512 copy has
+ * not run on this project's own machines, which have none).
  *
  * Threads: output rows are cut into chunks that the calling thread and persistent workers
  * claim one at a time (a compare-and-swap on a ticket holding the call's number and the next
  * chunk), so a worker that wakes late takes fewer chunks and the caller never waits for a
- * worker that has not started; it waits only for chunks a worker has claimed. Workers spin
- * for a short while after a call (decode calls come every few tens of microseconds), then
- * sleep on a futex. Built and loaded by minillm/fast/gemv.py. */
+ * worker that has not started; it waits only for chunks a worker has claimed (spinning, then
+ * yielding its core). Workers spin for a short while after a call (decode calls come every few
+ * tens of microseconds; 100 us, MINILLM_GEMV_SPIN_US), then sleep on a futex. Built and loaded by minillm/fast/gemv.py. */
 
 #define _GNU_SOURCE
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,6 +44,10 @@
 #define CPU_RELAX() _mm_pause()
 #else
 #define CPU_RELAX() ((void)0)
+#endif
+
+#ifndef PREFETCH_F32
+#define PREFETCH_F32 1 /* software prefetch of the next tile for float32 weights too */
 #endif
 
 struct gemv_job {
@@ -138,6 +145,40 @@ typedef void (*rows_fn)(const struct gemv_job *, int64_t, int64_t);
 static rows_fn rows_impl;
 static const char *isa_name = "plain";
 
+/* Whether `fn` computes what the plain C loop does on small problems that reach every tile
+ * shape and tail (rows 1..8, out % 4 != 0, in % 16 != 0), float32 and int8: a copy compiled for
+ * an instruction set this project's machines could not run is checked before it is trusted. */
+static int agrees_with_plain(rows_fn fn)
+{
+    enum { N = 11, K = 37, M = 8 };
+    float x[M * K], w[N * K], scale[N], bias[N], y0[M * N], y1[M * N];
+    int8_t q[N * K];
+    uint32_t seed = 12345u;
+    for (int i = 0; i < M * K; i++)
+        x[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    for (int i = 0; i < N * K; i++) {
+        w[i] = (float)((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+        q[i] = (int8_t)((int)((seed >> 9) % 255u) - 127);
+    }
+    for (int i = 0; i < N; i++)
+        scale[i] = 0.01f * (float)(i + 1), bias[i] = 0.1f * (float)i;
+    for (int m = 1; m <= M; m++)
+        for (int isint8 = 0; isint8 < 2; isint8++) {
+            const struct gemv_job j = {x, m, K, isint8 ? (const void *)q : (const void *)w, K, N, K,
+                                       isint8 ? scale : NULL, bias, NULL, N};
+            struct gemv_job a = j, b = j;
+            a.y = y0, b.y = y1;
+            rows_plain(&a, 0, N);
+            fn(&b, 0, N);
+            for (int i = 0; i < m * N; i++) {
+                const float d = y0[i] - y1[i], tol = 1e-4f * (1.0f + (y0[i] < 0 ? -y0[i] : y0[i]));
+                if (d > tol || d < -tol || y1[i] != y1[i])
+                    return 0;
+            }
+        }
+    return 1;
+}
+
 static void pick_isa(void)
 {
     rows_fn fn = rows_plain;
@@ -145,10 +186,13 @@ static void pick_isa(void)
 #ifdef HAVE_X86_COPIES
     __builtin_cpu_init();
     const char *force = getenv("MINILLM_GEMV_ISA"); /* "avx2" / "plain": to test the others */
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && !(force && (!strcmp(force, "avx2") || !strcmp(force, "plain")))) {
+    const int want512 = !(force && (!strcmp(force, "avx2") || !strcmp(force, "plain")));
+    const int want256 = !(force && !strcmp(force, "plain"));
+    if (want512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && agrees_with_plain(rows_avx512)) {
         fn = rows_avx512, name = "avx512";
-    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !(force && !strcmp(force, "plain"))) {
+    } else if (want256 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               agrees_with_plain(rows_avx2)) {
         fn = rows_avx2, name = "avx2";
     }
 #endif
@@ -181,7 +225,7 @@ static struct {
     struct gemv_job job;
     int64_t nchunks, chunk_rows;
     long spin_ns;                          /* how long an idle worker spins before sleeping */
-} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .spin_ns = 200000};
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .spin_ns = 100000};
 
 static void futex_wait(_Atomic uint32_t *addr, uint32_t val)
 {
@@ -262,6 +306,9 @@ static void forget_workers_after_fork(void)
 static int ensure_workers(int want)
 {
     static int atfork_done;
+    const char *spin = getenv("MINILLM_GEMV_SPIN_US"); /* read when the first worker starts */
+    if (spin != NULL && pool.started == 0 && atoi(spin) >= 0)
+        pool.spin_ns = (long)atoi(spin) * 1000;
     if (want > MAX_WORKERS)
         want = MAX_WORKERS;
     while (pool.started < want) {
@@ -315,8 +362,14 @@ static void run(const struct gemv_job *job, int threads)
     if (atomic_load(&pool.sleepers) > 0)
         futex_wake_all(&pool.wake);
     take_chunks(call);
-    while (atomic_load(&pool.done) < pool.nchunks)
-        CPU_RELAX();
+    /* wait for the chunks workers claimed; on a machine busier than its cores a worker may be
+     * descheduled holding one: after a short spin, give the core away until it is done */
+    for (int spins = 0; atomic_load(&pool.done) < pool.nchunks; spins++) {
+        if (spins < 4096)
+            CPU_RELAX();
+        else
+            sched_yield();
+    }
     pthread_mutex_unlock(&pool.lock);
 }
 

@@ -28,14 +28,14 @@ static inline __attribute__((always_inline)) void FN(tile4)(const float *x, int6
     int64_t kk = 0;
     for (; kk + VW <= k; kk += VW) {
         const VT w0 = LOADW(0), w1 = LOADW(1), w2 = LOADW(2), w3 = LOADW(3);
-#if 1 /* measured: int8 streams ~2x faster with it on a Zen 3 core; float32 no slower */
-        if ((kk & (ISINT8 ? 63 : 15)) == 0) { /* the next tile's rows, a cache line at a time */
+        /* the next tile's rows, a cache line at a time (measured: int8 streams ~2x faster with
+         * it on a Zen 3 core; float32: PREFETCH_F32, see gemv.c) */
+        if ((ISINT8 || PREFETCH_F32) && (kk & (ISINT8 ? 63 : 15)) == 0) {
             const char *next = ISINT8 ? (const char *)(wq + 4 * ldw + kk) : (const char *)(wf + 4 * ldw + kk);
             const int64_t row = ISINT8 ? ldw : 4 * ldw;
             __builtin_prefetch(next, 0, 3), __builtin_prefetch(next + row, 0, 3);
             __builtin_prefetch(next + 2 * row, 0, 3), __builtin_prefetch(next + 3 * row, 0, 3);
         }
-#endif
         const VT x0 = VLOADF(x + kk);
         a00 = VFMA(x0, w0, a00), a01 = VFMA(x0, w1, a01), a02 = VFMA(x0, w2, a02), a03 = VFMA(x0, w3, a03);
         if (G > 1) {

@@ -24,6 +24,7 @@ from . import texts as _texts  # noqa: F401  (registers tasks 2-5, quiz, pitfall
 from . import coding as _coding  # noqa: F401  (registers the coding tasks and task 3's byte count)
 from . import capacity as _capacity  # noqa: F401  (registers task 6, requests in GPU memory)
 from .coding import FORBIDDEN, PRESSURE_SCENARIOS, prepare, show_scenarios
+from .lifecycle import RESOURCE_NOTES
 from .solutions import model_answer, model_texts
 
 # the order of the notebook (and of reports)
@@ -48,6 +49,7 @@ def idea_labels() -> list[str]:
 
 chapter.use(chapter.Chapter(
     name="ch04", order=ORDER, model_answer=model_answer, model_texts=model_texts, shown_modules=SHOWN_MODULES,
-    idea_labels=idea_labels, pattern_modules=(f"{__name__}.ideas", f"{__name__}.texts"), prepare=prepare, forbidden=FORBIDDEN, diagram_file="ch04_task1_diagram.json"))
+    idea_labels=idea_labels, pattern_modules=(f"{__name__}.ideas", f"{__name__}.texts"), prepare=prepare, forbidden=FORBIDDEN,
+    diagram_exercise="task1_diagram", diagram_file="ch04_task1_diagram.json", diagram_notes=RESOURCE_NOTES))
 
 __all__ = ["ORDER", "PRESSURE_SCENARIOS", "show_scenarios"]

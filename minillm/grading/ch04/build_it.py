@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 
 from . import programs as P
 from .. import safecall
-from ..language import resolve
+from ...i18n import resolve
 from ..registry import Exercise, Marks, NotAttempted, grade
 from ..result import Result
 
@@ -534,7 +534,7 @@ def check(part: str, answer=None, *, namespace: dict | None = None, lang: str | 
 
 def show_method(part: str):
     """The method of one part in words (recorded in the notebook, like ``show_solution``)."""
-    from ..language import get_language
+    from ...i18n import get_language
     from ..solutions import _Shown
 
     ex_id = resolve_part(part)

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .. import safecall
-from ..cases import _engine_piece, _failure, _fraction_points, _not_attempted_if_stub
-from ..language import Bi
+from ..cases import CaseRun, engine_piece
+from ...i18n import Bi
 from ..registry import Marks, register
 
 UTILIZATION, WEIGHT_BYTES, BLOCK = 0.9, 2, 16
@@ -81,38 +80,29 @@ def _load_calculator():
 @register("task6_gpu_capacity", "Task 6 · how many requests fit in GPU memory", "§3 KV cache (显存)", 3,
           answer_name="max_requests", kind="code", title_zh="任务 6 · 显存里放得下多少个请求")
 def grade_gpu_capacity(fn, m: Marks) -> None:
-    calc = _engine_piece(m, fn, "max_requests", "minillm.viz.kv_capacity", _load_calculator)
+    calc = engine_piece(m, fn, "max_requests", "minillm.viz.kv_capacity", _load_calculator)
     if calc is None:
         return
-    passed, problems, hints = 0, [], Counter()
-    for i, (model, card, ctx, kv) in enumerate(CASES):
+    def args(case):
+        model, card, ctx, kv = case
         shape = calc.PUBLISHED[model]
-        case = T["case"](m.lang, model=model, card=card, ctx=ctx, kv=kv)
-        out = safecall.call(fn, shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.num_params, card, ctx, kv)
-        if i == 0:
-            _not_attempted_if_stub(out, "max_requests")
-        if not out.ok:
-            problems.append(_failure(case, out))
-            if out.timed_out:
-                break
-            continue
+        return shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.num_params, card, ctx, kv
+
+    hints = Counter()
+    run = CaseRun(fn, CASES, args, name="max_requests", label=lambda case: T["case"](
+        m.lang, model=case[0], card=case[1], ctx=case[2], kv=case[3]))
+    for (model, card, ctx, kv), case, _, got in run:
+        shape = calc.PUBLISHED[model]
         want = calc.capacity(shape, card, ctx, kv_dtype=kv, block_size=BLOCK, utilization=UTILIZATION).max_requests
-        got = out.value
         if isinstance(got, bool) or not isinstance(got, (int, float)) or got != int(got):
-            problems.append(T["not_number"](m.lang, case=case, got=got))
+            run.fail(T["not_number"](m.lang, case=case, got=got))
             continue
         if int(got) == want:
-            passed += 1
+            run.passed()
             continue
-        problems.append(T["mismatch"](m.lang, case=case, got=int(got), want=want))
+        run.fail(T["mismatch"](m.lang, case=case, got=int(got), want=want))
         hints.update(_slips(shape, card, ctx, kv, int(got)))
-    _fraction_points(m, passed, len(CASES), 3)
-    if passed == len(CASES):
-        m.ok(T["all"](m.lang, n=len(CASES)))
-    else:
-        m.missing(T["some"](m.lang, passed=passed, n=len(CASES)))
-        for p in problems[:3]:
-            m.wrong(p)
+    run.report(m, 3, T["all"](m.lang, n=run.total), T["some"](m.lang, passed=run.passes, n=run.total))
     most = max(hints.values(), default=0)
     for h in sorted(h for h, n in hints.items() if n == most):  # the slip that explains the most cases
         m.info(T[h](m.lang))

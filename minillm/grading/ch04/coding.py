@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass
 
 from .. import safecall
-from ..cases import _engine_piece, _failure, _fraction_points, _not_attempted_if_stub, run_seed
+from ..cases import CaseRun, engine_piece, run_seed
 from ..messages import msg
 from ..registry import CannotGrade, Marks, NotAttempted, register
 
@@ -49,7 +49,7 @@ class _TopPCase:
     zh: str = ""  # the name in Chinese
 
     def label(self, lang: str | None = None) -> str:
-        from ..language import resolve
+        from ...i18n import resolve
 
         return self.zh if resolve(lang) == "zh" and self.zh else self.name
 
@@ -137,6 +137,30 @@ def _describe_keep(mask) -> str:
     return msg("top_p.keep_rows", n=sum(per_row), rows=per_row)
 
 
+def _top_p_problem(m: Marks, name: str, y, ref, logits) -> tuple[str, str] | None:
+    """What is wrong with ``y``, the learner's filtered logits, against the engine's ``ref``:
+    (message key, feedback line), or None when it is right."""
+    import torch
+
+    if not isinstance(y, torch.Tensor):
+        return "top_p.not_tensor", m.t("top_p.not_tensor", case=name, type=type(y).__name__)
+    if y.shape != ref.shape:
+        return "top_p.shape", m.t("top_p.shape", case=name, got=list(y.shape), want=list(ref.shape))
+    if y.dtype == torch.bool:
+        return "top_p.mask", m.t("top_p.mask", case=name)
+    kept_ref = ~torch.isneginf(ref)
+    yf = y.float()
+    kept = ~torch.isneginf(yf)
+    if (yf >= 0).all() and (yf <= 1).all() and torch.allclose(yf.sum(-1), torch.ones(()), atol=1e-3) \
+            and not torch.allclose(yf, logits.float()):
+        return "top_p.probs", m.t("top_p.probs", case=name)
+    if not torch.equal(kept, kept_ref):
+        return "top_p.keep", m.t("top_p.keep", case=name, got=_describe_keep(kept), want=_describe_keep(kept_ref))
+    if not torch.allclose(yf[kept], logits.float()[kept_ref], atol=1e-5, rtol=1e-5):
+        return "top_p.changed", m.t("top_p.changed", case=name)
+    return None
+
+
 def _load_top_p():
     import torch  # noqa: F401
 
@@ -148,62 +172,29 @@ def _load_top_p():
 @register("code_top_p", "Code · a top-p (nucleus) filter", "§4 sampling", 3, answer_name="my_top_p_filter",
           kind="code", title_zh="编程 · top-p（nucleus）过滤")
 def grade_top_p(fn, m: Marks) -> None:
-    top_p_filter = _engine_piece(m, fn, "my_top_p_filter", "minillm.sampler", _load_top_p)
+    top_p_filter = engine_piece(m, fn, "my_top_p_filter", "minillm.sampler", _load_top_p)
     if top_p_filter is None:
         return
     import torch
 
-    cases = top_p_cases()
-    passed, problems, in_place, keep_wrong = 0, [], False, False
-    for i, case in enumerate(cases):
-        name = case.label(m.lang)
-        given = case.logits.clone()
-        out = safecall.call(fn, given, case.top_p, forbid=FORBIDDEN["my_top_p_filter"])
-        if i == 0:
-            _not_attempted_if_stub(out, "my_top_p_filter")
+    run = CaseRun(fn, top_p_cases(), lambda case: (case.logits.clone(), case.top_p), name="my_top_p_filter",
+                  label=lambda case: case.label(m.lang), forbid=FORBIDDEN["my_top_p_filter"])
+    in_place, keep_wrong = False, False
+    for case, name, (given, _), y in run:
         ref = top_p_filter(case.logits.clone(), case.top_p)
-        if not out.ok:
-            problems.append(_failure(name, out))
-            if out.timed_out:
-                break
+        problem = _top_p_problem(m, name, y, ref, case.logits)
+        if problem:
+            key, text = problem
+            run.fail(text)
+            keep_wrong = keep_wrong or key == "top_p.keep"
             continue
-        y = out.value
-        if not isinstance(y, torch.Tensor):
-            problems.append(m.t("top_p.not_tensor", case=name, type=type(y).__name__))
-            continue
-        if y.shape != ref.shape:
-            problems.append(m.t("top_p.shape", case=name, got=list(y.shape), want=list(ref.shape)))
-            continue
-        if y.dtype == torch.bool:
-            problems.append(m.t("top_p.mask", case=name))
-            continue
-        kept_ref = ~torch.isneginf(ref)
-        kept = ~torch.isneginf(y.float())
-        yf = y.float()
-        if (yf >= 0).all() and (yf <= 1).all() and torch.allclose(yf.sum(-1), torch.ones(()), atol=1e-3) \
-                and not torch.allclose(yf, case.logits.float()):
-            problems.append(m.t("top_p.probs", case=name))
-            continue
-        if not torch.equal(kept, kept_ref):
-            problems.append(m.t("top_p.keep", case=name, got=_describe_keep(kept), want=_describe_keep(kept_ref)))
-            keep_wrong = True
-            continue
-        if not torch.allclose(y.float()[kept], case.logits.float()[kept_ref], atol=1e-5, rtol=1e-5):
-            problems.append(m.t("top_p.changed", case=name))
-            continue
-        passed += 1
+        run.passed()
         in_place = in_place or not torch.equal(given, case.logits)
-    _fraction_points(m, passed, len(cases), 3)
     if in_place:
         m.info(m.t("top_p.in_place"))
-    if passed == len(cases):
-        m.ok(m.t("top_p.all", n=len(cases)))
-    else:
-        m.missing(m.t("top_p.some", passed=passed, n=len(cases)))
-        for p in problems[:4]:
-            m.wrong(p)
-        if keep_wrong:
-            m.info(m.t("top_p.rule"))
+    if not run.report(m, 3, m.t("top_p.all", n=run.total), m.t("top_p.some", passed=run.passes, n=run.total), 4) \
+            and keep_wrong:
+        m.info(m.t("top_p.rule"))
 
 
 # =============================================================================================
@@ -259,36 +250,28 @@ def _load_kv_bytes():
 @register("code_kv_bytes", "Code · KV bytes per token", "§3 KV cache", 2, answer_name="my_kv_bytes_per_token",
           kind="code", title_zh="编程 · 每个 token 的 KV 字节数")
 def grade_kv_bytes(fn, m: Marks) -> None:
-    kv_bytes_per_token = _engine_piece(m, fn, "my_kv_bytes_per_token", "minillm.kv_cache", _load_kv_bytes)
+    kv_bytes_per_token = engine_piece(m, fn, "my_kv_bytes_per_token", "minillm.kv_cache", _load_kv_bytes)
     if kv_bytes_per_token is None:
         return
     configs = list(KV_CONFIGS)
     shipped = shipped_config()
     if shipped:
         configs.insert(0, shipped)
-    passed, problems, hints = 0, [], set()
-    for i, (name, layers, heads, dim, nbytes) in enumerate(configs):
-        name = KV_CONFIG_ZH.get(name, name) if m.lang == "zh" else name
-        out = safecall.call(fn, layers, heads, dim, nbytes, forbid=FORBIDDEN["my_kv_bytes_per_token"])
-        if i == 0:
-            _not_attempted_if_stub(out, "my_kv_bytes_per_token")
-        if not out.ok:
-            problems.append(_failure(name, out))
-            if out.timed_out:
-                break
-            continue
+    hints = set()
+    run = CaseRun(fn, configs, lambda config: config[1:], name="my_kv_bytes_per_token",
+                  label=lambda config: KV_CONFIG_ZH.get(config[0], config[0]) if m.lang == "zh" else config[0],
+                  forbid=FORBIDDEN["my_kv_bytes_per_token"])
+    for _, name, (layers, heads, dim, nbytes), y in run:
         ref = kv_bytes_per_token(layers, heads, dim, nbytes)
-        y = out.value
         if isinstance(y, bool) or not isinstance(y, (int, float)) and not hasattr(y, "__index__"):
-            problems.append(m.t("code.not_number", case=name, type=type(y).__name__))
+            run.fail(m.t("code.not_number", case=name, type=type(y).__name__))
             continue
         if float(y) == ref:
-            passed += 1
+            run.passed()
             if not isinstance(y, int):
                 hints.add("kv.int")
             continue
-        problems.append(m.t("kv.mismatch", case=name, layers=layers, heads=heads, dim=dim, nbytes=nbytes, got=y,
-                            want=ref))
+        run.fail(m.t("kv.mismatch", case=name, layers=layers, heads=heads, dim=dim, nbytes=nbytes, got=y, want=ref))
         ratio = float(y) / ref if ref else 0
         if abs(ratio - 0.5) < 1e-9:
             hints.add("kv.factor2")
@@ -298,15 +281,9 @@ def grade_kv_bytes(fn, m: Marks) -> None:
             hints.add("kv.layers")
         elif abs(ratio * heads - 1) < 1e-9:
             hints.add("kv.heads")
-    _fraction_points(m, passed, len(configs), 2)
-    if passed == len(configs):
-        m.ok(m.t("kv.all", n=len(configs)))
+    if run.report(m, 2, m.t("kv.all", n=run.total), m.t("kv.some", passed=run.passes, n=run.total)):
         per = kv_bytes_per_token(32, 8, 128, 2)
         m.info(m.t("kv.scale", per=per, gib=per * 8192 / 2**30))
-    else:
-        m.missing(m.t("kv.some", passed=passed, n=len(configs)))
-        for p in problems[:3]:
-            m.wrong(p)
     for h in sorted(m.t(k) for k in hints):
         m.info(h)
 
@@ -327,7 +304,7 @@ class _StopCase:
     zh: str = ""  # the name in Chinese
 
     def label(self, lang: str | None = None) -> str:
-        from ..language import resolve
+        from ...i18n import resolve
 
         return self.zh if resolve(lang) == "zh" and self.zh else self.name
 
@@ -408,43 +385,29 @@ def _load_params():
 @register("code_stop_check", "Code · the stop-condition check", "§6 finish and release", 3,
           answer_name="my_check_stop", kind="code", title_zh="编程 · 停止条件检查")
 def grade_stop(fn, m: Marks) -> None:
-    SamplingParams = _engine_piece(m, fn, "my_check_stop", "minillm.SamplingParams", _load_params)
+    SamplingParams = engine_piece(m, fn, "my_check_stop", "minillm.SamplingParams", _load_params)
     if SamplingParams is None:
         return
-    cases = stop_cases()
-    passed, problems, notes = 0, [], set()
-    for i, case in enumerate(cases):
-        name = case.label(m.lang)
-        params = SamplingParams(**case.params)
-        out = safecall.call(fn, case.token_id, list(case.output_ids), case.text, params, case.eos_token_id,
-                            case.prompt_len, case.max_model_len, forbid=FORBIDDEN["my_check_stop"])
-        if i == 0:
-            _not_attempted_if_stub(out, "my_check_stop")
-        if not out.ok:
-            problems.append(_failure(name, out))
-            if out.timed_out:
-                break
-            continue
+    notes = set()
+    run = CaseRun(fn, stop_cases(), lambda case: (case.token_id, list(case.output_ids), case.text,
+                                                   SamplingParams(**case.params), case.eos_token_id, case.prompt_len,
+                                                   case.max_model_len),
+                  name="my_check_stop", label=lambda case: case.label(m.lang), forbid=FORBIDDEN["my_check_stop"])
+    for case, name, args, value in run:
         try:
-            got, note = _as_reason(out.value)
+            got, note = _as_reason(value)
         except TypeError as exc:
-            problems.append(f"{name}{'：' if m.lang == 'zh' else ': '}{exc}")
+            run.fail(f"{name}{'：' if m.lang == 'zh' else ': '}{exc}")
             continue
         if note:
             notes.add(note)
-        want = expected_stop(case, params)
+        want = expected_stop(case, args[3])
         if got == want:
-            passed += 1
+            run.passed()
         else:
             fmt = lambda r: m.t("stop.keep_going") if r is None else f"StopReason.{r.name}"  # noqa: E731
-            problems.append(m.t("stop.expected", case=name, want=fmt(want), got=fmt(got)))
-    _fraction_points(m, passed, len(cases), 3)
-    if passed == len(cases):
-        m.ok(m.t("stop.all", n=len(cases)))
-    else:
-        m.missing(m.t("stop.some", passed=passed, n=len(cases)))
-        for p in problems[:4]:
-            m.wrong(p)
+            run.fail(m.t("stop.expected", case=name, want=fmt(want), got=fmt(got)))
+    run.report(m, 3, m.t("stop.all", n=run.total), m.t("stop.some", passed=run.passes, n=run.total), 4)
     for n in sorted(notes):
         m.info(n)
 
@@ -593,15 +556,14 @@ def grade_task3_bytes(answer, m: Marks) -> None:
     except TypeError as exc:  # the message is already in the current language
         m.wrong(str(exc))
         return
-    values: dict = {}
-    for i, (name, s) in enumerate(PRESSURE_SCENARIOS.items()):
-        if given["kind"] == "function":
-            out = safecall.call(given["fn"], **s.as_kwargs())
-            if i == 0:
-                _not_attempted_if_stub(out, "scenario_kv_bytes")
-            values[name] = out.value if out.ok else out
-        else:
-            values[name] = given["values"].get(name)
+    failed: dict = {}
+    if given["kind"] == "function":
+        run = CaseRun(given["fn"], PRESSURE_SCENARIOS.items(), kwargs=lambda item: item[1].as_kwargs(),
+                      name="scenario_kv_bytes", label=lambda item: item[0])
+        values = {r.label: r.value for r in run}
+        failed = run.failed
+    else:
+        values = {name: given["values"].get(name) for name in PRESSURE_SCENARIOS}
     if given["kind"] == "dict" and all(v is None or v is Ellipsis for v in values.values()):
         raise NotAttempted.key("bytes.no_numbers")
     try:
@@ -610,10 +572,12 @@ def grade_task3_bytes(answer, m: Marks) -> None:
         raise CannotGrade(m.t("bytes.no_engine", error=f"{type(exc).__name__}: {exc}")) from exc
     got = None
     for name, s in PRESSURE_SCENARIOS.items():
-        v = values[name]
-        if isinstance(v, safecall.Outcome):
-            m.wrong(_failure(name, v))
+        if name in failed:
+            m.wrong(failed[name])
             continue
+        if name not in values:  # not called: an earlier call timed out ("stopped here")
+            continue
+        v = values[name]
         if v is None:
             m.missing(m.t("bytes.none", name=name))
             continue
@@ -657,7 +621,7 @@ class ChatCase:
     zh: str = ""  # the name in Chinese
 
     def label(self, lang: str | None = None) -> str:
-        from ..language import resolve
+        from ...i18n import resolve
 
         return self.zh if resolve(lang) == "zh" and self.zh else self.name
 
@@ -691,32 +655,24 @@ def expected_chat_tokens(c: ChatCase) -> int:
 @register("code_chat_kv", "Code · the long chat: KV bytes at turn k", "§3 scenario 1 (long chat)", 2,
           answer_name="chat_kv_bytes", kind="code", title_zh="编程 · 长对话：第 k 轮的 KV 字节数")
 def grade_chat_kv(fn, m: Marks) -> None:
-    kv_bytes_per_token = _engine_piece(m, fn, "chat_kv_bytes", "minillm.kv_cache", _load_kv_bytes)
+    kv_bytes_per_token = engine_piece(m, fn, "chat_kv_bytes", "minillm.kv_cache", _load_kv_bytes)
     if kv_bytes_per_token is None:
         return
     shipped = shipped_config()
     bpt = kv_bytes_per_token(*shipped[1:]) if shipped else kv_bytes_per_token(4, 4, 32, 4)
-    passed, problems, hints = 0, [], set()
-    cases = chat_cases()
-    for i, c in enumerate(cases):
-        name = c.label(m.lang)
-        out = safecall.call(fn, c.turn, c.system_tokens, c.user_tokens, c.reply_tokens, bpt, c.keep_last,
-                            forbid=FORBIDDEN["chat_kv_bytes"])
-        if i == 0:
-            _not_attempted_if_stub(out, "chat_kv_bytes")
-        if not out.ok:
-            problems.append(_failure(name, out))
-            if out.timed_out:
-                break
-            continue
-        y, want = out.value, expected_chat_tokens(c) * bpt
+    hints = set()
+    run = CaseRun(fn, chat_cases(), lambda c: (c.turn, c.system_tokens, c.user_tokens, c.reply_tokens, bpt,
+                                               c.keep_last),
+                  name="chat_kv_bytes", label=lambda c: c.label(m.lang), forbid=FORBIDDEN["chat_kv_bytes"])
+    for c, name, _, y in run:
+        want = expected_chat_tokens(c) * bpt
         if isinstance(y, bool) or type(y) not in (int, float):
-            problems.append(m.t("code.not_number", case=name, type=type(y).__name__))
+            run.fail(m.t("code.not_number", case=name, type=type(y).__name__))
             continue
         if y == want:
-            passed += 1
+            run.passed()
             continue
-        problems.append(m.t("chat.mismatch", case=name, got=y, want=want))
+        run.fail(m.t("chat.mismatch", case=name, got=y, want=want))
         tokens = y / bpt
         earlier = c.turn - 1 if c.keep_last is None else min(c.turn - 1, c.keep_last)
         if tokens == want / bpt - c.reply_tokens:
@@ -729,13 +685,7 @@ def grade_chat_kv(fn, m: Marks) -> None:
         elif earlier and tokens == c.system_tokens + c.turn * (c.user_tokens + c.reply_tokens) + c.user_tokens \
                 + c.reply_tokens:
             hints.add("chat.k_minus_1")
-    _fraction_points(m, passed, len(cases), 2)
-    if passed == len(cases):
-        m.ok(m.t("chat.all", n=len(cases), bpt=bpt))
-    else:
-        m.missing(m.t("chat.some", passed=passed, n=len(cases)))
-        for p in problems[:3]:
-            m.wrong(p)
+    run.report(m, 2, m.t("chat.all", n=run.total, bpt=bpt), m.t("chat.some", passed=run.passes, n=run.total))
     for h in sorted(m.t(k) for k in hints):
         m.info(h)
 

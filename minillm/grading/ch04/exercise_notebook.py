@@ -144,7 +144,7 @@ diagram, in a few sentences, and in small pieces of code that are compared with 
 > pitfall reasons) are read clause by clause for each required idea, in English, Chinese or a mix
 > of both, forgiving small typos and reading negation ("does *not* save memory", "无需重算").
 > Lists of keywords, copies of the task's own words (or of the options, hints and feedback the
-> notebook shows) and the chapter's misconceptions earn nothing.
+> notebook shows, or of a model answer) and the chapter's misconceptions earn nothing.
 > The graders do not understand your text: an unusual but correct answer can be missed, so when
 > the evidence is thin the result says **flagged for human review** and a person reads it.
 > Feedback is given in the language you answer in.""",
@@ -175,7 +175,7 @@ diagram, in a few sentences, and in small pieces of code that are compared with 
 
 > **文字题的评分是启发式的。** 书面回答（任务 2–5、自测题的理由、误区判断的理由）按子句逐条寻找每个
 > 要点，中文、英文或中英混写都可以，能容忍小的拼写错误，也能识别否定（“无需重算”、“并*不*节省显存”）。
-> 关键词堆砌、照抄题目（或照抄 notebook 里显示的选项、提示和反馈）、章节里列出的误解都不得分。评分器并不真正理解你的文字：不寻常但正确的回答可能被
+> 关键词堆砌、照抄题目（或照抄 notebook 里显示的选项、提示和反馈，或照抄参考答案）、章节里列出的误解都不得分。评分器并不真正理解你的文字：不寻常但正确的回答可能被
 > 漏判，所以证据不足时结果会显示**已标记为需要人工复核**，由老师来读。
 > 用中文作答就得到中文反馈；代码题等没有自身语言的反馈，也因为下面的 `set_language("zh")` 而用中文。""")),
         md(Bi("""| exercise id | what you do | points | chapter |

@@ -12,7 +12,7 @@ _COMPUTE = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bcomput\w*", r"\bcalcula
             r"\bmath\b", r"计算", r"重算", r"运算", r"(?<![打清])算"]
 _AVOID = [r"\bavoid\w*", r"\bskip\w*", r"\bsav(e|es|ed|ing)\b", r"\bspar\w*", r"\beliminat\w*", r"\bprevent\w*",
           r"\breduc\w*", r"\bcut\w*", r"\bless\b", r"\bfewer\b", r"\bsidestep\w*", r"\bbypass\w*", r"\bspare\w*",
-          r"\bomit\w*", r"\bdrop\w*", r"省去", r"避免", r"减少", r"节省", r"节约", r"免去", r"省掉", r"省了", r"(?<![节])省", r"跳过", r"免得", r"以免", r"省得",
+          r"\bomit\w*", r"\bdrop\w*", r"少(了)?(?=算|计算|重算|重复)", r"省去", r"避免", r"减少", r"节省", r"节约", r"免去", r"省掉", r"省了", r"(?<![节])省", r"跳过", r"免得", r"以免", r"省得",
           r"降低"]
 _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r"\bredid\b", r"\bre-?run\w*",
            r"\bre-?process\w*", r"\bre-?encod\w*",
@@ -32,7 +32,7 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
           r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
           r"(从|在)(KV ?)?缓存(里|中)?(直接)?(读|取|拿)", r"(算|计算)一次就(存|保存|缓存)",
-          r"只(需|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前)", r"每(一)?步只(需|要)?(计算|算|处理)"]
+          r"只(需|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前)", r"只(需|要|用)?(计算|算|处理)(它|它们)?自己", r"每(一)?步只(需|要)?(计算|算|处理)"]
 
 RECOMPUTE = idea(
     "no_recompute", "it avoids recomputing the tokens already processed", "它避免了对已处理 token 的重复计算",
@@ -47,11 +47,11 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
          r"\blarge\w*", r"\bbig\w*", r"\bscal\w*", r"\blinear\w*", r"\bproportional\b", r"\bbottleneck\w*",
          r"\bbudget\b", r"\bspend\w*", r"\bprice\b", r"\btrad(e|es|ing)\b", r"\btrade-?off\b", r"\bhungry\b",
          r"\bintensive\b", r"\bdemand\w*", r"\bneed\w*", r"\brequir\w*", r"\bhog\w*", r"\baccumulat\w*",
-         r"\bballoon\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
+         r"\bballoon\w*", r"\bswell\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
          r"\brun\w*\s+out\b", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
          r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
          r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨",
-         r"换", r"越多", r"越大", r"耗", r"变多", r"增多", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
+         r"换", r"越多", r"越大", r"耗", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
 MEMORY = idea(
     "memory_cost", "it costs memory that grows", "它要占用显存，而且随长度和请求数增长",
     parts=[_MEM, _COST],
@@ -60,31 +60,32 @@ MEMORY = idea(
     standalone=[r"\bmemory[- ]bound\b", r"\bmemory pressure\b", r"显存压力", r"以显存换", r"用显存换",
                 r"\b(its|the|cache)\s+(size|footprint|usage)\s+(\w+\s+){0,2}?(grows?|growing|increases?|scales?|rises?)\b",
                 r"占用(量)?[^，。；,;]{0,12}(增长|增加|增大|变大|越来越|上升|膨胀|线性)",
-                r"\b(cache|it|kv|structure|store|buffer|table|state|memo)\s+(\w+\s+){0,2}(grows?|growing|(gets?|getting) "
+                r"\b(cache|it|kv|structure|store|buffer|table|state|memo)\s+(\w+\s+){0,2}(grows?|growing|swell\w*|(gets?|getting) "
                 r"(bigger|larger|huge|big|large|enormous)|balloons?|expands?)\b",
                 r"(缓存|KV)[^，。；,;]{0,8}(多一份|多出|变多|增多|越多)",
-                r"\bout of (gpu\s+)?memory\b", r"\boom\b", r"爆显存|显存(不够|不足|溢出|耗尽)",
+                r"\bout of (gpu\s+)?memory\b", r"\boom\b",
+                r"\b(size|memory|footprint)\b[^.;]{0,40}\bdepends?\s+on\b[^.;]{0,50}\b(length|tokens?|context)\b",
+                r"额外(的)?(显存|内存|存储)|显存开销|(显存|内存)[^，。；,;]{0,10}(有关|相关|成正比)", r"爆显存|显存(不够|不足|溢出|耗尽)",
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
                 r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀)"],
     weak=_MEM)
 
-_TOKEN = [r"\btokens?\b", r"\bwords?\b", r"\bchoice\b", r"\bresult\b", r"\boutput\b", r"\bsampl\w*", r"\bchos\w*",
-          r"\bpick\w*", r"\bselect\w*", r"\bit\b", r"\bthat\b", r"token", r"词", r"结果", r"采样", r"选", r"输出", r"它"]
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
          r"\bgo(es)?\s+(back\s+)?in(to)?\b", r"\benter\w*", r"\bwritten\b", r"\bwrit\w*", r"\bconcatenat\w*",
          r"\bpart of\b", r"\binsert\w*", r"\bextend\w*", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",
-         r"\bused as\b", r"\bserves? as\b", r"\battach\w*", r"\bstays? in\b",
+         r"\bused as\b", r"\bserves? as\b", r"\battach\w*", r"\bstays? in\b", r"\bstored\b", r"\bsaved\b", r"\brecorded\b",
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
          r"接到", r"接入", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
          r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回", r"(写|加|放|存|塞|并|拼)进", r"进到"]
 _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
+         r"\btoken\s+(list|ids)\b", r"\blist of tokens\b",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bso far\b", r"\bback\b",
          r"历史", r"上下文", r"序列", r"输入", r"状态", r"前缀", r"KV", r"缓存", r"context", r"history"]
 TOKEN_TO_HISTORY = idea(
     "token_to_history", "the sampled token is appended to the request's history", "采样出的 token 会加入请求的历史（上下文）",
     parts=[_HIST, _JOIN],  # the subject is often in the clause before ("… 不会被丢弃，而是追加到历史里")
     standalone=[r"\b(output|token|result|sample)s?\b\s+(\w+\s+){0,4}?(is|becomes|serves as|used as)\s+(\w+\s+){0,2}?input\b",
-                r"\b(token|it|choice|sample)\s+(is|gets|was)\s+(then\s+)?(appended|fed back|added back|concatenated)\b",
+                r"\b(token|it|choice|sample)('s|\s+(is|gets|was))\s+(then\s+)?(appended|fed back|added back|concatenated)\b",
                 r"(作为|成为|当作|当成)[^，。；]{0,6}输入"],
     weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"])
 
@@ -95,12 +96,14 @@ _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcomin
          r"\bfrom then on\b", r"\bafterwards\b", r"\bthereafter\b", r"\bdownstream\b", r"\bwhat comes (next|after)\b",
          r"\beverything after\b", r"\bcondition\w*\b", r"\bdepend\w*", r"\bbuilds?\s+on\b", r"\bbased on\b", r"\bcontinuations\b",
          r"\brel(y|ies)\s+on\b", r"\battends? to\b", r"\bsteer\w*", r"\bdiverg\w*", r"\bcontinuation\b",
-         r"下一(轮|步|个|次)", r"后续", r"之后", r"以后", r"后面", r"接下来", r"路径", r"走向", r"轨迹", r"方向", r"自回归",
+         r"下一(轮|步|个|次)", r"后续", r"(之后|以后|后面)(的)?[^，。；,;]{0,3}(每一?步|步|token|计算|生成|输出|解码|decode|内容|路径|轮|预测|都)",
+         r"(影响|决定|改变|左右)[^，。；,;]{0,2}(之后|以后|后面)", r"接下来", r"路径", r"走向", r"轨迹", r"方向", r"自回归",
          r"依赖", r"基于", r"为条件", r"depend", r"next step"]
 NEXT_STEP_DEPENDS = idea(
     "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",
     standalone=_NEXT + [r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(it|that|this|them)\b",
                         r"\b(continu\w*|carr(y|ies) on|goes on|builds?)\s+from\s+(it|that|this|there)\b",
+                        r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(the\s+)?(\w+\s+){0,2}?(tokens?|samples?|choices?)\b",
                         r"\binput\s+(of|for|to)\s+(the\s+)?(next|following|later)\b", r"(下一步|后面|之后)[^，。；]{0,4}(的)?输入"])
 
 REQUEST_STATE = idea(
@@ -142,7 +145,7 @@ HIT_MISS = misconception(
      r"(answers?|responses?|replies|completions?)",
      r"(same|identical|repeated)\s+(prompts?|questions?|query|queries|requests?)\b[^.;!?]{0,40}(return|serv|answer|"
      r"skip|fast|instant)",
-     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
+     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*|remember\w*|keep\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
      r"命中", r"缓存(了)?[^。；;，,]{0,6}(答案|回答|回复)", r"(返回|复用)[^。；;，,]{0,6}(之前|以前)的?(答案|回答|回复)",
      r"(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)", r"查表"],
     ["no_recompute"],
@@ -185,21 +188,24 @@ NO_EFFECT_LATER = misconception(
 
 HOLDS_RESOURCES = idea(
     "holds_resources", "each request holds state and resources until it is released", "每个请求从进入到释放都占着状态和资源",
+    polar=False,  # "没释放的块", "blocks not yet freed": still held
     standalone=[r"\bblocks?\b", r"\bslots?\b", r"\buntil\s+(it|the request|they)\s+(ends|finishes|is released|is freed|are released)\b",
                 r"\b(holds?|holding|occup\w*|owns?|keeps?|has|have)\b\s+(\w+\s+){0,3}?(resources?|state|kv|blocks?|slots?|memory|"
                 r"tokens)", r"\b(resources?|state|states)\b", r"\bkv blocks?\b", r"\bstate machines?\b",
-                r"资源", r"状态", r"占用", r"持有", r"KV ?块", r"槽位"])
+                r"资源", r"状态", r"占用", r"占着", r"持有", r"KV ?块", r"(?<!一)块", r"槽位"])
 MIXED_STATES = idea(
     "mixed_states", "a batch mixes requests in different, changing states", "一个批次里的请求处于不同且不断变化的状态",
     standalone=[r"\bdifferent\s+(\w+\s+){0,1}?(states?|phases?|stages?)", r"\bstates?\s+(transitions?|changes?|change|keep changing)",
                 r"\bwho\s+\w+s?\b[^.;]{0,30}\bwho\s+\w+", r"\bothers?\s+(are\s+)?(decod|prefill|wait)\w*",
                 r"\b(join|leave|enter|exit|finish)\w*\b[^.;]{0,40}\b(batch|step)", r"\b(mix|mixes|mixed|mixing)\b",
                 r"\bchang\w*\s+(\w+\s+){0,2}?(every|each)\s+step", r"\b(transition|move)\w*\b",
-                r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)", r"状态[^，。；]{0,6}(变化|改变|在变|会变|不一样|不同|各异)",
+                r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)", r"状态[^，。；]{0,6}(变化|改变|在变|会变|不一样|不同|各异|不相同|各不)",
                 r"各(不|有)(相同|一样)的?(状态|阶段)", r"每一?步[^，。；]{0,10}状态",
                 r"(改|更新|推进|切换|变)[^，。；]{0,6}(state|状态)", r"有的[^。；]{0,16}有的", r"有的(在|处于|正在)",
                 r"状态[^，。；]{0,4}(一直|不断|每一?步|总)[^，。；]{0,4}(变|改)",
                 r"\bsome\b[^.;]{0,40}\b(others?|some)\b", r"\bchanging\s+(\w+\s+)?states?\b", r"一些[^。；]{0,16}一些",
+                r"\b(join|leave|enter|finish)\w*\b[^.;]{0,30}\bdifferent\s+(times?|moments?|points?)\b",
+                r"\bbatch\w*\s+(\w+\s+){0,2}?(keeps?\s+)?chang\w*",
                 r"(加入|离开|进出|进进出出)", r"混合", r"每一?步[^，。；]{0,6}变"])
 
 EARLY_TURN_MATTERS = idea(
@@ -218,11 +224,12 @@ DECODE_PER_TOKEN = idea(
     "decode 每个输出 token 一步，所以输出长度和调度决定总延迟和设备利用率",
     standalone=[r"\b(each|every|one|a)\s+(output\s+|generated\s+|new\s+)?token\s+(\w+\s+){0,3}?(step|round|pass|iteration)s?\b",
                 r"\b(output\s+length|length of the output)\b[^.;]{0,50}\b(latency|steps?|time|utili[sz]\w*)",
-                r"(一|每)(个|一个)?\s*token\s*(一|1)\s*(步|轮)",
+                r"(一|每)(个|一个)?(输出|生成的?)?\s*token\s*[^，。；,;]{0,4}(一|1)\s*(步|轮)",
                 r"\b(one|a|each|every)\s+(\w+\s+){0,2}?(step|round|pass|iteration|forward)s?\s+(\w+\s+){0,2}?"
                 r"(per|for each|for every|for one)\s+(\w+\s+){0,1}?tokens?", r"\bper\s+(output\s+|generated\s+)?token\b",
                 r"\b(token by token|round by round|step by step|one token at a time)\b",
                 r"\b(long|longer|more)\s+(\w+\s+){0,2}?(outputs?|tokens)\b[^.;]{0,50}\b(steps?|rounds?|latency|longer|time)",
                 r"\bschedul\w*\b[^.;]{0,50}\b(batch\w*|together|utili[sz]\w*|throughput|busy|idle)",
                 r"每(个|一个)?(输出|生成的?)?\s*token\s*(一|1)\s*(步|轮)", r"逐(个|一)?\s*token|一轮一轮|一步一步",
-                r"输出(越|很)?长[^。；;]{0,20}(步|轮|延迟|越久|时间|慢)", r"(调度|批|batch)[^。；;]{0,16}(利用率|吞吐|一起|合批|空闲)"])
+                r"输出(越|很)?长[^。；;]{0,20}(步|轮|延迟|越久|时间|慢)", r"步数[^，。；,;]{0,3}(越多|更多|增加|变多)",
+                r"\bmore\s+(decode\s+)?steps\b", r"(调度|批|batch)[^。；;]{0,16}(利用率|吞吐|一起|合批|空闲)"])

@@ -13,6 +13,15 @@ from collections import deque
 from ..diagram import Diagram, DiagramFormatError, read_answer
 from ..registry import Marks, NotAttempted, register
 
+#: what the DiagramEditor offers as a state's note (what it holds), per language
+RESOURCE_NOTES = {
+    "en": ("prompt text", "prompt token ids", "sampling params", "KV blocks for the prompt",
+           "KV blocks (one more token per step)", "a batch slot", "output token ids", "stop reason",
+           "nothing on the device (blocks freed)"),
+    "zh": ("prompt 文本", "prompt token", "采样参数", "整段 prompt 的 KV 块", "KV 块（每步多一个 token）", "一个 batch 槽位",
+           "已生成的输出 token", "停止原因", "设备上什么都不占（块已释放）"),
+}
+
 # =============================================================================================
 # Roles: which state is which, in English or Chinese
 # =============================================================================================
@@ -39,8 +48,6 @@ REQUIRED = ("enqueue", "prefill", "decode", "finish", "release")
 _ROLE_NAME_ZH = {"enqueue": "入队", "prefill": "预填充", "decode": "解码", "finish": "完成", "release": "释放"}
 LOOP_OK = {"decode", "sample", "update", None}  # roles a decode loop may pass through
 _KV = re.compile(r"\bkv\b|cache|blocks?|\bkeys?\b|\bvalues?\b|k/v|显存|缓存|键值|块|KV", re.IGNORECASE)
-_NOTHING = re.compile(r"\bnothing\b|\bnone\b|\bno\b|\bfree\w*|\breturn\w*|\breleas\w*|\bback\b|\b0\b|"
-                      r"无|没有|不占|释放|归还|回收|空", re.IGNORECASE)
 _NEGATOR = re.compile(r"\b(no|not|none|nothing|zero|never|without)\b|n't|无|没|不|未|零", re.IGNORECASE)
 _NONE_AFTER = re.compile(r"\s*(blocks?\s*)?[:：=]?\s*(none|nothing|no\b|0\b|zero|无|没有|零)", re.IGNORECASE)
 _ZERO = re.compile(r"(\b(0|zero)\s+(\w+\s+)?|零个?\s*)$", re.IGNORECASE)

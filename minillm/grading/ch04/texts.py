@@ -31,7 +31,7 @@ HIT_MISS = misconception(
      rf"(answers?|responses?|replies|completions?)",
      rf"(same|identical|repeated)\s+(prompts?|questions?|query|queries|requests?)\b{CLAUSE}{{0,40}}"
      rf"(return|serv|answer|skip|fast|instant)",
-     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
+     r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*|remember\w*|keep\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
      r"命中|缓存(了)?[^。；;]{0,6}(答案|回答|回复)|(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)|查表"],
     "the KV cache is not a hit/miss cache of answers: it is execution state (the keys and values "
     "of one live request's tokens) that exists only while that request runs",
@@ -224,7 +224,7 @@ def _report_misconceptions(reading, m: Marks) -> set:
     return spoiled
 
 
-PARTLY_COPIED_DOUBT = 0.35  # part of the answer is shown text: a person reads it (with the other doubts)
+PARTLY_COPIED_DOUBT = 0.25  # part of the answer is shown text (the chapter's own phrases are natural): with another doubt, a person reads it
 
 
 def own_words(text: str, m: Marks, lang: str, what: tuple[str, str] = ("this", "这段话")) -> bool:
@@ -328,7 +328,8 @@ SCENARIO_KINDS = [
         r"(huge|big|large|very long|enormous|massive|lengthy|giant|long)\s+(\w+\s+){0,2}(prompts?|context|inputs?|documents?|"
         r"history|pdfs?|codebases?|files?|books?|transcripts?)", r"system\s+prompt", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
         r"(book|document|file|codebase|report)",
-        r"超长|长[^。；;]{0,3}(提示|系统提示|prompt)|(提示词|系统提示|prompt)[^。；;]{0,4}(长|大)|大文档|整本书|整份|很长的(文档|输入|提示)"]),
+        r"超长|长[^。；;]{0,3}(提示|系统提示|prompt)|(提示词|系统提示|prompt)[^。；;]{0,4}(长|大)|大文档|整本书|整份|很长的(文档|输入|提示)",
+        r"长[^。；;]{0,2}(文档|文件|合同|论文|代码库)|(文档|文章|报告|论文|合同)[^。；;]{0,4}(总结|问答|摘要|分析)|(总结|分析|阅读)[^。；;]{0,6}(文档|文章|报告|论文|合同)"]),
     _kind("high_concurrency", "high concurrency (many live requests at once)", [
         r"concurren\w*", r"parallel\s+(requests|users|sessions)", rf"many\s+{W}{{0,2}}(requests|users|sessions|"
         r"clients|sequences|conversations|chats)", r"high\s+(traffic|load|qps|throughput)", r"(large|big)\s+batch",
@@ -367,7 +368,7 @@ _STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|memory|vram|blocks?|\bstate\b
 _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore\b|\badd\w*|accumulat\w*|append\w*|multipl\w*|"
          r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
-         r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|"
+         r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|留|存着|"
          r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|"
          r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
          r"\buntil\b|\bwhile\b|不会?(丢|删)")
