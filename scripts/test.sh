@@ -35,7 +35,9 @@ lint_rc=$?
 # thread and nbval waits on a kernel, so one process leaves a core idle. --dist loadfile keeps
 # each file on one worker: a notebook's cells run in order in one kernel, module fixtures are
 # built once. (--dist loadgroup would be finer; with pytest 9.2 and pytest-xdist 3.8 it did not
-# keep xdist_group-marked tests together.)
+# keep xdist_group-marked tests together.) tests/conftest.py hands the files out heaviest first
+# (tests/suite_order.py), so the two workers finish together; `-p tests.suite_cpu` records each
+# test's CPU and idle seconds (`python tests/suite_cpu.py` prints them by file).
 workers="${MINILLM_TEST_WORKERS:-2}"
 xdist=()
 [ "$workers" != 0 ] && xdist=(-n "$workers" --dist loadfile)

@@ -34,12 +34,12 @@ ORDINARY = {"ordinary", "format"}
 
 # measured on the last change (README, grading section); each is a floor (or a ceiling), not a target
 FLOORS = {  # measured (1319 answers): tune 98.7 % (ordinary 99.1, adversarial 98.2; zh 98.9, en 98.6), 0.6 % (3/462)
-    # not-full→full, 10 of 11 disagreements flagged, 28 % of answers flagged; held out 90.8 % (91.2 / 90.2; zh 88.1,
-    # en 92.4), 2.1 % (5/233) not-full→full, 32 of 41 flagged, 36 % flagged
+    # not-full→full, 10 of 11 disagreements flagged, 32 % of answers flagged; held out 90.8 % (91.2 / 90.2; zh 88.1,
+    # en 92.4), 2.1 % (5/233) not-full→full, 32 of 41 flagged, 39 % flagged
     "tune": {"agreement": 0.98, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.01, "flagged": 0.90,
-             "zh_en_gap": 0.01, "load": 0.29},
+             "zh_en_gap": 0.01, "load": 0.33},
     "holdout": {"agreement": 0.90, "ordinary": 0.91, "adversarial": 0.90, "wrong_full": 0.03, "flagged": 0.78,
-                "zh_en_gap": 0.05, "load": 0.37},
+                "zh_en_gap": 0.05, "load": 0.40},
 }
 
 

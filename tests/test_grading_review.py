@@ -53,6 +53,9 @@ def test_every_answer_carries_a_confidence_and_why_it_is_unsure():
     hedged = check("task2_kv_explain", "Past K/V are kept, so nothing old is recomputed; the memory is not freed and "
                                        "grows per token.")
     assert hedged.score == 2 and hedged.needs_human_review and "negation in the answer" in hedged.flags
+    unread = check("task2_kv_explain", "The KV cache is the part of the engine that keeps track of where each request "
+                                       "is in its conversation.")  # a sentence the rules find nothing in: a person reads it
+    assert unread.score == 0 and unread.needs_human_review and "a sentence with nothing found" in unread.flags
     assert unsure.confidence < 0.7 and unsure.needs_human_review and unsure.flags
     hidden = check("task2_kv_explain", "It keeps past K/V so decode does not re\u200bcompute them; memory grows.")
     assert "hidden characters (invisible)" in hidden.flags and hidden.as_dict()["confidence"] < 1

@@ -27,6 +27,17 @@ UNKNOWN_SHARE = 0.35  # … this share of the answer's content words
 SHORT_UNITS = 12  # concepts.length_units
 LONG_UNITS = {"task2_kv_explain": 80, "task4_sampling": 130}
 
+NOTHING_DOUBT = 0.35  # a real sentence in which no idea was found: the grader may lack the words for it
+_DECIDED = {"copied from the course", "copy of a model answer", "pasted from the course", "negated idea",
+            "an idea and a misconception", "restates the option"}
+
+
+def _sentence(text: str) -> bool:
+    from .concepts import cjk_chars, is_salad, latin_words
+
+    return (len(latin_words(text)) >= 8 or cjk_chars(text) >= 12) and not is_salad(text)
+
+
 _SAID_BY_NEGATION = re.compile(r"\bavoid\w*|\bno need\b|\bwithout (re-?)?comput\w*|无需|无须|不必|不用|不需要|避免|免去|省去|省掉",
                                re.IGNORECASE)
 _TERMS = set("""kv k v q token tokens decode decoding prefill cache cached batch batching gpu vram prompt prompts
@@ -135,6 +146,8 @@ def near_the_line(ex_id: str, answer: Any, marks, max_score: float) -> None:
         marks.doubt("very short", SHORT_DOUBT)
     if length_units(text) > LONG_UNITS.get(ex_id, 10 ** 9):
         marks.doubt("near the length limit", LONG_DOUBT)
+    if score == 0 and not already & _DECIDED and _sentence(text):
+        marks.doubt("a sentence with nothing found", NOTHING_DOUBT)
     if mixed_language(text):
         marks.doubt("two languages", MIXED_DOUBT)
     if unknown_share(text) >= UNKNOWN_SHARE:
