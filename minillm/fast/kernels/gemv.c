@@ -22,7 +22,8 @@
  * claim one at a time (a compare-and-swap on a ticket holding the call's number and the next
  * chunk), so a worker that wakes late takes fewer chunks and the caller never waits for a
  * worker that has not started; it waits only for chunks a worker has claimed (spinning, then
- * yielding its core). Workers spin for a short while after a call (decode calls come every few
+ * yielding its core). When that waiting costs more than a quarter of the caller's own work over
+ * 64 split calls (workers descheduled by other processes), the next 2048 calls run alone. Workers spin for a short while after a call (decode calls come every few
  * tens of microseconds; 100 us, MINILLM_GEMV_SPIN_US), then sleep on a futex. Built and loaded by minillm/fast/gemv.py. */
 
 #define _GNU_SOURCE
@@ -213,6 +214,8 @@ const char *minillm_gemv_isa(void)
 #define MAX_WORKERS 63
 #define CHUNK_BYTES (96 * 1024)   /* a chunk's weight bytes: small enough to balance, big to stream */
 #define SPLIT_BYTES (64 * 1024)   /* calls with fewer weight bytes run on the caller alone */
+#define WINDOW_CALLS 64            /* split calls per look at what waiting cost */
+#define SOLO_CALLS 2048            /* calls run alone after a window where waiting cost > 1/4 */
 
 static struct {
     pthread_mutex_t lock;                  /* starting workers, one call at a time */
@@ -225,6 +228,11 @@ static struct {
     struct gemv_job job;
     int64_t nchunks, chunk_rows;
     long spin_ns;                          /* how long an idle worker spins before sleeping */
+    /* whether sharing pays here: over a window of split calls, the caller's time waiting for
+     * workers' chunks against its own work; when waiting costs too much (a worker keeps being
+     * descheduled: a machine busier than its cores), the next SOLO_CALLS calls run alone */
+    long own_ns, wait_ns;
+    int window, solo_left;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .spin_ns = 100000};
 
 static void futex_wait(_Atomic uint32_t *addr, uint32_t val)
@@ -340,6 +348,12 @@ static void run(const struct gemv_job *job, int threads)
         rows_impl(job, 0, job->n); /* alone (also when another thread's call holds the pool) */
         return;
     }
+    if (pool.solo_left > 0) {
+        pool.solo_left--;
+        pthread_mutex_unlock(&pool.lock);
+        rows_impl(job, 0, job->n);
+        return;
+    }
     const int helpers = ensure_workers(threads - 1);
     if (helpers == 0) {
         pthread_mutex_unlock(&pool.lock);
@@ -361,7 +375,9 @@ static void run(const struct gemv_job *job, int threads)
     atomic_fetch_add(&pool.wake, 1);
     if (atomic_load(&pool.sleepers) > 0)
         futex_wake_all(&pool.wake);
+    const long t0 = now_ns();
     take_chunks(call);
+    const long t1 = now_ns();
     /* wait for the chunks workers claimed; on a machine busier than its cores a worker may be
      * descheduled holding one: after a short spin, give the core away until it is done */
     for (int spins = 0; atomic_load(&pool.done) < pool.nchunks; spins++) {
@@ -369,6 +385,13 @@ static void run(const struct gemv_job *job, int threads)
             CPU_RELAX();
         else
             sched_yield();
+    }
+    pool.own_ns += t1 - t0;
+    pool.wait_ns += now_ns() - t1;
+    if (++pool.window >= WINDOW_CALLS) {
+        if (pool.wait_ns * 4 > pool.own_ns)
+            pool.solo_left = SOLO_CALLS;
+        pool.window = 0, pool.own_ns = 0, pool.wait_ns = 0;
     }
     pthread_mutex_unlock(&pool.lock);
 }
