@@ -196,7 +196,8 @@ def test_task3_feedback_names_the_problem():
 # Task 4 — why sampling is part of the request
 # =============================================================================================
 TASK4_PASS = [
-    "The sampled token is appended to the request's context, and the next decode step is computed from it.",
+    # (the model answer's own sentence scores 0 since #27: a copy of text the exercise shows; see TASK4_FAIL)
+    "The picked token gets added to the request's running context, and the next decode step is computed from that context.",
     "Each chosen token becomes part of the history that every later step conditions on, so sampling steers the path.",
     "Sampling decides which token enters the context; the following forward pass builds on that token.",
     "Whatever token is picked gets fed back as input for the next step, so temperature changes the whole trajectory.",
@@ -211,6 +212,8 @@ TASK4_PASS = [
 ]
 
 TASK4_FAIL = {
+    "the model answer's sentence, copied": "The sampled token is appended to the request's context, and the next "
+                                           "decode step is computed from it.",
     "random-only misconception": "Sampling only makes the output more random and creative.",
     "UI-knob misconception": "Temperature is just a UI knob for how creative the text looks.",
     "random-only misconception (ZH)": "采样只是让输出更随机一点。",
@@ -243,7 +246,7 @@ def test_task4_fails(answer):
 def test_task4_feedback():
     r = check("task4_sampling", TASK4_FAIL["random-only misconception"])
     assert "misconception" in str(r) and "where the picked token goes" in str(r)
-    half = check("task4_sampling", "The sampled token is appended to the request's history.")
+    half = check("task4_sampling", "The picked token gets added to what that request has so far.")
     assert half.score == 1 and "What is the next decode step computed from?" in str(half)
 
 
