@@ -94,11 +94,13 @@ def test_stream_linear_keeps_parameters_and_falls_back_outside_decode():
         torch.testing.assert_close(lin(x), F.linear(x, w, lin.bias), rtol=1e-5, atol=1e-5)
         big = torch.randn(20, 32)  # more than MAX_ROWS rows: torch's GEMM, bit for bit
         assert torch.equal(lin(big), F.linear(big, w, lin.bias))
-        old = gemv.set_threads(1)  # one thread: torch's F.linear (ONE_THREAD_F32 is off), bit for bit
+        old, gemv.ONE_THREAD_F32 = gemv.ONE_THREAD_F32, False
+        threads = gemv.set_threads(1)  # one thread with ONE_THREAD_F32 off: torch's F.linear, bit for bit
         try:
             assert torch.equal(lin(x), F.linear(x, w, lin.bias))
         finally:
-            gemv.set_threads(old)
+            gemv.set_threads(threads)
+            gemv.ONE_THREAD_F32 = old
     y = lin(x)  # with gradients wanted: F.linear, and they flow
     y.sum().backward()
     assert w.grad is not None

@@ -46,11 +46,11 @@ MAX_ROWS = 8
 #: ``MINILLM_GEMV=0`` leaves every projection on ``F.linear`` (the reference, for comparison)
 ENV_SWITCH = "MINILLM_GEMV"
 #: whether an eager float32 ``StreamLinear`` uses the kernel when it would run on one thread.
-#: Off: on the AMD EPYC Zen 3 share it was measured on, MKL's ``F.linear`` streamed a batch-1
-#: step at one thread with ~10 % less CPU per token than the kernel (68 vs 77 ms, SmolLM2-135M,
-#: load ~7; per layer 5-25 % faster), so one thread keeps torch's; int8 and compiled graphs
-#: use the kernel at any thread count
-ONE_THREAD_F32 = False
+#: On the AMD EPYC Zen 3 share it was measured on, SmolLM2-135M's batch-1 step at one thread
+#: took 54.0 / 70.0 / 68.5 ms of CPU per token with the kernel against 56.5 / 72.7 / 71.5 with
+#: torch's ``F.linear`` in three runs, 76.7 against 68.0 in a fourth (load 3-11): a tie within
+#: noise, so on (False: torch's ``F.linear`` on one thread)
+ONE_THREAD_F32 = True
 
 _lib = None
 _threads: int | None = None  # set_threads(): the kernel's own thread count (None: torch's)
@@ -264,7 +264,7 @@ class StreamLinear(nn.Linear):
     """An ``nn.Linear`` whose products of at most ``MAX_ROWS`` rows (decode) run the streaming
     kernel, through ``ctypes`` when eager and as ``torch.ops.minillm_gemv.linear`` inside a
     compiled graph; anything else (prefills, gradients, a transposed weight, and eager calls on
-    one thread unless ``ONE_THREAD_F32``) is ``F.linear``. Same parameters as the ``nn.Linear`` it was (``stream`` changes the class in place), so
+    one thread when ``ONE_THREAD_F32`` is off) is ``F.linear``. Same parameters as the ``nn.Linear`` it was (``stream`` changes the class in place), so
     the state dict and a tied lm head are unchanged."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
