@@ -74,8 +74,9 @@ def _build() -> str:
     return _compile("paged_decode", cc, [*FLAGS, str(SOURCE), "-lm"], [SOURCE])
 
 
-def _build_op() -> str:
-    """The operator library: the C kernel and its C++ registration, linked with libtorch."""
+def build_torch_op(name: str, flags, c_source: Path, op_source: Path, sources, extra=()) -> str:
+    """A torch operator library: ``c_source`` and its C++ registration ``op_source``, linked with
+    libtorch, built into the checked cache (``_compile``) under ``name`` and this torch's version."""
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         raise RuntimeError("no C++ compiler (c++/g++) on PATH")
@@ -83,9 +84,14 @@ def _build_op() -> str:
 
     inc = [f"-I{p}" for p in include_paths()]
     libs = library_paths()
-    args = [*FLAGS, "-std=c++17", *inc, "-x", "c", str(SOURCE), "-x", "c++", str(OP_SOURCE), "-x", "none",
-            *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-ltorch_cpu", "-lc10", "-lm"]
-    return _compile(f"paged_decode_op-torch{torch.__version__.replace('+', '_')}", cxx, args, [SOURCE, OP_SOURCE])
+    args = [*flags, "-std=c++17", *inc, "-x", "c", str(c_source), "-x", "c++", str(op_source), "-x", "none",
+            *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-ltorch_cpu", "-lc10", *extra]
+    return _compile(f"{name}-torch{torch.__version__.replace('+', '_')}", cxx, args, list(sources))
+
+
+def _build_op() -> str:
+    """The operator library: the C kernel and its C++ registration, linked with libtorch."""
+    return build_torch_op("paged_decode_op", FLAGS, SOURCE, OP_SOURCE, [SOURCE, OP_SOURCE], ["-lm"])
 
 
 def _load():

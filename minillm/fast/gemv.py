@@ -202,17 +202,7 @@ def _call(x, weight, scale, bias, threads):
 
 def _build_op() -> str:
     """The operator library: gemv.c and its C++ registration, linked with libtorch."""
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if cxx is None:
-        raise RuntimeError("no C++ compiler (c++/g++) on PATH")
-    from torch.utils.cpp_extension import include_paths, library_paths
-
-    inc = [f"-I{p}" for p in include_paths()]
-    libs = library_paths()
-    args = [*FLAGS, "-std=c++17", *inc, "-x", "c", str(SOURCES[1]), "-x", "c++", str(OP_SOURCE), "-x", "none",
-            *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-ltorch_cpu", "-lc10"]
-    return cpu_kernel._compile(f"gemv_op-torch{torch.__version__.replace('+', '_')}", cxx, args,
-                               [*SOURCES, OP_SOURCE])
+    return cpu_kernel.build_torch_op("gemv_op", FLAGS, SOURCES[1], OP_SOURCE, [*SOURCES, OP_SOURCE])
 
 
 @torch.compiler.assume_constant_result  # called while tracing: run it then, a constant in the graph
