@@ -210,30 +210,33 @@ def check_block_invariants(llm):
     alloc.check_invariants()  # free list, hash index and counters agree with each other
 
 
-@pytest.fixture
-def run_async():
-    """``asyncio.run`` in a thread of its own: the browser tests' Playwright keeps an event loop
-    running in the main thread for the whole session, where ``asyncio.run`` refuses to start."""
+def run_in_thread(coro):
+    """``asyncio.run(coro)`` in a thread of its own: the browser tests' Playwright keeps an event
+    loop running in the main thread for the whole session (and a worker may run other files after
+    them), where ``asyncio.run`` refuses to start."""
     import asyncio
     import threading
 
-    def run(coro):
-        box = {}
+    box = {}
 
-        def target():
-            try:
-                box["value"] = asyncio.run(coro)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                box["error"] = exc
+    def target():
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
 
-        t = threading.Thread(target=target, name="run_async")
-        t.start()
-        t.join()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
+    t = threading.Thread(target=target, name="run_async")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
-    return run
+
+@pytest.fixture
+def run_async():
+    """``run_in_thread`` as a fixture."""
+    return run_in_thread
 
 
 # The files a developer's quick loop (`bash scripts/test.sh -m "not slow"`) leaves to the full run:

@@ -242,6 +242,10 @@ def test_ctrl_c_stops_a_learners_step_at_once():
 
     from minillm.seams import EngineParts
 
+    # Python's own SIGINT handler, as in a notebook kernel (an earlier test in this worker, e.g. the
+    # browser's event loop, may have left another one), put back afterwards
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+
     finished = []
 
     def slow_step(llm):
@@ -252,8 +256,11 @@ def test_ctrl_c_stops_a_learners_step_at_once():
         return llm.scheduler.schedule()
 
     llm = build_it.small_engine(EngineParts(step=slow_step))
-    with pytest.raises(KeyboardInterrupt):
-        llm.step()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            llm.step()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert not finished
 
 

@@ -6,7 +6,6 @@ contents manager in-process and the lab's checks without JupyterLab; the server 
 
 from __future__ import annotations
 
-import asyncio
 import http.server
 import os
 import socket
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from minillm.apps import lab
+from conftest import run_in_thread
 
 pytest.importorskip("jupyter_server")
 from tornado import web  # noqa: E402
@@ -55,7 +55,7 @@ def course(tmp_path):
 
 def _status(coro) -> int:
     try:
-        asyncio.run(coro)
+        run_in_thread(coro)
     except web.HTTPError as exc:
         return exc.status_code
     return 200
@@ -63,12 +63,12 @@ def _status(coro) -> int:
 
 def test_the_contents_manager_refuses_reads_and_writes_through_any_traversal(course):
     root, cm = course
-    assert asyncio.run(cm.get("notebooks/README.md"))["content"] == "start"
-    assert asyncio.run(cm.get("notebooks/ch04/../README.md"))["content"] == "start"  # inside: fine
+    assert run_in_thread(cm.get("notebooks/README.md"))["content"] == "start"
+    assert run_in_thread(cm.get("notebooks/ch04/../README.md"))["content"] == "start"  # inside: fine
     for path in [*TRAVERSALS, "notebooks/shortcut/solved/answers.ipynb", "notebooks/shortcut"]:
         assert _status(cm.get(path)) == 404, path
         assert _status(cm.get(path, content=False)) == 404, path
-        assert not asyncio.run(cm.file_exists(path)) and not asyncio.run(cm.dir_exists(path)), path
+        assert not run_in_thread(cm.file_exists(path)) and not run_in_thread(cm.dir_exists(path)), path
     model = {"type": "file", "format": "text", "content": "overwritten"}
     for target in ("notebooks/%2e%2e/" + SOLVED, "exercises/../tests/new.md", "notebooks/shortcut/new.md"):
         assert _status(cm.save(model, target)) == 404, target
@@ -76,7 +76,7 @@ def test_the_contents_manager_refuses_reads_and_writes_through_any_traversal(cou
     assert _status(cm.delete_file("notebooks/../" + SOLVED)) == 404
     assert (root / SOLVED).read_text() == "the answers"
     assert sorted(p.name for p in (root / "tests").rglob("*")) == ["answers.ipynb", "solved"]
-    listing = {m["name"] for m in asyncio.run(cm.get(""))["content"]}
+    listing = {m["name"] for m in run_in_thread(cm.get(""))["content"]}
     assert listing == {"notebooks", "exercises"}, listing
 
 
