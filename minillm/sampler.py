@@ -170,7 +170,7 @@ class Sampler:
     (``minillm.seams``: a learner's own)."""
 
     def __init__(self, top_k_filter=None, top_p_filter=None):
-        self.filters = (top_k_filter or globals()["top_k_filter"], top_p_filter or globals()["top_p_filter"])
+        self.filters = (top_k_filter, top_p_filter)  # None: the engine's (``processed_logits``)
 
     def __call__(self, logits: torch.Tensor, requests: list) -> tuple[list[int], torch.Tensor]:
         logits = logits.float()

@@ -296,10 +296,7 @@ class Scheduler:
     def finish(self, req: Request, reason: StopReason, error: str | None = None) -> None:
         """The request's logic is done: out of the queues, FINISHED with ``reason``; released
         at once when it auto-releases."""
-        if req in self.running:
-            self.running.remove(req)
-        elif req in self.waiting:
-            self.waiting.remove(req)
+        self.dequeue(req)
         self.ended.append(req)
         if req._detokenizer is not None and error is None:
             req._detokenizer.finish()  # text held back for a character still incomplete
@@ -334,11 +331,6 @@ class Scheduler:
             self.running.remove(req)
         elif req.state in (RequestState.WAITING, RequestState.PREEMPTED) and req in self.waiting:
             self.waiting.remove(req)
-
-    def remove(self, req: Request) -> int:
-        """Dequeue a request and free its blocks; returns the number of blocks freed."""
-        self.dequeue(req)
-        return self._free(req)
 
     def _free(self, req: Request) -> int:
         freed = len(req.block_table)

@@ -210,6 +210,17 @@ def check_block_invariants(llm):
     alloc.check_invariants()  # free list, hash index and counters agree with each other
 
 
+def load_script(name: str):
+    """``scripts/<name>.py`` as a module (the repo-only tools are not in the package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_in_thread(coro):
     """``asyncio.run(coro)`` in a thread of its own: the browser tests' Playwright keeps an event
     loop running in the main thread for the whole session (and a worker may run other files after

@@ -18,7 +18,7 @@ One kernel per notebook; the notebooks run one after the other in this process.
 
 from __future__ import annotations
 
-import importlib.util
+from conftest import load_script
 from pathlib import Path
 
 import nbformat
@@ -37,10 +37,7 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 def _run_notebooks_module():
-    spec = importlib.util.spec_from_file_location("run_notebooks", ROOT / "scripts" / "run_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("run_notebooks")
 
 
 def test_there_are_notebooks():

@@ -4,21 +4,11 @@ at most 9 files, none of them the fast layer's or an app's; the default path is 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("request_path", ROOT / "scripts" / "request_path.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_script
 
 
 def test_the_reference_path_is_small_and_plain():
-    script = _script()
+    script = load_script("request_path")
     ref = script.trace_one_request(script.CONFIGS["reference"])
     assert ref["functions"] <= 60 and ref["files"] <= 9, (ref["functions"], ref["files"], ref["by_file"])
     for path in ref["by_file"]:
