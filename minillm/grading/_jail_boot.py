@@ -104,7 +104,7 @@ def main():
         return
     from minillm.grading import _worker
 
-    _worker.run()
+    _worker.run(jailed=cfg["mode"] in ("bwrap", "unshare"))
 
 
 main()
