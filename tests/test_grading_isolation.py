@@ -85,8 +85,30 @@ task2_kv_explain = 'SEEN ' + ';'.join(seen) if seen else 'nothing'
     assert report["sandbox"].startswith("ran, with a read-only view")
 
 
+PYC_READER = """
+import glob, marshal, os, minillm
+def _strings(code):
+    for k in code.co_consts:
+        if isinstance(k, str):
+            yield k
+        elif hasattr(k, "co_consts"):
+            yield from _strings(k)
+        elif isinstance(k, tuple):
+            yield from (x for x in k if isinstance(x, str))
+for _f in glob.glob(os.path.join(os.path.dirname(minillm.__file__), "**", "*.pyc"), recursive=True):
+    for _s in _strings(marshal.loads(open(_f, "rb").read()[16:])):
+        if "keys and values" in _s:
+            task2_kv_explain = "compiled: " + _s
+"""
+
+
 @needs_jail
 def test_the_model_answers_are_blind_inside_the_jail(tmp_path):
+    import importlib.util
+    import py_compile
+
+    from minillm.grading.ch04 import solutions as chapter_answers
+
     cell = """
 from minillm.grading import solutions, show_solution as peek
 try:
@@ -94,7 +116,17 @@ try:
 except KeyError:
     task2_kv_explain = 'no model answer: ' + str(peek('task2'))
 """
-    rc, report = grade(write_notebook(tmp_path, cell))
+    # where bytecode is written (most installs), the model answers also sit compiled in __pycache__
+    pyc = Path(importlib.util.cache_from_source(chapter_answers.__file__))
+    made, made_dir = not pyc.exists(), not pyc.parent.exists()
+    py_compile.compile(chapter_answers.__file__, cfile=str(pyc))
+    try:
+        rc, report = grade(write_notebook(tmp_path, cell, PYC_READER))
+    finally:
+        if made:
+            pyc.unlink(missing_ok=True)
+        if made_dir and not any(pyc.parent.iterdir()):
+            pyc.parent.rmdir()
     assert rc == 0
     assert answer(report).startswith("no model answer")
     assert report["exercises"]["task2_kv_explain"]["score"] == 0
