@@ -181,6 +181,9 @@ def negated_at(clause: str, pos: int) -> bool:
 
 
 NEG_AFTER_EN = 18
+# verbs that deny their subject a part in what follows: said after "later steps", they negate it
+_IGNORES = re.compile(r"\s+(\w+\s+){0,1}?(ignor\w*|disregard\w*|discard\w*|throw\w*\s+(it\s+)?away|never\s+(use|see|read)\w*)\b", _I)
+_IGNORES_ZH = re.compile(r"[^，。；,;]{0,2}(忽略|无视|丢弃|扔掉|不管|不看|不用)")
 NEG_AFTER_ZH = 4
 
 
@@ -190,6 +193,8 @@ def negated_after(clause: str, end: int) -> bool:
     if _CJK_RE.search(after_zh[:1] or "") and _NEG_NEAR.search(after_zh):
         return True
     after = clause[end:end + NEG_AFTER_EN]
+    if _IGNORES.match(after) or _IGNORES_ZH.match(after_zh):  # "later steps ignore it", "后续计算忽略它"
+        return True
     return bool(re.match(r"\s+(\w+\s+){0,1}?(do|does|did|is|are|was|were|will|would|can|could|should)\s*(not|n't)\b"
                          r"(?!\s+(small|little|negligible|cheap|free|trivial|minor)\b)"
                          r"|\s+(\w+\s+){0,1}?(never|don't|doesn't|won't|can't|isn't|aren't)\b", after, _I))
@@ -348,6 +353,18 @@ they is are was were be been has have had can could will would does do did must 
 _LINK_ZH = re.compile(r"因为|所以|但|而|从而|因此|由于|于是|如果|就|才|让|使|会|能|(?<!不)是|把|被|随|越|导致|需要|可以|要")
 
 
+# what makes a Chinese piece a clause rather than a term: an aspect particle, an adverb of degree, time or scope,
+# or a modal negation ("下次不用算了", "prompt 很长", "都要存"). Pieces chained by commas with one of these are a
+# sentence; the enumeration marks (、 / → …) still make a list whatever the pieces hold.
+CLAUSE_ZH = re.compile(r"了|着|都|也|还|再|又|已经|一直|直接|很|太|非常|特别|更|挺|比较|不用|不必|无需|不需要|不会|没有|下次|每次")
+LIST_MARKS = re.compile(r"[、/|•·→⇒]|->|=>")
+
+
+def clause_marked(text: str) -> bool:
+    """Chinese pieces that carry a clause marker and no list marks ("存K和V，下次不用算了，占内存")."""
+    return not LIST_MARKS.search(text) and bool(CLAUSE_ZH.search(_ZH_TERMS.sub("", text)))
+
+
 def keyword_run(text: str) -> bool:
     """Short pieces between separators and nothing linking them into a clause: three or more
     ("避免重算；显存增长；长上下文"), or two bare terms ("requests, memory")."""
@@ -357,7 +374,7 @@ def keyword_run(text: str) -> bool:
         return False
     words_each, cjk_each = (3, 6) if len(segments) >= 3 else (2, 4)  # two pieces: both must be bare terms
     short = all(len(latin_words(s)) <= words_each and cjk_chars(s) <= cjk_each for s in segments)
-    linked = any(w in _LINK_EN for w in latin_words(t)) or bool(_LINK_ZH.search(_ZH_TERMS.sub("", t)))
+    linked = any(w in _LINK_EN for w in latin_words(t)) or bool(_LINK_ZH.search(_ZH_TERMS.sub("", t))) or clause_marked(t)
     return short and not linked
 
 

@@ -121,8 +121,8 @@ def _corpus(which: str) -> tuple:
 def _coverage(text: str, sources="shown", whole: bool = True) -> tuple[float, float]:
     """(share of the answer in verbatim stretches of at least :data:`STRETCH` words of
     ``sources``, share in stretches long enough to be a pasted passage: :data:`LONG_STRETCH`
-    words, or the whole answer when ``whole``); (0, 0) for an answer too short to judge. A
-    passage pasted twice counts twice."""
+    words, or the whole answer when ``whole``, or the whole of a shown line); (0, 0) for an answer
+    too short to judge. A passage pasted twice counts twice."""
     from difflib import SequenceMatcher
 
     mine = tokens(text)
@@ -135,16 +135,18 @@ def _coverage(text: str, sources="shown", whole: bool = True) -> tuple[float, fl
     pasted = [False] * len(mine)
     long_enough = min(LONG_STRETCH, total) if whole else LONG_STRETCH
     for i in sorted(near):
+        # all of a shown line is a paste, even one shorter than a stretch (a feedback template's fixed pieces)
+        whole_line = max(WHOLE_LINE_MIN, 0.9 * sum(_weight(t) for t in texts[i]))
         left = list(mine)
         for _ in range(4):  # again on what is left: the same hint pasted three times
             found = False
             for block in SequenceMatcher(None, left, texts[i], autojunk=False).get_matching_blocks():
                 size = sum(_weight(t) for t in mine[block.a:block.a + block.size])
-                if size >= STRETCH:
+                if size >= STRETCH or size >= whole_line:
                     covered[block.a:block.a + block.size] = [True] * block.size
                     left[block.a:block.a + block.size] = ["\0"] * block.size
                     found = True
-                if size >= long_enough:
+                if size >= long_enough or size >= whole_line:
                     pasted[block.a:block.a + block.size] = [True] * block.size
             if not found:
                 break
@@ -160,6 +162,7 @@ def copied_share(text: str, sources="shown") -> float:
     return _coverage(text, sources)[0]
 
 
+WHOLE_LINE_MIN = 3.0  # words (six Chinese characters): a whole shown line this long counts as a stretch
 LONG_STRETCH = 8.0  # a pasted passage: seven words of a short reason can be a phrase every answer shares
 PASTED = 0.5  # a copy has at least half of the answer in such passages
 WHOLLY = 0.9  # this share in long passages: the answer is a paste, with nothing of its own

@@ -23,7 +23,10 @@ _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r
            r"重复计算", r"重新计算", r"重算", r"从头(计算|算)", r"再算", r"再次计算", r"反复计算", r"重复运算", r"冗余计算",
            r"重新算", r"重复算", r"再计算", r"(重新|再)[^，。；,;]{0,6}(过|跑|算|走)一遍", r"\brebuil\w*", r"(重新|重复|再次?)[^，。；,;]{0,6}(计算|算|处理)",
            r"(重新|重复|再次)\s*[A-Za-z][^，。；,;]{0,12}的?(计算|运算)",
-           r"(重新|重复|再次?)\s*(re-?)?(comput\w*|calculat\w*|process\w*)"]
+           r"(重新|重复|再次?)\s*(re-?)?(comput\w*|calculat\w*|process\w*)",
+           # "no need to compute (it) again": the plain verb under a need-negator is the idea ("下次不用算了")
+           r"(不用|不必|无需|无须|不需要|用不着)(再|重新|重复)?(去)?(算|计算)",
+           r"\b(no need to|don't (have|need) to|doesn't (have|need) to|needn't)\s+(re-?)?(comput|calculat)\w*"]
 _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|取)",
           r"\btrad\w*\s+(\w+\s+){0,2}?(memory|space|vram|storage)\s+for\s+(\w+\s+)?(compute|computation|speed|time|flops)",
           r"\b(memory|space)\s+for\s+(compute|computation|speed|time)\b", r"(以|用)(显存|空间|内存)换(计算|时间|速度)", r"重用", r"重复利用", r"直接用", r"直接使用",
@@ -76,7 +79,8 @@ _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*
          r"\bused as\b", r"\bserves? as\b", r"\battach\w*", r"\bstays? in\b", r"\bstored\b", r"\bsaved\b", r"\brecorded\b",
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
          r"接到", r"接入", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
-         r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回", r"(写|加|放|存|塞|并|拼)进", r"进到"]
+         r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回", r"(写|加|放|存|塞|并|拼)进", r"进到",
+         r"成了", r"变为", r"当成", r"当作", r"的一部分"]
 _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
          r"\btoken\s+(list|ids)\b", r"\blist of tokens\b",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bso far\b", r"\bback\b",
@@ -125,7 +129,7 @@ PREFILL_BUILDS = idea(
     standalone=[r"prefill\w*\s+(\w+\s+){0,5}?(build\w*|creat\w*|fill\w*|writ\w*|wrote|produc\w*|populat\w*|set\w*\s+up|"
                 r"comput\w*|prepar\w*|establish\w*|stor\w*|generat\w*)",
                 r"(that|which)\s+prefill\s+(wrote|built|created|filled|computed|produced)",
-                r"prefill[^。；;]{0,14}(建立|构建|建好|建起|搭好|生成|写入|写好|填充|填好|准备|计算|得到|算好|算出|存好)"])
+                r"prefill[^。；;]{0,14}(建立|构建|建好|建起|搭好|生成|写入|写好|填充|填好|准备|计算|得到|算好|算出|存好|留下|产生)"])
 DECODE_CONTINUES = idea(
     "decode_continues", "decode continues from that same state", "decode 在同一份状态上继续",
     standalone=[r"decod\w*\s+(\w+\s+){0,5}?(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
@@ -133,7 +137,9 @@ DECODE_CONTINUES = idea(
                 r"decode[^。；;]{0,14}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一)",
                 r"接着[^。；;]{0,16}(往下|继续|走|生成)", r"\bcontinu\w*\s+from\s+(the|that|this)\s+(\w+\s+){0,2}?(cache|state)",
                 r"\b(same|one|single)\s+(\w+\s+){0,2}?(state machine|cache)", r"\bwhere prefill left off\b",
-                r"同一(个|条|份)?(状态机|缓存|状态)"],
+                r"同一(个|条|份)?(状态机|缓存|状态)",
+                r"从[^，。；,;]{0,14}(状态|缓存|KV)[^，。；,;]{0,6}(继续|接着|往下|推进)",
+                r"\b(continu\w*|resum\w*|picks? up|carr(y|ies) on)\s+from\s+(\w+\s+){0,4}?(state|cache|kv)\b"],
     weak=[r"\b(same|one|single)\s+(\w+\s+){0,2}?(request|lifecycle|life cycle|sequence|path)", r"\bthis very request\b",
           r"同一(个|条)?(请求|生命周期)", r"一条(生命周期|链路)"])
 

@@ -329,13 +329,15 @@ SCENARIO_KINDS = [
         r"history|pdfs?|codebases?|files?|books?|transcripts?)", r"system\s+prompt", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
         r"(book|document|file|codebase|report)",
         r"超长|长[^。；;]{0,3}(提示|系统提示|prompt)|(提示词|系统提示|prompt)[^。；;]{0,4}(长|大)|大文档|整本书|整份|很长的(文档|输入|提示)",
+        r"(聊天|对话|会话)(记录|历史)|(记录|历史)[^。；;]{0,4}(很|太|超|特别)?长|(对话|聊天)[^。；;]{0,4}(很|太|超|特别)长",
         r"长[^。；;]{0,2}(文档|文件|合同|论文|代码库)|(文档|文章|报告|论文|合同)[^。；;]{0,4}(总结|问答|摘要|分析)|(总结|分析|阅读)[^。；;]{0,6}(文档|文章|报告|论文|合同)"]),
     _kind("high_concurrency", "high concurrency (many live requests at once)", [
         r"concurren\w*", r"parallel\s+(requests|users|sessions)", rf"many\s+{W}{{0,2}}(requests|users|sessions|"
         r"clients|sequences|conversations|chats)", r"high\s+(traffic|load|qps|throughput)", r"(large|big)\s+batch",
         r"batch\s+size", rf"(lots of|thousands of|hundreds of|multiple|several|more)\s+{W}{{0,1}}(requests|users|sessions|"
         r"sequences|conversations)", r"simultaneous\w*", r"at the same time", r"peak\s+(traffic|load)",
-        r"(请求|用户|会话)[^。；;]{0,4}同时|大量(请求|用户|会话)|高峰|高并发|并发|同时[^。；;]{0,6}(请求|用户|会话)|大批量|大 ?batch|多(个)?(用户|请求|会话)|请求[^。；;]{0,2}多|流量(高峰|大)|峰值"]),
+        r"(请求|用户|会话)[^。；;]{0,4}同时|大量(请求|用户|会话)|高峰|高并发|并发|同时[^。；;]{0,6}(请求|用户|会话)|大批量|大 ?batch|多(个)?(用户|请求|会话)|请求[^。；;]{0,2}多|流量(高峰|大)|峰值",
+        r"(很多|许多|好多|大量|一堆|一群)(人|学生|客户)|(人|用户)[^。；;]{0,2}(很多|多|一起|同时)|一起(用|访问|请求|提问)"]),
     _kind("long_output", "long outputs (many generated tokens)", [
         rf"long\w*\s+{W}{{0,2}}(outputs?|generations?|answers?|responses?|completions?|replies|essays?|stories|code|"
         r"reasoning|decod\w*)", rf"(output|generation|response|answer|completion)s?\s+{W}{{0,3}}(very\s+)?(long|lengthy)",
@@ -363,13 +365,13 @@ SCENARIO_KINDS = [
 _UNIT = (r"\btokens?\b|length|longer|\bclients?\b|\bcontext\b|\bprompts?\b|\bhistory\b|\boutputs?\b|\bbatch\b|对话|越长|\brequests?\b|\busers?\b|sessions?|sequences?|\bsteps?\b|\brounds?\b|positions?|"
          r"lifetime|\btime\b|\beach\b|\bevery\b|\bper\b|concurren\w*|simultaneous\w*|at once|"
          r"token|长度|请求|用户|会话|序列|步|轮|位置|时间|更久|更长|每|各|上下文|历史|并发|同时|生成|输出|解码|\bgenerat\w*|\bdecod\w*")
-_STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|\bstor(e|ed|ing|age)\b|"
+_STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|\bk\s*(和|与|跟|and|&)\s*v\b|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|\bstor(e|ed|ing|age)\b|"
           r"KV|缓存|显存|内存|键值|块|状态|存储")
 _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore\b|\badd\w*|accumulat\w*|append\w*|multipl\w*|"
          r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
          r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|留|存着|"
-         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|"
+         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|(KV|缓存|显存|内存|状态|块)\s*(很|更|太)?(多|大|满)|"
          r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
          r"\buntil\b|\bwhile\b|不会?(丢|删)")
 
@@ -999,6 +1001,32 @@ TASK5_SCENARIO = Bi("A tutoring chat runs for 40 turns. In turn 1 the student pa
                     "都要回头引用它（“题目里说……”）。服务端必须把每个请求的 KV 占用控制在固定预算之内。")
 
 
+_LAST_N = re.compile(r"最近|最后|\blast\b|\brecent\b|window|窗口|\bN\s*(轮|turns?)|last[_ -]?n", re.I)
+_SUMMARY = re.compile(r"摘要|总结|summar\w*", re.I)
+_LOSES = re.compile(r"丢|忘|截掉|删|\blos[et]\w*|\bdrop\w*|\bforg[eo]t\w*|\bcut\w*|\bevict\w*", re.I)
+_KEEPS = re.compile(r"(保留|留住|留下|保住|\bkeep\w*|\bkept\b|\bretain\w*|\bpreserv\w*)\s*(\w+\s+)?"
+                    r"(第一轮|第 ?1 ?轮|最早|开头|题目|\bturn\s*(1|one)\b|\bfirst\b|\bexercise\b|\bproblem\b|\bit\b)", re.I)
+
+
+def _policy_claims(why: str) -> tuple[bool, bool]:
+    """(right, wrong) claims about what each policy does with the early turn, clause by clause: a
+    last-N window that keeps it ("最近N轮不会丢掉第一轮") or a summary that loses it is wrong, read
+    through its negation; "last-N would drop it" and "摘要不会丢掉它" are right."""
+    from ..concepts import clauses, negated_at
+
+    right = wrong = False
+    for _, clause in clauses(normalize(why)):
+        last, summary = bool(_LAST_N.search(clause)), bool(_SUMMARY.search(clause))
+        if last == summary:
+            continue
+        for rx, keeps in ((_LOSES, False), (_KEEPS, True)):
+            for m in rx.finditer(clause):
+                says_kept = keeps != negated_at(clause, m.start())
+                ok = says_kept if summary else not says_kept
+                right, wrong = right or ok, wrong or not ok
+    return right, wrong
+
+
 def _policy(value: str) -> str | None:
     v = normalize(value).lower().replace("-", " ").replace("_", " ")
     found = {k for k, names in TRIM_POLICIES.items() if any(n.replace("_", " ") in v for n in names)}
@@ -1044,7 +1072,12 @@ def grade_task5(answer, m: Marks) -> None:
         return
     r = read(why, [I.EARLY_TURN_MATTERS, I.BOUNDED_KV], [])
     _add_doubts(r, m)
-    if r.ideas["early_turn"] == "present":
+    right, wrong = _policy_claims(why)
+    if wrong and not right:
+        m.wrong(_say(lang, "the reason gets wrong what one of the policies does with the early turn: read the scenario "
+                           "again", "理由把某个策略对早期内容的处理说反了：请再读一遍场景"))
+        m.flag(why="negated idea")
+    elif r.ideas["early_turn"] == "present":
         m.ok(_say(lang, "the reason says what a last-N window would lose", "理由说明了只保留最近 N 轮会丢掉什么"), 1)
         if r.ideas["bounded_kv"] != "present":
             m.info(_say(lang, "worth adding: both policies bound the KV each turn holds",
