@@ -23,6 +23,7 @@ ZW = "\u200b"
     ("\u202enot", "not", ["invisible"]),
     ("显存" + ZW + "占用", "显存占用", ["invisible"]),
     ("λ = 0.5 and дом", "λ = 0.5 and дом", []),  # real Greek and Russian words stay
+    ("顯存佔用隨長度增長", "显存占用随长度增长", []),  # traditional characters: read, not a trick
 ])
 def test_the_text_is_read_as_a_reader_sees_it(raw, seen, found):
     assert clean(raw) == seen and tricks(raw) == found
@@ -54,7 +55,8 @@ def test_keyword_runs_score_nothing_in_either_language(text):
 
 
 @pytest.mark.parametrize("text", ["缓存 K/V 避免 recompute, memory 占用随 context 增长",
-                                  "Stored K/V, no recompute, but memory grows"])
+                                  "Stored K/V, no recompute, but memory grows",
+                                  "存好 K 和 V，之后不用算了，挺占显存"])  # comma-chained clauses with 了/不用/挺
 def test_terse_statements_are_not_keyword_runs(text):
     assert not is_salad(text) and not keyword_run(text)
 
@@ -78,3 +80,16 @@ def test_copies_of_what_the_notebook_shows_earn_nothing_in_every_field():
 def test_diagram_names_and_notes_are_cleaned_and_zero_is_none():
     assert roles_of("DЕCODE") == {"decode"} and roles_of("WAIT" + ZW + "ING") == {"enqueue"}
     assert not _holds_kv("0 KV blocks") and not _holds_kv("零个 KV 块") and _holds_kv("10 KV blocks")
+
+
+def test_how_learners_write_in_a_hurry_is_read():
+    assert check("task2_kv_explain", "快取存下 K/V，省去重複計算；顯存佔用隨上下文變長而增加。").score == 2  # traditional
+    assert check("task2_kv_explain", "no recomp of prev toks; mem grows w/ ctx").score == 2  # abbreviations
+    assert check("task2_kv_explain", "It saves no compute at all, it only takes memory that grows.").score == 1
+    assert check("task4_sampling", "Later steps ignore the sampled token; it never joins the context.").score == 0
+
+
+def test_a_trimming_reason_is_read_through_its_negation():
+    assert check("task5_trim_policy", ("summary", "最近 N 轮不会丢掉第一轮贴的题目")).score == 1  # says last-N keeps it
+    assert check("task5_trim_policy", ("summary", "摘要不会丢掉第一轮的题目，最近 N 轮会")).score == 2
+    assert check("task5_trim_policy", ("summary", "a last-N window would drop the exercise from turn 1")).score == 2

@@ -238,7 +238,8 @@ class Idea:
         if not self.polar:
             return False
         inside = m.group(0)[2:]  # "占用也不会增长": a negator inside the phrase (not one it starts with)
-        if negated_at(clause, m.start()) or negated_after(clause, m.end()) or _NEG_NEAR.search(inside):
+        after = negated_after(clause, m.end()) and not _contrast(clause, m)
+        if negated_at(clause, m.start()) or after or _NEG_NEAR.search(inside):
             return not double_negative(clause, m)
         return False
 
@@ -275,9 +276,19 @@ class Idea:
             hits.append(ms)
         if any(self._negated(clause, m) for m in hits[-1]):
             return "negated"
+        if any(_NO_OBJECT.search(clause[:m.start()]) and not any(p.search(m.group(0)) for p in self.inverted)
+               for ms in hits[:-1] for m in ms):
+            return "negated"  # "saves no compute", "uses zero memory": the object itself is denied
         return "present"
 
 
+def _contrast(clause: str, m: re.Match) -> bool:
+    """"存的是中间结果不是答案", "it is X, not Y": the negation that follows denies Y, not X."""
+    return bool(re.search(r"(是|\bis|\bare)\s*$", clause[:m.start()], re.IGNORECASE)
+                and re.match(r"\s*(而)?(不是|并非|而非)|\s*,?\s*not\b", clause[m.end():], re.IGNORECASE))
+
+
+_NO_OBJECT = re.compile(r"\b(no|zero)\s+$", re.IGNORECASE)
 _LIST_PAIR = re.compile(r"有的[^。；]{0,16}有的|一些[^。；]{0,16}一些|\bsome\b[^.;]{0,40}\b(some|others?)\b", re.IGNORECASE)
 _COUNTERFACTUAL = re.compile(r"\bwould\b|\bwithout (it|the cache|a cache|caching|them)\b|\botherwise\b|否则|不然|"
                              r"要不然|(如果|若)?没有(它|缓存|KV)", re.IGNORECASE)
@@ -432,12 +443,25 @@ class Reading:
     doubts: list = field(default_factory=list)  # (why, how much): see Marks.doubt
 
 
+# what learners abbreviate in a hurry ("mem grows w/ seq len", "w/o the cache"): read as the words
+_ABBREVIATIONS = [(re.compile(p, _I), w) for p, w in (
+    (r"\bw/o\b", "without"), (r"\bw/(?=\s|$)", "with"), (r"\bb/c\b", "because"), (r"\bmem\b", "memory"),
+    (r"\bctx\b", "context"), (r"\bseqs\b", "sequences"), (r"\bseq\b", "sequence"), (r"\btoks\b", "tokens"),
+    (r"\btok\b", "token"), (r"\bprev\b", "previous"), (r"\brecomp\b", "recompute"), (r"\s&\s", " and "))]
+
+
+def expand_abbreviations(text: str) -> str:
+    for rx, word in _ABBREVIATIONS:
+        text = rx.sub(word, text)
+    return text
+
+
 MAX_READ = 4000  # characters the matcher looks at: a pasted novel cannot stall the grader
 
 
 def read(text: str, ideas, misconceptions=(), prompts=()) -> Reading:
     t = normalize(text)[:MAX_READ]
-    fixed = re.sub(r"\bO\((\w{1,12})\)", r"O_of_\1", fix_typos(t))  # "O(n)" is a growth rate, not a clause break
+    fixed = re.sub(r"\bO\((\w{1,12})\)", r"O_of_\1", fix_typos(expand_abbreviations(t)))  # "O(n)" is a growth rate, not a clause break
     r = Reading(t, language(t), salad=is_salad(t), copied=copied_from(t, prompts))
     for i in ideas:
         r.ideas[i.key] = i.find(fixed)

@@ -207,16 +207,23 @@ def _content(text: str) -> list[str]:
     return out
 
 
+def option_share(text: str, option: str) -> float:
+    """The share of ``text``'s content words (or Chinese character pairs) that are ``option``'s own
+    (0 for a why of fewer than three)."""
+    mine, theirs = _content(text), set(_content(option))
+    if len(mine) < 3:
+        return 0.0
+    return sum(t in theirs for t in mine) / len(mine)
+
+
 def restates(text: str, option: str) -> bool:
     """Does ``text`` say little beyond the words of ``option`` (a quiz why that paraphrases the
     chosen option: most of its content words, or character pairs, are the option's own)?"""
-    mine, theirs = _content(text), set(_content(option))
-    if len(mine) < 3:
-        return False
-    return sum(t in theirs for t in mine) / len(mine) >= RESTATES
+    return option_share(text, option) >= RESTATES
 
 
-RESTATES = 0.9  # this share of a why's content words in the option's own text: a restatement (a paraphrase is not)
+RESTATES = 0.85  # this share of a why's content words in the option's own text: a restatement (a paraphrase is not)
+NEAR_OPTION = 0.7  # this share: close to the option's words, a person looks
 _FILLER = set("because since as it its the a an of to and is are this that so 因 为 的 了 是 所 以 它 这 那".split())
 
 

@@ -14,6 +14,7 @@ undoes them in one place, so every grader sees the text a person would read:
 3. Look-alikes are mapped: a Cyrillic or Greek letter that looks like a Latin one becomes that
    Latin letter when it stands in a word with a Latin letter in it, or in a word made only of
    look-alikes ("nоt", "КV"); a word in real Greek or Russian letters ("λ", "дом") is left alone.
+4. Traditional Chinese characters are read as simplified ones (:mod:`hanzi`): 顯存佔用 is 显存占用.
 
 :func:`tricks` says what was found, so a grader can lower its confidence in that answer.
 """
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+
+from .hanzi import simplified
 
 # Cyrillic and Greek letters that a reader takes for Latin ones
 _LOOKALIKES = {
@@ -75,7 +78,7 @@ def clean(text: str) -> str:
     text = text.replace("\u2028", "\n").replace("\u2029", "\n")
     text = "".join(ch for ch in text if not _invisible(ch))
     text = _WORD.sub(lambda m: _map_word(m.group(0)), text)
-    return unicodedata.normalize("NFKC", text)
+    return simplified(unicodedata.normalize("NFKC", text))
 
 
 def tricks(text: str) -> list[str]:

@@ -13,7 +13,7 @@ _COMPUTE = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bcomput\w*", r"\bcalcula
 _AVOID = [r"\bavoid\w*", r"\bskip\w*", r"\bsav(e|es|ed|ing)\b", r"\bspar\w*", r"\beliminat\w*", r"\bprevent\w*",
           r"\breduc\w*", r"\bcut\w*", r"\bless\b", r"\bfewer\b", r"\bsidestep\w*", r"\bbypass\w*", r"\bspare\w*",
           r"\bomit\w*", r"\bdrop\w*", r"少(了)?(?=算|计算|重算|重复)", r"省去", r"避免", r"减少", r"节省", r"节约", r"免去", r"省掉", r"省了", r"(?<![节])省", r"跳过", r"免得", r"以免", r"省得",
-          r"降低"]
+          r"降低", r"变少", r"(?<!不)少了", r"更少"]
 _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r"\bredid\b", r"\bre-?run\w*",
            r"\bre-?process\w*", r"\bre-?encod\w*",
            r"\b(comput|calculat|process|encod|run|work|produc|generat|creat|build|rebuil)\w*\s+(\w+\s+){0,6}?(again|twice|from scratch|each time|"
@@ -35,14 +35,14 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
           r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
           r"(从|在)(KV ?)?缓存(里|中)?(直接)?(读|取|拿)", r"(算|计算)一次就(存|保存|缓存)",
-          r"只(需|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前)", r"只(需|要|用)?(计算|算|处理)(它|它们)?自己", r"每(一)?步只(需|要)?(计算|算|处理)"]
+          r"只(需要?|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前|最后|最近)", r"只(需|要|用)?(计算|算|处理)(它|它们)?自己", r"每(一)?步只(需|要)?(计算|算|处理)"]
 
 RECOMPUTE = idea(
     "no_recompute", "it avoids recomputing the tokens already processed", "它避免了对已处理 token 的重复计算",
     parts=[_COMPUTE, _AVOID], inverted=_RECOMP, standalone=_REUSE, inverted_by=_AVOID,
     weak=[r"\b(fast\w*|speed\w*|quick\w*|accelerat\w*|latency|efficien\w*)\b", r"加速|更快|提速|加快|速度|快"])
 
-_MEM = [r"\bmemory\b", r"\bvram\b", r"\bhbm\b", r"\bram\b", r"\bstorage\b", r"\bfootprint\b", r"\bspace\b", r"\bsize\b",
+_MEM = [r"\bmemory\b", r"\bmem\b", r"\bvram\b", r"\bhbm\b", r"\bram\b", r"\bstorage\b", r"\bfootprint\b", r"\bspace\b", r"\bsize\b",
         r"\bcapacity\b", r"显存", r"内存", r"存储", r"大小", r"(?<![上时])空间", r"容量"]
 _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|ing)\b", r"\boccup\w*", r"\beat\w*",
          r"\bgrow\w*", r"\bincreas\w*", r"\bris(e|es|ing)\b", r"\bclimb\w*", r"\bheav\w*", r"\bpressure\b",
@@ -51,7 +51,7 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
          r"\bbudget\b", r"\bspend\w*", r"\bprice\b", r"\btrad(e|es|ing)\b", r"\btrade-?off\b", r"\bhungry\b",
          r"\bintensive\b", r"\bdemand\w*", r"\bneed\w*", r"\brequir\w*", r"\bhog\w*", r"\baccumulat\w*",
          r"\bballoon\w*", r"\bswell\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
-         r"\brun\w*\s+out\b", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
+         r"\brun\w*\s+out\b", r"\bloss\b", r"\bdownside\w*", r"\bdrawback\w*", r"\bpenalty\b", r"缺点|坏处|副作用|牺牲", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
          r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
          r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨",
          r"换", r"越多", r"越大", r"耗", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
@@ -90,7 +90,11 @@ TOKEN_TO_HISTORY = idea(
     parts=[_HIST, _JOIN],  # the subject is often in the clause before ("… 不会被丢弃，而是追加到历史里")
     standalone=[r"\b(output|token|result|sample)s?\b\s+(\w+\s+){0,4}?(is|becomes|serves as|used as)\s+(\w+\s+){0,2}?input\b",
                 r"\b(token|it|choice|sample)('s|\s+(is|gets|was))\s+(then\s+)?(appended|fed back|added back|concatenated)\b",
-                r"(作为|成为|当作|当成)[^，。；]{0,6}输入"],
+                r"(作为|成为|当作|当成)[^，。；]{0,6}输入",
+                # the token changes what later steps see: it is in their context
+                r"\b(sees?|gets?|has|have)\s+(a\s+)?(different|changed|new)\s+(context|history|input)\b",
+                r"\b(context|history|input)\s+(is\s+|becomes\s+)?(different|changes|changed)\b",
+                r"(上下文|历史|输入)[^，。；,;]{0,3}(不同|不一样|变了|改变|变化)"],
     weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"])
 
 _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|inputs?|"
@@ -119,7 +123,7 @@ REQUEST_STATE = idea(
                 r"\bactivations?\b", r"\battention state\b", r"\bits own tokens\b",
                 r"每个(活跃)?请求", r"绑定", r"执行状态", r"请求(自己|自身|本身)", r"自己的", r"属于[^，。；,;]{0,12}请求", r"(那个|这一个|那一个|单一|当前)请求",
                 r"(正在运行|运行中|活跃)的[^，。；,;]{0,4}请求",
-                r"中间状态", r"活跃请求", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求"])
+                r"中间(状态|结果|值|量)", r"活跃请求", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求"])
 SAMPLING_PICKS = idea(
     "sampling_picks", "sampling picks every token", "采样决定每一个 token",
     standalone=[r"\b(picks?|chooses?|selects?|decides?|determin\w*)\s+(\w+\s+){0,3}?(every|each|the next|which)\s+"
@@ -212,7 +216,10 @@ MIXED_STATES = idea(
                 r"\bsome\b[^.;]{0,40}\b(others?|some)\b", r"\bchanging\s+(\w+\s+)?states?\b", r"一些[^。；]{0,16}一些",
                 r"\b(join|leave|enter|finish)\w*\b[^.;]{0,30}\bdifferent\s+(times?|moments?|points?)\b",
                 r"\bbatch\w*\s+(\w+\s+){0,2}?(keeps?\s+)?chang\w*",
-                r"(加入|离开|进出|进进出出)", r"混合", r"每一?步[^，。；]{0,6}变"])
+                r"(加入|离开|进出|进进出出)", r"混合", r"每一?步[^，。；]{0,6}变",
+                # who runs is decided again at every step: the batch changes
+                r"每一?(步|轮|次)[^，。；]{0,8}(重新)?(决定|选择|安排|挑选?)[^，。；]{0,4}(谁|哪些|哪个)",
+                r"\b(every|each)\s+step\b[^.;]{0,40}\b(decid\w*|choos\w*|pick\w*|select\w*)\s+(again\s+)?(who|which)\b"])
 
 EARLY_TURN_MATTERS = idea(
     "early_turn", "the early turn the chat keeps needing would be dropped by a last-N window",

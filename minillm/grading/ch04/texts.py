@@ -371,7 +371,7 @@ _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore
          r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
          r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|留|存着|"
-         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|(KV|缓存|显存|内存|状态|块)\s*(很|更|太)?(多|大|满)|"
+         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|(KV|缓存|显存|内存|状态|块)\s*(就|也|会|都|还)?(很|更|太|越)?(多|大|满)|"
          r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
          r"\buntil\b|\bwhile\b|不会?(丢|删)")
 
@@ -790,13 +790,16 @@ def _quiz_answer(answer, q: Question) -> tuple:
     return t, ""
 
 
+NEAR_OPTION_DOUBT = 0.3  # a why mostly in the chosen option's words: a restatement or a paraphrase, a person decides
+
+
 def _register_question(q: Question) -> None:
     @register(q.id, f"Self-check · {q.text.en[:48].rstrip()}…", q.section, 2, kind="quiz",
               title_zh=f"自测 · {q.text.zh[:24].rstrip()}…")
     @_wrong_type
     def grader(answer, m: Marks, q=q) -> None:
         from ..concepts import is_salad, length_units, read
-        from ..copies import restates
+        from ..copies import NEAR_OPTION, option_share, restates
 
         letter_text, why = _quiz_answer(answer, q)
         # the why carries the answer's language; a bare letter has none, so the notebook's decides
@@ -833,6 +836,8 @@ def _register_question(q: Question) -> None:
                          "理由只是复述了所选的选项；请说明它为什么成立"))
             m.flag(why="restates the option")
             return
+        if max(option_share(why, q.options[letter].text.en), option_share(why, q.options[letter].text.zh)) >= NEAR_OPTION:
+            m.doubt("close to the option's words", NEAR_OPTION_DOUBT)
         wanted, need_all = _quiz_why_ideas(q)
         r = read(why, wanted, [])
         _add_doubts(r, m)
