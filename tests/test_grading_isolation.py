@@ -85,8 +85,30 @@ task2_kv_explain = 'SEEN ' + ';'.join(seen) if seen else 'nothing'
     assert report["sandbox"].startswith("ran, with a read-only view")
 
 
+PYC_READER = """
+import glob, marshal, os, minillm
+def _strings(code):
+    for k in code.co_consts:
+        if isinstance(k, str):
+            yield k
+        elif hasattr(k, "co_consts"):
+            yield from _strings(k)
+        elif isinstance(k, tuple):
+            yield from (x for x in k if isinstance(x, str))
+for _f in glob.glob(os.path.join(os.path.dirname(minillm.__file__), "**", "*.pyc"), recursive=True):
+    for _s in _strings(marshal.loads(open(_f, "rb").read()[16:])):
+        if "keys and values" in _s:
+            task2_kv_explain = "compiled: " + _s
+"""
+
+
 @needs_jail
 def test_the_model_answers_are_blind_inside_the_jail(tmp_path):
+    import importlib.util
+    import py_compile
+
+    from minillm.grading.ch04 import solutions as chapter_answers
+
     cell = """
 from minillm.grading import solutions, show_solution as peek
 try:
@@ -94,7 +116,17 @@ try:
 except KeyError:
     task2_kv_explain = 'no model answer: ' + str(peek('task2'))
 """
-    rc, report = grade(write_notebook(tmp_path, cell))
+    # where bytecode is written (most installs), the model answers also sit compiled in __pycache__
+    pyc = Path(importlib.util.cache_from_source(chapter_answers.__file__))
+    made, made_dir = not pyc.exists(), not pyc.parent.exists()
+    py_compile.compile(chapter_answers.__file__, cfile=str(pyc))
+    try:
+        rc, report = grade(write_notebook(tmp_path, cell, PYC_READER))
+    finally:
+        if made:
+            pyc.unlink(missing_ok=True)
+        if made_dir and not any(pyc.parent.iterdir()):
+            pyc.parent.rmdir()
     assert rc == 0
     assert answer(report).startswith("no model answer")
     assert report["exercises"]["task2_kv_explain"]["score"] == 0
@@ -371,3 +403,96 @@ def test_top_p_cases_are_fresh_per_seed_and_hostile():
     assert not torch.equal(a[0].logits, b[0].logits)
     assert any(float(c.logits.max()) > 900 for c in a) and any(float(c.logits.max()) < -900 for c in a)
     assert any(c.logits.dim() == 2 and bool(torch.isneginf(c.logits).all(-1).any()) for c in a)
+
+
+def test_no_function_of_the_package_or_copy_of_one_answers_a_graded_call():
+    """The fast path's filter, a grader's reference, a module loaded again from its file, the engine's
+    source run again without its docstring, a new thread: all fail the call; honest code passes."""
+    import importlib.util
+    import inspect
+    import threading
+
+    import torch
+
+    import minillm.fast.sampler as fast
+    import minillm.sampler as sampler
+    from minillm import SamplingParams, StopReason
+    from minillm.grading import safecall
+    from minillm.grading.ch04 import coding
+    from minillm.grading.ch04.coding import FORBIDDEN
+
+    x, top_p = torch.tensor([3.0, 1.0, 0.5, -2.0]), FORBIDDEN["my_top_p_filter"]
+    spec = importlib.util.spec_from_file_location("minillm.loaded_again", sampler.__file__)
+    again = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(again)
+    lines = inspect.getsource(sampler.top_p_filter).splitlines()
+    pasted = {"torch": torch, "NEG_INF": float("-inf")}
+    exec("\n".join([lines[0], *lines[3:]]).replace("top_p_filter", "mine"), pasted)  # no docstring, renamed
+
+    def in_a_thread(logits, p):
+        out = []
+        t = threading.Thread(target=lambda: out.append(logits.clone()))
+        t.start()
+        t.join()
+        return out[0]
+
+    for cheat in (lambda lg, p: fast.sorted_filters(lg, None, torch.tensor([p]), None),
+                  lambda lg, p: again.top_p_filter(lg, p), pasted["mine"], in_a_thread):
+        out = safecall.call(cheat, x.clone(), 0.5, forbid=top_p)
+        assert not out.ok and out.engine_used, out
+    case = coding.stop_cases()[1]
+
+    def reference(token_id, output_ids, text, params, eos, prompt_len, max_len):
+        return coding.expected_stop(coding._StopCase("x", token_id, output_ids, text, {}, prompt_len, max_len, eos), params)
+
+    def honest(token_id, output_ids, text, params, eos, prompt_len, max_len):  # uses its arguments' own types
+        if token_id == eos and not params.ignore_eos or any(s in text for s in params.stop_strings):
+            return StopReason(str(StopReason.EOS))
+        return None
+
+    args = (case.token_id, case.output_ids, case.text, SamplingParams(**case.params), case.eos_token_id,
+            case.prompt_len, case.max_model_len)
+    assert safecall.call(reference, *args, forbid=FORBIDDEN["my_check_stop"]).engine_used
+    assert safecall.call(honest, *args, forbid=FORBIDDEN["my_check_stop"]).value == StopReason.EOS
+    probs = x.softmax(-1)
+    keep = safecall.call(lambda lg, p: lg.masked_fill(probs.cumsum(-1) - probs >= p, float("-inf")), x, 0.5,
+                         forbid=top_p)
+    assert keep.ok and torch.equal(keep.value, sampler.top_p_filter(x.clone(), 0.5))
+
+
+HELPERS = """
+import multiprocessing, queue, threading
+from minillm.grading.ch04 import coding as _c
+_a, _b = multiprocessing.Pipe()
+def _serve(conn):
+    from minillm.sampler import top_p_filter as f
+    while True:
+        logits, p = conn.recv()
+        conn.send(f(logits, p))
+multiprocessing.get_context("fork").Process(target=_serve, args=(_b,), daemon=True).start()
+def my_top_p_filter(logits, top_p):  # a helper process answers
+    _a.send((logits, top_p))
+    return _a.recv()
+_in, _out = queue.Queue(), queue.Queue()
+def _answer():
+    while True:
+        a = _in.get()
+        _out.put(_c.expected_stop(_c._StopCase("x", a[0], a[1], a[2], {}, a[5], a[6], a[4]), a[3]))
+threading.Thread(target=_answer, daemon=True).start()
+def my_check_stop(*args):  # a helper thread answers
+    _in.put(args)
+    return _out.get()
+_g = __import__("importlib").import_module("minillm.grading.ch04." + "coding")
+def chat_kv_bytes(turn, system_tokens, user_tokens, reply_tokens, bytes_per_token, keep_last=None):
+    return bytes_per_token * getattr(_g, "expected_chat_" + "tokens")(_g.ChatCase("x", turn, system_tokens,
+                                                                                 user_tokens, reply_tokens, keep_last))
+"""
+
+
+@needs_jail
+def test_helpers_and_the_graders_own_references_answer_nothing(tmp_path):
+    rc, report = grade(write_notebook(tmp_path, HELPERS))
+    assert rc == 0
+    for ex_id in ("code_top_p", "code_stop_check", "code_chat_kv"):
+        r = report["exercises"][ex_id]
+        assert r["score"] == 0 and r["needs_human_review"], (ex_id, r)

@@ -71,8 +71,10 @@ def build_unshare_jail(cfg):
     for path in cfg["keep"]:
         if path != cfg["scratch"]:
             _bind(root, path)
-    for target in cfg["blinded"]:
-        _bind(root, cfg["blind"], os.path.join(cfg["package"], target))
+    for target in cfg["blinded"]:  # model answers (in every copy of the package): blind
+        _bind(root, cfg["blind"], target)
+    for folder in cfg["hidden"]:  # their compiled copies: an empty, read-only folder instead
+        _mount("tmpfs", root + folder, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k")
     _bind(root, cfg["scratch"], "/scratch", writable=True, recursive=False)
     os.makedirs(root + "/proc", exist_ok=True)
     _mount("/proc", root + "/proc", None, MS_BIND | MS_REC)
@@ -104,7 +106,7 @@ def main():
         return
     from minillm.grading import _worker
 
-    _worker.run()
+    _worker.run(jailed=cfg["mode"] in ("bwrap", "unshare"))
 
 
 main()

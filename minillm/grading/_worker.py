@@ -29,14 +29,25 @@ def _short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}{': ' + text[:300] if text else ''}{where}"
 
 
-def main() -> None:
+def _end_helpers() -> None:
+    """In the jail (its own PID namespace), end every other process of the submission before a graded
+    call: a helper started by a cell could otherwise answer for the graded function."""
+    import signal
+
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def main(jailed: bool = False) -> None:
     rfd, wfd = (int(x) for x in os.environ.pop("MINILLM_GRADER_FDS").split(","))
     cmd_in = os.fdopen(rfd, "rb")
     out = os.fdopen(wfd, "wb")
     from IPython.core.interactiveshell import InteractiveShell
 
     from . import wire
-    from .engine_guard import unavailable
+    from .engine_guard import WHOLE_ENGINE, prepare, unavailable
 
     shell = InteractiveShell.instance()
     ns = shell.user_ns
@@ -65,12 +76,18 @@ def main() -> None:
             except Exception as exc:
                 data = {"t": "other", "type": f"unencodable {type(value).__name__} ({_short_error(exc)})"}
             _reply(out, {"op": "value", "value": data, "callable": callable(ns[name])})
+        elif op == "prepare":
+            prepare()
+            _reply(out, {"op": "prepared"})
         elif op == "call":
             fn = ns.get(msg["name"])
             try:
                 args = [wire.decode(a) for a in msg["args"]]
                 kwargs = {str(k): wire.decode(v) for k, v in msg.get("kwargs", {}).items()}
-                with unavailable([str(s) for s in msg.get("forbid", [])]) as reached:
+                forbid = [str(s) for s in msg.get("forbid", [])]
+                if jailed and WHOLE_ENGINE in forbid:
+                    _end_helpers()
+                with unavailable(forbid) as reached:
                     value = fn(*args, **kwargs)
                 if reached:
                     _reply(out, {"op": "engine_used", "names": reached})
@@ -82,10 +99,11 @@ def main() -> None:
             _reply(out, {"op": "error", "error": "unknown op"})
 
 
-def run() -> None:
-    """:func:`main`, ending quietly on any error: the grader sees a closed pipe and reports that the kernel died."""
+def run(jailed: bool = False) -> None:
+    """:func:`main`, ending quietly on any error: the grader sees a closed pipe and reports that the kernel died.
+    ``jailed``: the kernel is alone in its own PID namespace (:mod:`jail`), where it may end the rest."""
     try:
-        main()
+        main(jailed)
     except BaseException:
         sys.exit(1)
 

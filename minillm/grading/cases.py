@@ -9,6 +9,7 @@ import random
 from typing import Any, Callable, Iterator, NamedTuple
 
 from . import safecall
+from .engine_guard import MESSAGE
 from .messages import msg
 from .registry import CannotGrade, Marks, NotAttempted
 
@@ -85,6 +86,7 @@ class CaseRun:
         self.passes = 0
         self.problems: list[str] = []  # in the cases' order: what feedback shows first
         self.failed: dict[str, str] = {}  # case label -> why its call did not return
+        self.engine_used = False  # a call reached the engine's own answer: a person reads it
 
     def __iter__(self) -> Iterator[Returned]:
         for i, case in enumerate(self.cases):
@@ -97,6 +99,7 @@ class CaseRun:
                 continue
             self.fail(_failure(label, out))
             self.failed[label] = self.problems[-1]
+            self.engine_used = self.engine_used or out.engine_used or MESSAGE in (out.error or "")
             if out.timed_out:
                 break
 
@@ -114,6 +117,8 @@ class CaseRun:
         """Points in proportion to the cases passed; ``all_right`` when every case passed, else
         ``some_right`` and the first ``show`` problems. True when every case passed."""
         _fraction_points(m, self.passes, self.total, points)
+        if self.engine_used:
+            m.flag(why="the engine's own answer")
         if self.passes == self.total:
             m.ok(all_right)
             return True

@@ -1,21 +1,45 @@
 """The engine's own answer to a coding task, made unavailable while the learner's function is graded.
 
 ``my_top_p_filter`` that returns ``minillm.sampler.top_p_filter(logits, top_p)`` would pass every
-case, having written nothing (a chapter names, per answer, the functions that would answer it:
-``Chapter.forbidden``). For the length of one graded call, :func:`unavailable` swaps the
-code of each engine function that answers the task for code that raises a RuntimeError saying so
-(every reference to the function sees it, however it was imported or renamed), and a profiler
-notes any call that still reaches the original code (a copy made from ``__code__``). The code is
-put back when the call ends. It runs where the call runs: in the sandboxed kernel for
-``minillm grade``, in the learner's kernel for ``check()``.
+case, having written nothing; so would the fast path's filter, a grader's reference, or a copy
+of any of them. For the length of one graded call (a chapter names, per answer, the functions
+that would answer it: ``Chapter.forbidden``):
+
+* :func:`swapped` swaps the code of each named engine function for code that raises a
+  RuntimeError saying so (every reference to the function sees it, however it was imported);
+* :func:`watched` installs a profiler that notes, in the calling thread and the threads it
+  starts, any call that still reaches the engine: a copy made from ``__code__``; with
+  :data:`WHOLE_ENGINE` among the specs, *any* function of the ``minillm`` package (the fast
+  path, the grading references, a module loaded a second time from its file), except the
+  arguments' own types (:data:`ALLOWED`); code whose instructions are those of a sizeable package
+  function (its source run again by ``exec``, pasted, docstring or not); and a thread or process
+  started during the call (where the profiler cannot follow).
+
+The code is put back when the call ends. It runs where the call runs: in the sandboxed kernel
+for ``minillm grade``, in the learner's kernel for ``check()``. A kernel that rewrites this
+module defeats it, as it could any check in its own process; ``minillm grade`` then sends the
+notebook to a person (:func:`peeking.engine_references`).
 """
 
 from __future__ import annotations
 
+import dis
 import importlib
+import os
 import sys
 import threading
+import types
 from contextlib import contextmanager
+
+#: a spec meaning "no function of the minillm package may run during the call" (beyond ALLOWED)
+WHOLE_ENGINE = "minillm:*"
+#: package files a graded function may run: its arguments' own types (SamplingParams, StopReason),
+#: and this guard
+ALLOWED = ("params.py", "request.py", os.path.join("grading", "engine_guard.py"))
+#: a function with at least this many bytes of bytecode is recognised when copied
+MIN_COPY_BYTES = 160
+MESSAGE = "is the engine's own answer; the task is to write it yourself"
+
 
 def _resolve(spec: str):
     module, name = spec.split(":")
@@ -26,9 +50,6 @@ def _resolve(spec: str):
     return fn if hasattr(fn, "__code__") else None
 
 
-MESSAGE = "is the engine's own answer; the task is to write it yourself"
-
-
 def _blocked(spec: str):
     """Code that raises, needing no globals or closure of its own (it runs as the engine function)."""
     source = f"def blocked(*args, **kwargs):\n    raise RuntimeError({spec.replace(':', '.') + ' ' + MESSAGE!r})\n"
@@ -37,13 +58,119 @@ def _blocked(spec: str):
     return namespace["blocked"].__code__
 
 
+# --- what "the engine's code" is ------------------------------------------------------------
+_SKIP_OPS = frozenset({"CACHE", "NOP", "RESUME", "EXTENDED_ARG", "PUSH_NULL", "PRECALL", "KW_NAMES",
+                       "COPY_FREE_VARS", "MAKE_CELL"})
+
+
+def fingerprint(code: types.CodeType) -> int:
+    """The instructions of ``code`` with what a copy changes left out: line numbers, file name,
+    local names, the docstring's slot, how a call or a method is loaded."""
+    out = []
+    for ins in dis.get_instructions(code):
+        op = ins.opname
+        if op in _SKIP_OPS:
+            continue
+        if op == "LOAD_CONST":
+            v = ins.argval
+            out.append(("C", fingerprint(v) if isinstance(v, types.CodeType) else repr(v)))
+        elif op in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL"):
+            out.append(("A" if op != "LOAD_GLOBAL" else "G", ins.argval))
+        elif "FAST" in op or "DEREF" in op or "CLOSURE" in op:
+            out.append((op, ins.arg))
+        elif "JUMP" in op or op in ("FOR_ITER", "SEND", "CALL"):
+            out.append((op,))
+        else:
+            out.append((op, ins.argrepr))
+    return hash(tuple(out))
+
+
+class _Engine:
+    """The package's folder and the fingerprints of its sizeable functions (computed once)."""
+
+    def __init__(self) -> None:
+        import minillm
+
+        self.root = os.path.dirname(os.path.realpath(minillm.__file__)) + os.sep
+        self.allowed = tuple(self.root + a for a in ALLOWED)
+        self._prints: dict[int, str] | None = None
+        self._seen: dict = {}  # code object -> engine function it copies ("" for none)
+
+    def prints(self) -> dict[int, str]:
+        if self._prints is None:
+            found: dict[int, str] = {}
+            for folder, _, files in os.walk(self.root):
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        self._add_file(os.path.join(folder, name), found)
+            self._prints = found
+        return self._prints
+
+    def _add_file(self, path: str, found: dict) -> None:
+        try:
+            with open(path, "rb") as f:
+                top = compile(f.read(), path, "exec", dont_inherit=True)
+        except (OSError, SyntaxError, ValueError):
+            return
+        module = os.path.relpath(path, self.root)[:-3].replace(os.sep, ".")
+        stack = [top]
+        while stack:
+            code = stack.pop()
+            stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+            if code is not top and len(code.co_code) >= MIN_COPY_BYTES:
+                found.setdefault(fingerprint(code), f"minillm.{module}.{code.co_qualname.split('.<locals>')[0]}")
+
+    def owner(self, code: types.CodeType) -> str | None:
+        """The engine function ``code`` is (or copies), or None for the learner's own code."""
+        name = code.co_filename
+        if name.startswith(self.root):
+            if name.startswith(self.allowed) or code.co_name == "<module>":
+                return None  # the arguments' own types; importing a module is not calling it
+            module = name[len(self.root):-3].replace(os.sep, ".")
+            return f"minillm.{module}.{code.co_qualname.split('.<locals>')[0]}"
+        if len(code.co_code) < MIN_COPY_BYTES:
+            return None
+        if code not in self._seen:
+            self._seen[code] = self.prints().get(fingerprint(code), "")
+        return f"{self._seen[code]} (copied)" if self._seen[code] else None
+
+
+_ENGINE: list[_Engine] = []
+
+
+def engine() -> _Engine:
+    if not _ENGINE:
+        _ENGINE.append(_Engine())
+    return _ENGINE[0]
+
+
+def prepare() -> None:
+    """Fingerprint the package now (about a second), so that no graded call pays for it."""
+    engine().prints()
+
+
+def _spawners() -> frozenset:
+    import _posixsubprocess
+    import _thread
+
+    names = ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "execv", "execve", "execvp", "execvpe")
+    found = {getattr(os, n) for n in names if hasattr(os, n)}
+    return frozenset(found | {_thread.start_new_thread, _posixsubprocess.fork_exec})
+
+
+# --- the guard ------------------------------------------------------------------------------
 @contextmanager
 def swapped(specs):
     """Within the block, the engine functions named by ``specs`` raise a RuntimeError saying so. Yields
-    ``{original code: spec}`` for :func:`watched`. The code is put back by the thread that entered the
-    block, even while a timed-out call is still running in another thread."""
+    ``{original code: spec}`` for :func:`watched` (with the key ``WHOLE_ENGINE`` when every package
+    function is off limits). The code is put back by the thread that entered the block, even while a
+    timed-out call is still running in another thread."""
     done, originals = [], {}
     for spec in specs or ():
+        if spec == WHOLE_ENGINE:
+            prepare()
+            originals[WHOLE_ENGINE] = WHOLE_ENGINE
+            continue
         fn = _resolve(spec)
         if fn is None:
             continue
@@ -58,19 +185,51 @@ def swapped(specs):
             fn.__code__ = code
 
 
+def _other_threads() -> dict:
+    """Where every other thread is: its innermost frame and the instruction it is at."""
+    me = threading.get_ident()
+    return {tid: (frame, frame.f_lasti) for tid, frame in sys._current_frames().items() if tid != me}
+
+
+def _ran_meanwhile(before: dict) -> bool:
+    """Did a thread that was there before run Python code since (or a new one appear)?"""
+    after = _other_threads()
+    return any(tid not in before or before[tid][0] is not frame or before[tid][1] != frame.f_lasti
+               for tid, (frame, _) in after.items())
+
+
 @contextmanager
-def watched(originals: dict):
+def watched(originals: dict, others_idle: bool = False):
     """In this thread (and threads it starts), note calls that reach one of ``originals`` anyway (a
-    copy of the engine's code). Yields the list of specs reached; also notes a removed profiler."""
+    copy of the engine's code) and, under ``WHOLE_ENGINE``, any engine code or a copy of it and any
+    thread or process started. ``others_idle`` (the sandboxed kernel, where nothing else should run):
+    also note when another thread ran Python code during the call (a helper the profiler cannot
+    follow). Yields the list of what was reached; also notes a removed profiler."""
     reached: list = []
+    whole = WHOLE_ENGINE in originals
+    eng = engine() if whole else None
+    spawners = _spawners() if whole else frozenset()
+
+    def note(what: str) -> None:
+        if what not in reached:
+            reached.append(what)
 
     def watch(frame, event, arg):
-        if event == "call" and frame.f_code in originals and originals[frame.f_code] not in reached:
-            reached.append(originals[frame.f_code])
+        if event == "call":
+            code = frame.f_code
+            if code in originals:
+                note(originals[code])
+            elif eng is not None:
+                owner = eng.owner(code)
+                if owner:
+                    note(owner)
+        elif event == "c_call" and whole and arg in spawners:
+            note(f"code, or hides it in a new thread or process ({getattr(arg, '__name__', '?')})")
 
     if not originals:
         yield reached
         return
+    threads = _other_threads() if whole and others_idle else None
     before = sys.getprofile()
     sys.setprofile(watch)
     threading.setprofile(watch)
@@ -78,13 +237,16 @@ def watched(originals: dict):
         yield reached
     finally:
         if sys.getprofile() is not watch:
-            reached.append("(the grader's profiler was removed)")
+            note("(the grader's profiler was removed)")
         sys.setprofile(before)
         threading.setprofile(None)
+        if threads is not None and _ran_meanwhile(threads):
+            note("code, or hides it in another thread of the notebook that ran during the call")
 
 
 @contextmanager
 def unavailable(specs):
-    """:func:`swapped` and :func:`watched` together, in one thread (the sandboxed kernel's)."""
-    with swapped(specs) as originals, watched(originals) as reached:
+    """:func:`swapped` and :func:`watched` together, in one thread (the sandboxed kernel's, where no
+    other thread of the notebook may run during the call)."""
+    with swapped(specs) as originals, watched(originals, others_idle=True) as reached:
         yield reached

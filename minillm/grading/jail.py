@@ -67,6 +67,37 @@ def package_dir() -> Path:
     return Path(minillm.__file__).resolve().parent
 
 
+def _package_copies() -> list[str]:
+    """Every copy of the package the jail shows: the one in use, and any installed in a
+    site-packages the jail shows too (a wheel beside a source checkout); each is blinded."""
+    import site
+    import sysconfig
+
+    pkg = str(package_dir())
+    found = [pkg]
+    places = set(site.getsitepackages() + [site.getusersitepackages(), sysconfig.get_paths()["purelib"]])
+    for place in sorted(places):
+        copy = os.path.join(place, "minillm")
+        if os.path.isdir(os.path.join(copy, "grading")) and os.path.realpath(copy) != pkg:
+            found.append(os.path.realpath(copy))
+    return found
+
+
+def blinded_paths() -> tuple[list[str], list[str]]:
+    """``(files, folders)`` the jail hides: the model-answer files of every copy of the package
+    (replaced by :mod:`_blind_solutions`), and the ``__pycache__`` folders beside them (a compiled
+    copy of the model answers; replaced by an empty, read-only folder)."""
+    files, folders = [], []
+    for pkg in _package_copies():
+        for target in BLINDED:
+            path = os.path.join(pkg, *target)
+            files.append(path)
+            cache = os.path.join(os.path.dirname(path), "__pycache__")
+            if os.path.isdir(cache) and cache not in folders:
+                folders.append(cache)
+    return files, folders
+
+
 def _python_roots() -> list[str]:
     """What the kernel may read besides the package: the interpreter's prefix (a venv), its base prefix,
     the executable's, torch's site-packages, and ``MINILLM_MODEL`` when the instructor set one."""
@@ -105,8 +136,11 @@ def _bwrap_argv(scratch: str, bwrap: str) -> list[str]:
         argv += ["--ro-bind", root, root]
     pkg = str(package_dir())
     argv += ["--ro-bind", pkg, pkg]
-    for target in BLINDED:
-        argv += ["--ro-bind", str(_BLIND), os.path.join(pkg, *target)]
+    files, folders = blinded_paths()
+    for path in files:
+        argv += ["--ro-bind", str(_BLIND), path]
+    for path in folders:
+        argv += ["--tmpfs", path, "--remount-ro", path]
     argv += ["--bind", scratch, JAIL_SCRATCH, "--chdir", JAIL_SCRATCH, "--remount-ro", "/"]
     return argv + ["--"]
 
@@ -121,7 +155,8 @@ def boot_config(scratch: str, mode: str) -> dict:
     pkg = str(package_dir())
     cfg = {"lib": str(Path(pkg).parent), "mode": mode}
     if mode == "unshare":
-        cfg.update({"package": pkg, "blind": str(_BLIND), "blinded": [os.path.join(*t) for t in BLINDED],
+        files, folders = blinded_paths()
+        cfg.update({"package": pkg, "blind": str(_BLIND), "blinded": files, "hidden": folders,
                     "scratch": scratch,
                     "keep": sorted(set(_python_roots()) | {pkg, scratch})})
     elif mode == "bwrap":

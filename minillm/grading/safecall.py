@@ -35,6 +35,7 @@ class Outcome:
     exc_type: type | None = None
     timed_out: bool = False
     error_zh: str | None = None  # the same, in Chinese, where the grader wrote it (not the student's exception)
+    engine_used: bool = False  # the call reached the engine's own answer (engine_guard)
 
     @classmethod
     def failed(cls, key: str, *, timed_out: bool = False, exc_type: type | None = None, **fields) -> "Outcome":
@@ -42,7 +43,7 @@ class Outcome:
         from .messages import both
 
         en, zh = both(key, **fields)
-        return cls(error=en, error_zh=zh, timed_out=timed_out, exc_type=exc_type)
+        return cls(error=en, error_zh=zh, timed_out=timed_out, exc_type=exc_type, engine_used=key == "call.engine_used")
 
     def describe(self, lang: str | None = None) -> str | None:
         """The error in ``lang`` (default: the current language)."""

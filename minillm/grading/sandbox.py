@@ -207,6 +207,7 @@ class Kernel:
         self.isolated = False
         self.jail = jail if jail is not None else jails.Jail("none", "no jail was asked for")
         self.cgroup: str | None = None
+        self._prepared = False
 
     # --- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -362,6 +363,10 @@ class Kernel:
     def call(self, name: str, args: tuple, kwargs: dict, timeout: float, forbid: tuple = ()):
         """``("returned", value)``, ``("raised", (message, exception type name))``, or
         ``("engine_used", names)`` when it reached an engine function in ``forbid``."""
+        if forbid and not self._prepared:  # the guard's one-off work, outside any call's time limit
+            self._send({"op": "prepare"})
+            self._read(max(self.cell_timeout, 10.0), "prepared")
+            self._prepared = True
         self._send({"op": "call", "name": name, "args": [wire.encode(a) for a in args],
                     "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}, "forbid": list(forbid)})
         msg = self._read(timeout)

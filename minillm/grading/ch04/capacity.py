@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..cases import CaseRun, engine_piece
+from .coding import FORBIDDEN
 from ...i18n import Bi
 from ..registry import Marks, register
 
@@ -90,7 +91,7 @@ def grade_gpu_capacity(fn, m: Marks) -> None:
 
     hints = Counter()
     run = CaseRun(fn, CASES, args, name="max_requests", label=lambda case: T["case"](
-        m.lang, model=case[0], card=case[1], ctx=case[2], kv=case[3]))
+        m.lang, model=case[0], card=case[1], ctx=case[2], kv=case[3]), forbid=FORBIDDEN["max_requests"])
     for (model, card, ctx, kv), case, _, got in run:
         shape = calc.PUBLISHED[model]
         want = calc.capacity(shape, card, ctx, kv_dtype=kv, block_size=BLOCK, utilization=UTILIZATION).max_requests

@@ -25,16 +25,21 @@ from dataclasses import dataclass
 
 from .. import safecall
 from ..cases import CaseRun, engine_piece, run_seed
+from ..engine_guard import WHOLE_ENGINE
 from ..messages import msg
 from ..registry import CannotGrade, Marks, NotAttempted, register
 
 
-#: answer name -> the engine functions ("module:function") that must not answer it
+#: answer name -> the engine functions ("module:function") that must not answer it; ``WHOLE_ENGINE``:
+#: no function of the package runs during the call either (the fast path, the graders' references)
 FORBIDDEN = {
-    "my_top_p_filter": ("minillm.sampler:top_p_filter",),
-    "my_kv_bytes_per_token": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token"),
-    "my_check_stop": ("minillm.scheduler:check_stop",),
-    "chat_kv_bytes": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token"),
+    "my_top_p_filter": ("minillm.sampler:top_p_filter", WHOLE_ENGINE),
+    "my_kv_bytes_per_token": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token",
+                              WHOLE_ENGINE),
+    "my_check_stop": ("minillm.scheduler:check_stop", WHOLE_ENGINE),
+    "chat_kv_bytes": ("minillm.kv_cache:kv_bytes_per_token", "minillm.engine_args:kv_bytes_per_token", WHOLE_ENGINE),
+    "scenario_kv_bytes": ("minillm.kv_cache:kv_bytes_per_token", WHOLE_ENGINE),
+    "max_requests": ("minillm.viz.kv_capacity:capacity", WHOLE_ENGINE),
 }
 
 # =============================================================================================
@@ -527,7 +532,7 @@ def _check_hidden(fn, m: Marks, ref: Measured) -> None:
     hidden = hidden_scenarios()
     misses = []
     for s in hidden:
-        out = safecall.call(fn, **s.as_kwargs())
+        out = safecall.call(fn, forbid=FORBIDDEN["scenario_kv_bytes"], **s.as_kwargs())
         v = out.value if out.ok else None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v not in plausible_bytes(s, ref):
             misses.append((s, v))
@@ -559,9 +564,11 @@ def grade_task3_bytes(answer, m: Marks) -> None:
     failed: dict = {}
     if given["kind"] == "function":
         run = CaseRun(given["fn"], PRESSURE_SCENARIOS.items(), kwargs=lambda item: item[1].as_kwargs(),
-                      name="scenario_kv_bytes", label=lambda item: item[0])
+                      name="scenario_kv_bytes", label=lambda item: item[0], forbid=FORBIDDEN["scenario_kv_bytes"])
         values = {r.label: r.value for r in run}
         failed = run.failed
+        if run.engine_used:
+            m.flag(why="the engine's own answer")
     else:
         values = {name: given["values"].get(name) for name in PRESSURE_SCENARIOS}
     if given["kind"] == "dict" and all(v is None or v is Ellipsis for v in values.values()):
