@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -272,6 +273,30 @@ def test_without_a_jail_grading_refuses_unless_the_weaker_mode_is_asked_for(tmp_
     rc, report = grade(path, "--unjailed")
     assert rc == 0 and report["jail"] == "none" and "NOT JAILED" in report["sandbox"]
     assert "NOT JAILED" in capsys.readouterr().err
+
+
+def test_a_folder_run_without_a_jail_warns_loudly_and_the_unshare_fallback_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("MINILLM_GRADE_UNJAILED", raising=False)
+    monkeypatch.delenv("MINILLM_GRADE_JAIL", raising=False)
+    monkeypatch.setattr(jails, "_CHOSEN", {})
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    write_notebook(subs, "task2_kv_explain = 'answered as data'")
+    assert cli_grade([str(subs), "--unjailed", "--timeout", str(CELL_TIMEOUT), "--deadline", str(DEADLINE)]) == 0
+    assert "WARNING: NOT JAILED" in capsys.readouterr().err
+    unshare = shutil.which("unshare", path="/usr/bin:/bin")
+    tools = tmp_path / "only-unshare"
+    tools.mkdir()
+    if unshare:
+        (tools / "unshare").symlink_to(unshare)
+    monkeypatch.setenv("PATH", str(tools))
+    monkeypatch.setattr(jails, "_CHOSEN", {})
+    if jails._works("unshare") is not None:
+        return  # no unshare jail on this machine: the fallback cannot be shown
+    jail = jails.choose()
+    assert jail.mode == "unshare" and "bwrap is not installed" in jail.why
+    assert "unshare fallback" in jails.notice(jail.mode, jail.why)
 
 
 def test_answers_read_as_data_need_no_jail(tmp_path, monkeypatch):

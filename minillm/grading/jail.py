@@ -61,6 +61,19 @@ class Jail:
         return f"NOT JAILED ({self.why}): the kernel runs as the grader's user and can read its files"
 
 
+def notice(mode: str | None, why: str = "") -> str | None:
+    """The line ``minillm grade`` prints on stderr about the jail: a loud warning without one, a
+    note when bubblewrap was missing and the ``unshare`` fallback is used; None for bubblewrap."""
+    if mode == "none":
+        return (f"WARNING: NOT JAILED ({why or 'asked for'}): submissions' code runs as your user and can read "
+                f"your files, reach the network and signal your processes. Install bubblewrap "
+                f"(scripts/setup.sh does) or allow unprivileged user namespaces.")
+    if mode == "unshare":
+        return (f"note: bubblewrap is not usable here ({why or 'MINILLM_GRADE_JAIL=unshare'}); the unshare fallback "
+                f"jail is used (the same namespaces). scripts/setup.sh installs bubblewrap.")
+    return None
+
+
 def package_dir() -> Path:
     import minillm
 
@@ -221,7 +234,8 @@ def choose(allow_unjailed: bool = False) -> Jail:
     for mode in ([forced] if forced else ["bwrap", "unshare"]):
         why = _works(mode)
         if why is None:
-            _CHOSEN[allow_unjailed] = Jail(mode)
+            why_not = "; ".join(reasons) or (f"MINILLM_GRADE_JAIL={forced}" if forced else "")
+            _CHOSEN[allow_unjailed] = Jail(mode, why_not)  # why not bwrap: the unshare fallback says it
             return _CHOSEN[allow_unjailed]
         reasons.append(why)
     if not allow_unjailed:
