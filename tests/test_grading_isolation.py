@@ -521,3 +521,39 @@ def test_helpers_and_the_graders_own_references_answer_nothing(tmp_path):
     for ex_id in ("code_top_p", "code_stop_check", "code_chat_kv"):
         r = report["exercises"][ex_id]
         assert r["score"] == 0 and r["needs_human_review"], (ex_id, r)
+
+
+FILL = """
+import json, os
+def _fill(folder, files=32):  # 48 MiB files (one file may not pass 64 MiB): up to 1.5 GiB
+    done, made = 0, []
+    try:
+        for i in range(files):
+            made.append(os.path.join(folder, f"fill{i}"))
+            with open(made[-1], "wb") as f:
+                for _ in range(3):
+                    f.write(b"x" * 2**24)
+                    f.flush()
+                    done += 16
+    except OSError:
+        pass
+    for path in made:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    return done
+task2_kv_explain = json.dumps({folder: _fill(folder) for folder in ("/scratch", "/tmp", "/dev", os.getcwd())})
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_what_the_kernel_may_write_is_bounded_memory_not_the_graders_disk(tmp_path, mode, monkeypatch):
+    """A submission that fills every place it may write stops at a small bound (memory of its own),
+    so the disk other students' rows and the gradebook need stays free."""
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
+    rc, report = grade(write_notebook(tmp_path, FILL))
+    assert rc == 0
+    wrote = json.loads(answer(report))  # MiB written before the place was full
+    assert wrote["/scratch"] <= jails.SCRATCH_BYTES // 2**20 and wrote["/tmp"] <= jails.TMP_BYTES // 2**20, wrote
+    assert wrote["/dev"] == 0, wrote

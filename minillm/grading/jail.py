@@ -134,9 +134,43 @@ _ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localt
         "/etc/matplotlibrc")
 
 
+#: what a submission may write in the jail is memory (tmpfs), so each place is bounded: its scratch
+#: folder (working directory and home), /tmp and /dev/shm; filling them costs no one else their row
+SCRATCH_BYTES, TMP_BYTES, SHM_BYTES = 256 * 2**20, 128 * 2**20, 64 * 2**20
+#: files (inodes) the scratch folder and /tmp may hold where the jail can say so (the unshare path)
+MAX_FILES = 20_000
+_SIZES: dict[str, bool] = {}
+
+
+def _bwrap_sizes(bwrap: str) -> bool:
+    """Can this bubblewrap size a tmpfs (``--size``, bubblewrap 0.5 and later)?"""
+    if bwrap not in _SIZES:
+        try:
+            out = subprocess.run([bwrap, "--help"], capture_output=True, timeout=20, check=False)
+            _SIZES[bwrap] = b"--size" in out.stdout + out.stderr
+        except (OSError, subprocess.SubprocessError):
+            _SIZES[bwrap] = False
+    return _SIZES[bwrap]
+
+
+def _bwrap_writable(scratch: str, bwrap: str) -> list[str]:
+    """The jail's writable places: sized tmpfs mounts, with the files the grader put in ``scratch``
+    bound in; a bubblewrap too old to size a tmpfs binds ``scratch`` itself (on disk)."""
+    if not _bwrap_sizes(bwrap):
+        return ["--tmpfs", "/tmp", "--bind", scratch, JAIL_SCRATCH]
+    argv = ["--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev", "--size", str(SCRATCH_BYTES), "--tmpfs", JAIL_SCRATCH,
+            "--dir", os.path.join(JAIL_SCRATCH, "home")]
+    for name in sorted(os.listdir(scratch)):
+        path = os.path.join(scratch, name)
+        if name != "home" and os.path.isfile(path) and not os.path.islink(path):
+            argv += ["--bind", path, os.path.join(JAIL_SCRATCH, name)]
+    return argv
+
+
 def _bwrap_argv(scratch: str, bwrap: str) -> list[str]:
     argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--hostname", "sandbox", "--tmpfs", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+            "--hostname", "sandbox", "--tmpfs", "/", "--proc", "/proc", "--dev", "/dev"]
     for path in _SYSTEM:
         if os.path.islink(path):
             argv += ["--symlink", os.readlink(path), path]
@@ -154,7 +188,8 @@ def _bwrap_argv(scratch: str, bwrap: str) -> list[str]:
         argv += ["--ro-bind", str(_BLIND), path]
     for path in folders:
         argv += ["--tmpfs", path, "--remount-ro", path]
-    argv += ["--bind", scratch, JAIL_SCRATCH, "--chdir", JAIL_SCRATCH, "--remount-ro", "/"]
+    argv += _bwrap_writable(scratch, bwrap)
+    argv += ["--chdir", JAIL_SCRATCH, "--remount-ro", "/"]
     return argv + ["--"]
 
 
@@ -170,7 +205,7 @@ def boot_config(scratch: str, mode: str) -> dict:
     if mode == "unshare":
         files, folders = blinded_paths()
         cfg.update({"package": pkg, "blind": str(_BLIND), "blinded": files, "hidden": folders,
-                    "scratch": scratch,
+                    "scratch": scratch, "sizes": {"scratch": SCRATCH_BYTES, "tmp": TMP_BYTES, "files": MAX_FILES},
                     "keep": sorted(set(_python_roots()) | {pkg, scratch})})
     elif mode == "bwrap":
         cfg["scratch"] = JAIL_SCRATCH
