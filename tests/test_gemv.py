@@ -48,6 +48,15 @@ def test_big_split_calls_match_one_thread():
     assert torch.equal(gemv.linear_int8(x, q, scale, threads=2), gemv.linear_int8(x, q, scale, threads=1))
 
 
+@pytest.mark.parametrize("n", [1, 31, 32, 4096 + 7])
+def test_read_probe_sums_every_element_once(n):
+    # the benchmarks' bandwidth probe reads 4 quarters at once plus a tail: every element once
+    x = torch.arange(n, dtype=torch.float32) % 5
+    assert gemv.read_probe(x) == float(x.double().sum())
+    with pytest.raises(ValueError, match="contiguous float32"):
+        gemv.read_probe(x.double())
+
+
 @pytest.mark.parametrize("out_in", SHAPES)
 @pytest.mark.parametrize("rows", [1, 5])
 def test_int8_is_the_dequantized_float_product(out_in, rows):

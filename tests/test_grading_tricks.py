@@ -93,3 +93,15 @@ def test_a_trimming_reason_is_read_through_its_negation():
     assert check("task5_trim_policy", ("summary", "最近 N 轮不会丢掉第一轮贴的题目")).score == 1  # says last-N keeps it
     assert check("task5_trim_policy", ("summary", "摘要不会丢掉第一轮的题目，最近 N 轮会")).score == 2
     assert check("task5_trim_policy", ("summary", "a last-N window would drop the exercise from turn 1")).score == 2
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    ("task2_kv_explain", "没有 KV cache 的话，每一步都得把前面的 token 重新算一遍", 1),  # a counterfactual names the saving
+    ("task2_kv_explain", "它的大小和 batch size、序列长度都成正比", 1),  # 、 lists inside one clause
+    ("task2_kv_explain", "避免重算、显存不会增长", 1),  # … and ends a negation's reach
+    ("task4_sampling", "采出来的 token 接在后面，下一轮拿它继续算", 2),
+    ("pitfall1_kv_not_hit_cache", (False, "KV cache 跟着请求走，请求没了它也就没了"), 2),
+    ("quiz6_key_table_decode", ("B", "每个输出 token 都要走一次 decode"), 2),
+])
+def test_chinese_paraphrases_are_read(exercise, answer, score):
+    assert check(exercise, answer).score == score

@@ -74,6 +74,7 @@ def _load():
             lib.minillm_gemv_isa.restype = ctypes.c_char_p
             lib.minillm_gemv_set_spin_us.argtypes, lib.minillm_gemv_set_spin_us.restype = [cint], cint
             lib.minillm_gemv_workers.restype = cint
+            lib.minillm_gemv_read_probe.argtypes, lib.minillm_gemv_read_probe.restype = [ptr, i64], ctypes.c_float
             _lib = lib
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             _error = f"{type(exc).__name__}: {exc}"
@@ -95,6 +96,18 @@ def isa() -> str | None:
     """The instruction set the kernel runs with here: "avx512", "avx2" or "plain" (None: unavailable)."""
     lib = _load()
     return None if lib is None else lib.minillm_gemv_isa().decode()
+
+
+def read_probe(buffer: torch.Tensor) -> float:
+    """The sum of a contiguous float32 CPU tensor, read the way the kernel reads weights (4 far-apart
+    streams): the benchmarks time it for the read-bandwidth floor. Releases the GIL (ctypes), so
+    several Python threads can probe halves of a buffer at once."""
+    lib = _load()
+    if lib is None:
+        raise RuntimeError(f"the gemv kernel is unavailable: {_error}")
+    if buffer.dtype != torch.float32 or buffer.device.type != "cpu" or not buffer.is_contiguous():
+        raise ValueError("gemv.read_probe: buffer must be a contiguous float32 CPU tensor")
+    return float(lib.minillm_gemv_read_probe(buffer.data_ptr(), buffer.numel()))
 
 
 def workers() -> int:

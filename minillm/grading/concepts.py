@@ -134,7 +134,7 @@ def fix_typos(text: str) -> str:
 
 # --- clauses and negation ---------------------------------------------------------------------------
 _CLAUSE_SPLIT = re.compile(
-    r"[.;!?。；！？:：\n,，、()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
+    r"[.;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
     r"\bso that\b|\bso\b(?!\s+(far|much|many|long)\b)|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
     r"\bdownside\b|\bthe catch\b|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
 
@@ -172,7 +172,7 @@ def negated_at(clause: str, pos: int) -> bool:
     """Is the word at ``pos`` in ``clause`` negated (a wide negator anywhere before it in the
     clause, or a plain one just before it)?"""
     before = clause[:pos]
-    joins = [m.end() for m in re.finditer(r"\band\b|\bor\b|和|并且|而且", before, _I)]
+    joins = [m.end() for m in re.finditer(r"\band\b|\bor\b|和|并且|而且|、", before, _I)]
     if _NEG_WIDE.search(before[joins[-1]:] if joins else before):  # "avoids X and costs Y": the scope ends at "and"
         return True
     window_start = max(0, pos - (NEAR_WINDOW_ZH if _CJK_RE.search(clause[max(0, pos - 1):pos + 1]) else NEAR_WINDOW_EN))
@@ -290,9 +290,10 @@ def _contrast(clause: str, m: re.Match) -> bool:
 
 _NO_OBJECT = re.compile(r"\b(no|zero)\s+$", re.IGNORECASE)
 _LIST_PAIR = re.compile(r"有的[^。；]{0,16}有的|一些[^。；]{0,16}一些|\bsome\b[^.;]{0,40}\b(some|others?)\b", re.IGNORECASE)
+_WITHOUT_ZH = r"(如果|若|要是|假如|假设)?(没有|不用|去掉|关掉)\s*(它|这个|缓存|KV|cache)"  # "没有 KV cache 的话"
 _COUNTERFACTUAL = re.compile(r"\bwould\b|\bwithout (it|the cache|a cache|caching|them)\b|\botherwise\b|否则|不然|"
-                             r"要不然|(如果|若)?没有(它|缓存|KV)", re.IGNORECASE)
-_WITHOUT_IT = re.compile(r"^\s*(without\s+(it|the|a|any|kv|caching)\b|如果没有|若没有|没有(它|缓存|KV)|否则|不然|otherwise)",
+                             r"要不然|" + _WITHOUT_ZH, re.IGNORECASE)
+_WITHOUT_IT = re.compile(r"^\s*(without\s+(it|the|a|any|kv|caching)\b|如果没有|若没有|否则|不然|otherwise|" + _WITHOUT_ZH + ")",
                          re.IGNORECASE)
 
 
@@ -461,7 +462,7 @@ MAX_READ = 4000  # characters the matcher looks at: a pasted novel cannot stall 
 
 def read(text: str, ideas, misconceptions=(), prompts=()) -> Reading:
     t = normalize(text)[:MAX_READ]
-    fixed = re.sub(r"\bO\((\w{1,12})\)", r"O_of_\1", fix_typos(expand_abbreviations(t)))  # "O(n)" is a growth rate, not a clause break
+    fixed = re.sub(r"\bO\(([\w^*]{1,12})\)", r"O_of_\1", fix_typos(expand_abbreviations(t)))  # "O(n)" is a growth rate, not a clause break
     r = Reading(t, language(t), salad=is_salad(t), copied=copied_from(t, prompts))
     for i in ideas:
         r.ideas[i.key] = i.find(fixed)

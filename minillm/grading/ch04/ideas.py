@@ -22,14 +22,15 @@ _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r
            r"\b(work|computation|calculation|math|k/v|kv|keys|values)\s+(\w+\s+){0,3}?(repeated|redone|recomputed|recalculated)\b",
            r"重复计算", r"重新计算", r"重算", r"从头(计算|算)", r"再算", r"再次计算", r"反复计算", r"重复运算", r"冗余计算",
            r"重新算", r"重复算", r"再计算", r"(重新|再)[^，。；,;]{0,6}(过|跑|算|走)一遍", r"\brebuil\w*", r"(重新|重复|再次?)[^，。；,;]{0,6}(计算|算|处理)",
-           r"(重新|重复|再次)\s*[A-Za-z][^，。；,;]{0,12}的?(计算|运算)",
+           r"(重新|重复|再次)\s*[A-Za-z][^，。；,;]{0,12}的?(计算|运算)", r"重做|(重新|重复|再次?)\s*(做|跑|走)\s*[一1]?\s*(次|遍)",
            r"(重新|重复|再次?)\s*(re-?)?(comput\w*|calculat\w*|process\w*)",
            # "no need to compute (it) again": the plain verb under a need-negator is the idea ("下次不用算了")
            r"(不用|不必|无需|无须|不需要|用不着)(再|重新|重复)?(去)?(算|计算)",
            r"\b(no need to|don't (have|need) to|doesn't (have|need) to|needn't)\s+(re-?)?(comput|calculat)\w*"]
 _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|取)",
           r"\btrad\w*\s+(\w+\s+){0,2}?(memory|space|vram|storage)\s+for\s+(\w+\s+)?(compute|computation|speed|time|flops)",
-          r"\b(memory|space)\s+for\s+(compute|computation|speed|time)\b", r"(以|用)(显存|空间|内存)换(计算|时间|速度)", r"重用", r"重复利用", r"直接用", r"直接使用",
+          r"\b(memory|space)\s+for\s+(compute|computation|speed|time)\b",
+          r"O_of_n\^?2[^，。；,;]{0,16}(O_of_n\b|linear|线性)", r"O_of_n\b[^，。；,;]{0,20}(instead of|rather than|而不是|而非)\s*O_of_n\^?2", r"\bquadratic\b[^.;]{0,30}\blinear\b", r"(以|用)(显存|空间|内存)换(计算|时间|速度)", r"重用", r"重复利用", r"直接用", r"直接使用",
           r"\bonly\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
           r"\bonly\s+(\w+\s+){0,2}?(one|a single)\s+new\b",
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
@@ -70,7 +71,7 @@ MEMORY = idea(
                 r"\b(size|memory|footprint)\b[^.;]{0,40}\bdepends?\s+on\b[^.;]{0,50}\b(length|tokens?|context)\b",
                 r"额外(的)?(显存|内存|存储)|显存开销|(显存|内存)[^，。；,;]{0,10}(有关|相关|成正比)", r"爆显存|显存(不够|不足|溢出|耗尽)",
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
-                r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀)"],
+                r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多)"],
     weak=_MEM)
 
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
@@ -80,7 +81,7 @@ _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
          r"接到", r"接入", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
          r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回", r"(写|加|放|存|塞|并|拼)进", r"进到",
-         r"成了", r"变为", r"当成", r"当作", r"的一部分"]
+         r"成了", r"变为", r"当成", r"当作", r"的一部分", r"留在", r"保留在", r"(拼|加|接|塞|存)回"]
 _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
          r"\btoken\s+(list|ids)\b", r"\blist of tokens\b",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bso far\b", r"\bback\b",
@@ -90,11 +91,15 @@ TOKEN_TO_HISTORY = idea(
     parts=[_HIST, _JOIN],  # the subject is often in the clause before ("… 不会被丢弃，而是追加到历史里")
     standalone=[r"\b(output|token|result|sample)s?\b\s+(\w+\s+){0,4}?(is|becomes|serves as|used as)\s+(\w+\s+){0,2}?input\b",
                 r"\b(token|it|choice|sample)('s|\s+(is|gets|was))\s+(then\s+)?(appended|fed back|added back|concatenated)\b",
-                r"(作为|成为|当作|当成)[^，。；]{0,6}输入",
+                r"(作为|成为|当作|当成)[^，。；]{0,8}(输入|条件|依据)",
                 # the token changes what later steps see: it is in their context
                 r"\b(sees?|gets?|has|have)\s+(a\s+)?(different|changed|new)\s+(context|history|input)\b",
                 r"\b(context|history|input)\s+(is\s+|becomes\s+)?(different|changes|changed)\b",
-                r"(上下文|历史|输入)[^，。；,;]{0,3}(不同|不一样|变了|改变|变化)"],
+                r"(上下文|历史|输入)[^，。；,;]{0,3}(不同|不一样|变了|改变|变化)",
+                # where it goes, named by place: the end of the sequence, the model's input
+                r"(接|拼|加|放|追加|附)(在|到)[^，。；,;]{0,4}(后面|末尾|最后|尾部)", r"(喂|送|输|传)(给|回|进)[^，。；,;]{0,4}模型",
+                r"(就是|便是|变成|成了)[^，。；,;]{0,8}的?输入", r"\b(added|appended|tacked)\s+(on\s+)?to\s+the\s+end\b",
+                r"\bfe(d|eds?)\s+(back\s+)?(in)?to\s+the\s+model\b"],
     weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"])
 
 _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|inputs?|"
@@ -106,11 +111,12 @@ _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcomin
          r"\brel(y|ies)\s+on\b", r"\battends? to\b", r"\bsteer\w*", r"\bdiverg\w*", r"\bcontinuation\b",
          r"下一(轮|步|个|次)", r"后续", r"(之后|以后|后面)(的)?[^，。；,;]{0,3}(每一?步|步|token|计算|生成|输出|解码|decode|内容|路径|轮|预测|都)",
          r"(影响|决定|改变|左右)[^，。；,;]{0,2}(之后|以后|后面)", r"接下来", r"路径", r"走向", r"轨迹", r"方向", r"自回归",
-         r"依赖", r"基于", r"为条件", r"depend", r"next step"]
+         r"依赖", r"基于", r"为条件", r"depend", r"next step", r"顺着(它|这个)",
+         r"(后面|之后|接下来)[^，。；,;]{0,6}(顺着|沿着|跟着|接着)"]
 NEXT_STEP_DEPENDS = idea(
     "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",
     standalone=_NEXT + [r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(it|that|this|them)\b",
-                        r"\b(continu\w*|carr(y|ies) on|goes on|builds?)\s+from\s+(it|that|this|there)\b",
+                        r"\b(continu\w*|carr(y|ies) on|goes on|builds?)\s+from\s+(it|that|this|there)\b", r"\bcontinu\w*\s+from\b",
                         r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(the\s+)?(\w+\s+){0,2}?(tokens?|samples?|choices?)\b",
                         r"\binput\s+(of|for|to)\s+(the\s+)?(next|following|later)\b", r"(下一步|后面|之后)[^，。；]{0,4}(的)?输入"])
 
@@ -123,7 +129,9 @@ REQUEST_STATE = idea(
                 r"\bactivations?\b", r"\battention state\b", r"\bits own tokens\b",
                 r"每个(活跃)?请求", r"绑定", r"执行状态", r"请求(自己|自身|本身)", r"自己的", r"属于[^，。；,;]{0,12}请求", r"(那个|这一个|那一个|单一|当前)请求",
                 r"(正在运行|运行中|活跃)的[^，。；,;]{0,4}请求",
-                r"中间(状态|结果|值|量)", r"活跃请求", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求"])
+                r"中间(状态|结果|值|量)", r"活跃请求", r"跟着(这个|该|那个)?请求",
+                r"请求[^，。；,;]{0,6}(结束|没了|释放)[^，。；]{0,8}(它|缓存|KV)[^，。；,;]{0,4}(也)?(就)?(没了|释放|消失|清掉)",
+                r"\b(goes away|dies|is freed|is dropped|disappears)\s+with\s+(the|its|that)\s+request\b", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求"])
 SAMPLING_PICKS = idea(
     "sampling_picks", "sampling picks every token", "采样决定每一个 token",
     standalone=[r"\b(picks?|chooses?|selects?|decides?|determin\w*)\s+(\w+\s+){0,3}?(every|each|the next|which)\s+"
@@ -133,15 +141,15 @@ PREFILL_BUILDS = idea(
     standalone=[r"prefill\w*\s+(\w+\s+){0,5}?(build\w*|creat\w*|fill\w*|writ\w*|wrote|produc\w*|populat\w*|set\w*\s+up|"
                 r"comput\w*|prepar\w*|establish\w*|stor\w*|generat\w*)",
                 r"(that|which)\s+prefill\s+(wrote|built|created|filled|computed|produced)",
-                r"prefill[^。；;]{0,14}(建立|构建|建好|建起|搭好|生成|写入|写好|填充|填好|准备|计算|得到|算好|算出|存好|留下|产生)"])
+                r"prefill[^。；;]{0,14}(建立|构建|建好|建起|搭好|生成|写入|写好|填充|填好|准备|计算|得到|算好|算出|存好|留下|产生|存下)"])
 DECODE_CONTINUES = idea(
     "decode_continues", "decode continues from that same state", "decode 在同一份状态上继续",
     standalone=[r"decod\w*\s+(\w+\s+){0,5}?(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
                 r"resum\w*|append\w*|mov\w*|picks? up|carr\w*)",
-                r"decode[^。；;]{0,14}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一)",
+                r"decode[^。；;]{0,14}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一|(?<![不没])用)",
                 r"接着[^。；;]{0,16}(往下|继续|走|生成)", r"\bcontinu\w*\s+from\s+(the|that|this)\s+(\w+\s+){0,2}?(cache|state)",
                 r"\b(same|one|single)\s+(\w+\s+){0,2}?(state machine|cache)", r"\bwhere prefill left off\b",
-                r"同一(个|条|份)?(状态机|缓存|状态)",
+                r"同一(个|条|份)?\s*(状态机|缓存|状态|KV|kv)",
                 r"从[^，。；,;]{0,14}(状态|缓存|KV)[^，。；,;]{0,6}(继续|接着|往下|推进)",
                 r"\b(continu\w*|resum\w*|picks? up|carr(y|ies) on)\s+from\s+(\w+\s+){0,4}?(state|cache|kv)\b"],
     weak=[r"\b(same|one|single)\s+(\w+\s+){0,2}?(request|lifecycle|life cycle|sequence|path)", r"\bthis very request\b",
@@ -209,7 +217,7 @@ MIXED_STATES = idea(
                 r"\bwho\s+\w+s?\b[^.;]{0,30}\bwho\s+\w+", r"\bothers?\s+(are\s+)?(decod|prefill|wait)\w*",
                 r"\b(join|leave|enter|exit|finish)\w*\b[^.;]{0,40}\b(batch|step)", r"\b(mix|mixes|mixed|mixing)\b",
                 r"\bchang\w*\s+(\w+\s+){0,2}?(every|each)\s+step", r"\b(transition|move)\w*\b",
-                r"不同(的)?(状态|阶段)", r"状态(转移|转换|变化|切换)", r"状态[^，。；]{0,6}(变化|改变|在变|会变|不一样|不同|各异|不相同|各不)",
+                r"不同(的)?(状态|阶段|进度)", r"(进度|阶段|步调)[^，。；]{0,4}(不一样|不同|各异|不相同|各不)", r"状态(转移|转换|变化|切换)", r"状态[^，。；]{0,6}(变化|改变|在变|会变|不一样|不同|各异|不相同|各不)",
                 r"各(不|有)(相同|一样)的?(状态|阶段)", r"每一?步[^，。；]{0,10}状态",
                 r"(改|更新|推进|切换|变)[^，。；]{0,6}(state|状态)", r"有的[^。；]{0,16}有的", r"有的(在|处于|正在)",
                 r"状态[^，。；]{0,4}(一直|不断|每一?步|总)[^，。；]{0,4}(变|改)",
@@ -243,6 +251,7 @@ DECODE_PER_TOKEN = idea(
                 r"\b(token by token|round by round|step by step|one token at a time)\b",
                 r"\b(long|longer|more)\s+(\w+\s+){0,2}?(outputs?|tokens)\b[^.;]{0,50}\b(steps?|rounds?|latency|longer|time)",
                 r"\bschedul\w*\b[^.;]{0,50}\b(batch\w*|together|utili[sz]\w*|throughput|busy|idle)",
-                r"每(个|一个)?(输出|生成的?)?\s*token\s*(一|1)\s*(步|轮)", r"逐(个|一)?\s*token|一轮一轮|一步一步",
+                r"每(个|一个)?(输出|生成的?)?\s*token\s*(一|1)\s*(步|轮)",
+                r"每(个|一个)?(输出|生成的?)?\s*token\s*[^，。；,;]{0,6}(一|1)\s*(步|轮|次|遍)", r"逐(个|一)?\s*token|一轮一轮|一步一步",
                 r"输出(越|很)?长[^。；;]{0,20}(步|轮|延迟|越久|时间|慢)", r"步数[^，。；,;]{0,3}(越多|更多|增加|变多)",
                 r"\bmore\s+(decode\s+)?steps\b", r"(调度|批|batch)[^。；;]{0,16}(利用率|吞吐|一起|合批|空闲)"])
