@@ -175,7 +175,11 @@ def test_peers_bench_on_a_tiny_model_checks_tokens_and_writes_a_table(tiny_model
     assert checks and all(c["identical_requests"] == c["requests"] == 5 for c in checks.values())
     assert e["workload"]["best_batch"][ct2] in peers.CTranslate2Engine.batch_sizes
     assert (tmp_path / "cache" / "minillm" / "peers").is_dir()
-    if "llama.cpp" in r["peers_not_run"]:
+    if peers.available_peers()["llama.cpp"] is None:  # installed: it converts, loads and agrees
+        assert not any(k.startswith("llama.cpp") for k in r["peers_not_run"]), r["peers_not_run"]
+        lc = next(n for n in e["engines"] if n.startswith("llama.cpp"))
+        assert lc.endswith(" F32") and all(row["checks"][lc]["identical"] for row in e["latency"])
+    else:
         assert "llama.cpp was not run" in peers.peers_markdown([r])
     readme = tmp_path / "README.md"
     readme.write_text("# B\n\nintro\n")
@@ -213,6 +217,32 @@ def test_llama_cpp_peer_converts_the_folder_and_batches_continuously(tmp_path, m
     batcher = lc._batchers[6]
     mem = llama_cpp.llama_get_memory(batcher.ctx)
     assert all(llama_cpp.llama_memory_seq_pos_max(mem, s) == -1 for s in range(batcher.max_seqs))
+
+
+def test_llama_cpp_loads_a_byte_tokenizer_folder_with_no_merges(tiny_model, tmp_path, monkeypatch):
+    """The random models' byte-level BPE has no merges; the converter then wrote no merges key
+    and llama.cpp refused the file ("cannot find tokenizer merges"). Converted now with a merge
+    that never fires: F32 gives minillm's greedy tokens, Q8_0 (same weights) loads and is named
+    so, and a file llama.cpp cannot load is reported with llama.cpp's own reason."""
+    pytest.importorskip("llama_cpp", reason="pip install llama-cpp-python (builds llama.cpp from source)")
+    from minillm.apps.bench import peers
+
+    _reuse_llama_cpp_source(monkeypatch)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert json.loads((tiny_model / "tokenizer.json").read_text())["model"]["merges"] == []
+    f32, q8 = (peers.llama_cpp_gguf_for(tiny_model, outtype=t) for t in ("f32", "q8_0"))
+    mini = peers.MinillmEngine(tiny_model, 1, 4096)
+    lc, lq = peers.LlamaCppEngine(f32, 1, n_ctx=128), peers.LlamaCppEngine(q8, 1, n_ctx=128)
+    assert lc.name.endswith(" F32") and lq.name.endswith(" Q8_0")
+    prompt = [5, 70, 300, 2, 9, 411, 33]
+    assert lc.latency(prompt, 8)[2] == mini.latency(prompt, 8)[2]
+    assert len(lq.latency(prompt, 8)[2]) == 8
+    with pytest.raises(ValueError, match="outtype must be one of f32, q8_0"):
+        peers.llama_cpp_gguf_for(tiny_model, outtype="q4_0")
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(f32.read_bytes()[:4096])  # cut short
+    with pytest.raises(ValueError, match=r"Failed to load model from file: .*bad\.gguf \(.*error loading model"):
+        peers.LlamaCppEngine(bad, 1, n_ctx=128)
 
 
 def test_peers_table_compares_each_minillm_variant_with_the_best_peer_only():

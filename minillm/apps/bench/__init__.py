@@ -64,6 +64,10 @@ def parse_args(argv):
     ap.add_argument("--workload-runs", type=int, default=None,
                     help="with --peers: timed rounds of the mixed workload (default: --runs; 0: batch-1 latency only)")
     ap.add_argument("--llama-cpp-gguf", default=None, help="with --peers: a float32 GGUF of the same model for llama.cpp")
+    ap.add_argument("--llama-cpp-types", default="f32",
+                    help="with --peers: the GGUF types llama.cpp runs, comma-separated, each converted from the same "
+                         "folder by llama.cpp's convert_hf_to_gguf.py: f32 (default), q8_0 (llama.cpp's int8, for "
+                         "comparing with minillm's weight_dtype='int8')")
     ap.add_argument("--batch-sizes", default=None,
                     help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,32,64); "
                          "with --peers: the peers' batch sizes (CTranslate2 static batches, llama.cpp's sequence "
@@ -81,6 +85,12 @@ def parse_args(argv):
         ap.error("--runs must be >= 1")
     if args.threads is not None and args.threads < 1:
         ap.error("--threads must be >= 1")
+    from .peers import LLAMA_CPP_TYPES
+
+    args.llama_cpp_types = tuple(t.strip().lower() for t in args.llama_cpp_types.split(",") if t.strip())
+    bad = [t for t in args.llama_cpp_types if t not in LLAMA_CPP_TYPES]
+    if bad or not args.llama_cpp_types:
+        ap.error(f"--llama-cpp-types must be a comma-separated list of {', '.join(LLAMA_CPP_TYPES)}, got {bad or 'none'}")
     return args
 
 
@@ -253,7 +263,8 @@ def run_peers(args, out_dir: Path, workdir: Path) -> int:
                              llama_cpp_gguf=Path(args.llama_cpp_gguf) if args.llama_cpp_gguf else None,
                              log=lambda m: print(m, flush=True), workload_rounds=args.workload_runs,
                              batch_sizes=tuple(int(x) for x in args.batch_sizes.split(",")) if args.batch_sizes else None,
-                             decode_graphs=args.decode_graphs, attention_backend=args.attention_backend, **kw)
+                             decode_graphs=args.decode_graphs, attention_backend=args.attention_backend,
+                             llama_cpp_types=args.llama_cpp_types, **kw)
         out = out_dir / f"peers_{result['model']}.json"
         if args.threads and out.is_file():  # one thread count re-run: keep the others' results
             old = json.loads(out.read_text())

@@ -7,7 +7,8 @@ Peers (each optional; ``pip install 'minillm[peers]'``):
   token, batch-1 through ``generate_tokens`` (a timestamp per token), the mixed workload
   through ``generate_batch`` at static batch sizes (its best one is timed against minillm).
 * **llama.cpp** (``llama-cpp-python``, built from source): the same folder converted to a
-  float32 GGUF once, by ``convert_hf_to_gguf.py`` from llama.cpp's source tree as vendored in the
+  float32 GGUF once (and with ``--llama-cpp-types f32,q8_0`` also to llama.cpp's Q8_0, for the
+  int8 comparison), by ``convert_hf_to_gguf.py`` from llama.cpp's source tree as vendored in the
   installed version's source distribution (fetched from PyPI into the cache), or the GGUF given
   with ``--llama-cpp-gguf``; float32 KV cache; batch 1 through ``Llama.generate``, the mixed
   workload through a continuous-batching loop on the low-level API (``LlamaCppBatcher``). Run
@@ -95,13 +96,19 @@ def ct2_model(hf_folder: Path, cache: Path | None = None) -> Path:
     return out
 
 
-# The converter in llama.cpp's source tree stops on a byte-level BPE tokenizer whose
-# pre-tokenizer it does not know (the shipped model's); the engines here get token ids, never
-# text, so any pre-tokenizer name llama.cpp knows does: "gpt-2" then.
+# Two patches to the converter in llama.cpp's source tree, for the byte-level BPE tokenizers
+# minillm builds (the engines here get token ids, never text, so neither changes a result):
+# - it stops on a pre-tokenizer it does not know (the shipped model's): "gpt-2" then;
+# - a BPE with no merges (the random models' byte tokenizer: every byte is a token) gets no
+#   ``tokenizer.ggml.merges`` key at all (gguf-py refuses an empty array), and llama.cpp then
+#   refuses the file ("cannot find tokenizer merges in model file"): one merge of two
+#   multi-character strings is written instead, which can never fire, since BPE starts from
+#   single characters and no other merge builds either side.
 _CONVERT = """
 import runpy, sys
 src = sys.argv.pop(1)
 sys.path[:0] = [src, src + "/gguf-py"]
+import gguf
 from conversion import base
 known = base.TextModel.get_vocab_base_pre
 def pre(self, tokenizer):
@@ -110,9 +117,19 @@ def pre(self, tokenizer):
     except NotImplementedError:
         return "gpt-2"
 base.TextModel.get_vocab_base_pre = pre
+add = gguf.SpecialVocab.add_to_gguf
+def add_to_gguf(self, gw, quiet=False):
+    if self.load_merges and not self.merges:
+        self.merges = ["%s %s" % (NO_MERGE, NO_MERGE)]
+    return add(self, gw, quiet)
+gguf.SpecialVocab.add_to_gguf = add_to_gguf
 sys.argv[0] = src + "/convert_hf_to_gguf.py"
 runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+""".replace("NO_MERGE", repr("<|minillm:no-merges|>"))
+#: cached GGUFs carry this tag, so a file written before a change to the conversion is not reused
+_CONVERT_TAG = hashlib.sha1(_CONVERT.encode()).hexdigest()[:6]
+#: the GGUF types ``llama_cpp_gguf_for`` writes (convert_hf_to_gguf.py's ``--outtype``)
+LLAMA_CPP_TYPES = ("f32", "q8_0")
 
 
 def llama_cpp_source(cache: Path | None = None) -> Path:
@@ -146,20 +163,24 @@ def llama_cpp_source(cache: Path | None = None) -> Path:
     return src
 
 
-def llama_cpp_gguf_for(hf_folder: Path, cache: Path | None = None) -> Path:
-    """The Hugging Face folder as a float32 GGUF for llama.cpp, written once by the converter in
+def llama_cpp_gguf_for(hf_folder: Path, cache: Path | None = None, outtype: str = "f32") -> Path:
+    """The Hugging Face folder as a GGUF for llama.cpp (``outtype`` f32, or q8_0 for the int8
+    comparison: the same weights, quantised by llama.cpp), written once by the converter in
     llama.cpp's own source tree (``llama_cpp_source``)."""
     import subprocess
     import sys
 
-    out = (cache or cache_root()) / (_key(hf_folder) + "-f32.gguf")
+    if outtype not in LLAMA_CPP_TYPES:
+        raise ValueError(f"outtype must be one of {', '.join(LLAMA_CPP_TYPES)}, got {outtype!r}")
+    out = (cache or cache_root()) / f"{_key(hf_folder)}-{outtype}-c{_CONVERT_TAG}.gguf"
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".building")
     done = subprocess.run([sys.executable, "-c", _CONVERT, str(llama_cpp_source(cache)), str(hf_folder),
-                           "--outtype", "f32", "--outfile", str(tmp)], capture_output=True, text=True)
+                           "--outtype", outtype, "--outfile", str(tmp)], capture_output=True, text=True)
     if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
         raise RuntimeError(f"llama.cpp's convert_hf_to_gguf.py failed on {hf_folder}:\n{done.stderr[-2000:]}")
     os.replace(tmp, out)
     return out
@@ -247,14 +268,19 @@ class LlamaCppEngine:
 
     batch_sizes = (8, 16, 32, 64)
 
-    def __init__(self, gguf_f32: Path, threads: int, n_ctx: int):
+    def __init__(self, gguf: Path, threads: int, n_ctx: int):
         import llama_cpp
 
-        self.name = f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) F32"
-        self.path, self.threads = gguf_f32, threads
-        self.llm = llama_cpp.Llama(model_path=str(gguf_f32), n_threads=threads, n_threads_batch=threads,
-                                   n_ctx=n_ctx, n_batch=512, verbose=False,
-                                   type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+        self.path, self.threads = gguf, threads
+        with LlamaCppErrors() as errors:
+            try:
+                self.llm = llama_cpp.Llama(model_path=str(gguf), n_threads=threads, n_threads_batch=threads,
+                                           n_ctx=n_ctx, n_batch=512, verbose=False,
+                                           type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+            except ValueError as exc:  # its message says only "Failed to load model from file"
+                raise ValueError(f"{exc} ({' '.join(errors) or 'llama.cpp logged no error'})") from None
+        kind = GGUF_FILE_TYPES.get(int(self.llm.metadata.get("general.file_type", -1)))
+        self.name = f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) {kind or 'GGUF ' + gguf.name}"
         self._batchers: dict[int, LlamaCppBatcher] = {}
 
     def latency(self, prompt: list[int], new_tokens: int):
@@ -276,6 +302,35 @@ class LlamaCppEngine:
         t0 = time.perf_counter()
         outs = self._batchers[batch_size].run(prompts, max_tokens)
         return time.perf_counter() - t0, outs
+
+
+#: GGUF ``general.file_type`` -> the name llama.cpp gives it (the types compared here)
+GGUF_FILE_TYPES = {0: "F32", 1: "F16", 7: "Q8_0", 32: "BF16"}
+
+
+class LlamaCppErrors:
+    """Collect the errors llama.cpp logs meanwhile (with ``verbose=False`` the binding hides
+    them, and a failed load then says only "Failed to load model from file")."""
+
+    def __enter__(self) -> list[str]:
+        import ctypes
+
+        import llama_cpp
+        from llama_cpp import _logger
+
+        self.lines: list[str] = []
+
+        def keep(level, text, user_data):
+            if level == 4:  # GGML_LOG_LEVEL_ERROR in ggml.h (the binding's _logger still says 3)
+                self.lines.append(text.decode("utf-8", "replace").strip())
+
+        self._keep = llama_cpp.llama_log_callback(keep)  # referenced while installed
+        self._restore = lambda: llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+        llama_cpp.llama_log_set(self._keep, ctypes.c_void_p(0))
+        return self.lines
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
 
 
 class LlamaCppBatcher:
@@ -394,10 +449,13 @@ def _spread(xs):
 def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, prompt_lens=(16, 128, 512),
                 new_tokens: int = 128, num_requests: int = 64, seed: int = 0, llama_cpp_gguf: Path | None = None,
                 log=print, workload_rounds: int | None = None, batch_sizes: tuple[int, ...] | None = None,
-                decode_graphs: bool = False, attention_backend: str = "auto") -> dict:
+                decode_graphs: bool = False, attention_backend: str = "auto",
+                llama_cpp_types: tuple[str, ...] = ("f32",)) -> dict:
     """minillm beside CTranslate2 and llama.cpp (those installed) at each thread count; with
     ``decode_graphs`` also ``LLM(decode_graphs=True)``, whose graphs are compiled in the untimed
-    check runs (each engine's first run of a prompt or of the workload).
+    check runs (each engine's first run of a prompt or of the workload). llama.cpp runs once per
+    GGUF type in ``llama_cpp_types`` (f32; q8_0: the same weights quantised by llama.cpp, for the
+    int8 comparison), or on ``llama_cpp_gguf`` alone when given.
 
     The result names the machine: CPU model and features, the read bandwidth one core and two
     get (measured before and after the engines, in this process), the load average, and the
@@ -409,11 +467,9 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
     from .models import param_count
 
     status = available_peers()
-    if status["llama.cpp"] is None and llama_cpp_gguf is None:
-        try:
-            llama_cpp_gguf = llama_cpp_gguf_for(folder)
-        except Exception as exc:  # noqa: BLE001 - report it, run the other peers
-            status["llama.cpp"] = f"no float32 GGUF (give one with --llama-cpp-gguf): {exc}"
+    ggufs = [llama_cpp_gguf] if llama_cpp_gguf else []
+    if status["llama.cpp"] is None and not ggufs:
+        ggufs = _llama_cpp_files(folder, llama_cpp_types, status)
     machine = machine_info(torch.device("cpu"))
     machine["read_gbs_start"] = bandwidth_by_threads(threads_list)
     result = {"model": model, "folder": str(folder), "rounds": rounds, "new_tokens": new_tokens,
@@ -436,7 +492,7 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
             lens = [p for p in prompt_lens if p + new_tokens <= engines[0].llm.max_model_len]
             prompts = random_prompts(tok, vocab, lens, seed=seed + 1)
             work = random_prompts(tok, vocab, plens, seed=seed + 3)
-            _add_peers(engines, folder, status, result, threads, llama_cpp_gguf, n_ctx=max(lens) + new_tokens + 16)
+            _add_peers(engines, folder, status, result, threads, ggufs, n_ctx=max(lens) + new_tokens + 16)
             entry = {"latency": [], "workload": {}, "engines": [e.name for e in engines], "rounds": rounds,
                      "load_average_start": _loadavg()}
             for plen, prompt in zip(lens, prompts):
@@ -461,16 +517,35 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
     return result
 
 
-def _add_peers(engines: list, folder: Path, status: dict, result: dict, threads: int, llama_cpp_gguf, n_ctx: int) -> None:
-    """Append the installed peers to ``engines`` (a peer that cannot load is reported, not fatal)."""
+def _llama_cpp_files(folder: Path, types, status: dict) -> list[Path]:
+    """The folder converted for llama.cpp in each of ``types``; a failed conversion is reported
+    (under "llama.cpp" when none converted), not fatal."""
+    out, failed = [], {}
+    for t in types:
+        try:
+            out.append(llama_cpp_gguf_for(folder, outtype=t))
+        except Exception as exc:  # noqa: BLE001 - report it, run the other peers
+            failed[t] = f"no {t} GGUF (give one with --llama-cpp-gguf): {exc}"
+    for t, why in failed.items():
+        status["llama.cpp" if not out else f"llama.cpp {t}"] = why
+    return out
+
+
+def _add_peers(engines: list, folder: Path, status: dict, result: dict, threads: int, ggufs: list[Path],
+               n_ctx: int) -> None:
+    """Append the installed peers to ``engines`` (a peer that cannot load is reported, not fatal,
+    and dropped from ``ggufs`` for the next thread counts)."""
     if status["ctranslate2"] is None:
         engines.append(CTranslate2Engine(folder, threads))
-    if status["llama.cpp"] is None:
+    if status["llama.cpp"] is not None:
+        return
+    for gguf in list(ggufs):
         try:
-            engines.append(LlamaCppEngine(llama_cpp_gguf, threads, n_ctx=n_ctx))
+            engines.append(LlamaCppEngine(gguf, threads, n_ctx=n_ctx))
         except ValueError as exc:  # llama.cpp could not load the converted file
-            status["llama.cpp"] = f"llama.cpp could not load {llama_cpp_gguf.name}: {exc}"
-            result["peers_not_run"]["llama.cpp"] = status["llama.cpp"]
+            key = "llama.cpp" if len(ggufs) == 1 else f"llama.cpp {gguf.name}"
+            status[key] = result["peers_not_run"][key] = f"llama.cpp could not load {gguf.name}: {exc}"
+            ggufs.remove(gguf)
 
 
 def _latency_row(engines: list, plen: int, prompt: list[int], new_tokens: int, rounds: int) -> dict:
