@@ -56,7 +56,8 @@ def test_keyword_runs_score_nothing_in_either_language(text):
 
 @pytest.mark.parametrize("text", ["缓存 K/V 避免 recompute, memory 占用随 context 增长",
                                   "Stored K/V, no recompute, but memory grows",
-                                  "存好 K 和 V，之后不用算了，挺占显存"])  # comma-chained clauses with 了/不用/挺
+                                  "存好 K 和 V，之后不用算了，挺占显存",  # comma-chained clauses with 了/不用/挺
+                                  "Avoids recomputing past K/V; memory grows", "saves compute, costs memory"])
 def test_terse_statements_are_not_keyword_runs(text):
     assert not is_salad(text) and not keyword_run(text)
 
@@ -121,3 +122,12 @@ def test_chinese_negation_constructions(exercise, answer, score):
 def test_one_idea_found_beside_a_clause_nothing_matched_goes_to_a_person():
     r = check("task4_sampling", "它像掷骰子一样被挑出来，然后后续每一步都基于它计算")
     assert r.score == 1 and r.needs_human_review
+
+
+def test_a_task3_reason_names_the_state_that_grows():
+    thin = check("task3_pressure", [("long context", "because more tokens"), ("high concurrency", "because more users"),
+                                    ("long outputs", "because it is longer")])
+    assert thin.score == 3  # "more users" says what there is more of, not what the engine keeps for each
+    terse = check("task3_pressure", [("batch 很大", "batch 里每条序列都有 KV"), ("请求泄漏", "每个请求各占一份 KV"),
+                                     ("长输出", "每个新 token 追加 KV")])
+    assert terse.score == 6

@@ -32,7 +32,8 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
           r"\btrad\w*\s+(\w+\s+){0,2}?(memory|space|vram|storage)\s+for\s+(\w+\s+)?(compute|computation|speed|time|flops)",
           r"\b(memory|space)\s+for\s+(compute|computation|speed|time)\b",
           r"O_of_n\^?2[^，。；,;]{0,16}(O_of_n\b|linear|线性)", r"O_of_n\b[^，。；,;]{0,20}(instead of|rather than|而不是|而非)\s*O_of_n\^?2", r"\bquadratic\b[^.;]{0,30}\blinear\b", r"(以|用)(显存|空间|内存)换(计算|时间|速度)", r"重用", r"重复利用", r"直接用", r"直接使用",
-          r"\bonly\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
+          r"\b(only|just|merely)\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
+          r"(计算|计算量|运算|算力)[^，。；,;]{0,16}只(跟|和|与)[^，。；,;]{0,4}(新|最新|当前)", r"\bonly\s+depends?\s+on\s+the\s+(new|newest|latest|current)\b",
           r"\bonly\s+(\w+\s+){0,2}?(one|a single)\s+new\b",
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
           r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
@@ -72,7 +73,7 @@ MEMORY = idea(
                 r"\b(size|memory|footprint)\b[^.;]{0,40}\bdepends?\s+on\b[^.;]{0,50}\b(length|tokens?|context)\b",
                 r"额外(的)?(显存|内存|存储)|显存开销|(显存|内存)[^，。；,;]{0,10}(有关|相关|成正比)", r"爆显存|显存(不够|不足|溢出|耗尽)",
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
-                r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多)"],
+                r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多|成正比|正比|线性)"],
     weak=_MEM)
 
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
@@ -101,7 +102,10 @@ TOKEN_TO_HISTORY = idea(
                 # where it goes, named by place: the end of the sequence, the model's input
                 r"(接|拼|加|放|追加|附)(在|到)[^，。；,;]{0,4}(后面|末尾|最后|尾部)", r"(喂|送|输|传)(给|回|进)[^，。；,;]{0,4}模型",
                 r"(就是|便是|变成|成了)[^，。；,;]{0,8}的?输入", r"\b(added|appended|tacked)\s+(on\s+)?to\s+the\s+end\b",
-                r"\bfe(d|eds?)\s+(back\s+)?(in)?to\s+the\s+model\b"],
+                r"\bfe(d|eds?)\s+(back\s+)?(in)?to\s+the\s+model\b",
+                # it goes into the later computation itself
+                r"(进|进入|进到|加入|用于|参与)[^，。；,;]{0,2}(后续|之后|后面|下一步)的?(计算|生成|步骤|decode|前向)",
+                r"\b(goes|fed|feeds|enters?)\s+(back\s+)?into\s+(the\s+)?(next|later|following|subsequent)\b"],
     weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"])
 
 _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|inputs?|"
@@ -114,6 +118,7 @@ _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcomin
          r"下一(轮|步|个|次)", r"后续", r"(之后|以后|后面)(的)?[^，。；,;]{0,3}(每一?步|步|token|计算|生成|输出|解码|decode|内容|路径|轮|预测|都)",
          r"(影响|决定|改变|左右)[^，。；,;]{0,2}(之后|以后|后面)", r"接下来", r"路径", r"走向", r"轨迹", r"方向", r"自回归",
          r"依赖", r"基于", r"为条件", r"depend", r"next step", r"顺着(它|这个)",
+         r"\b(generat\w*|produc\w*|predict\w*|comes?|outputs?)\s+next\b", r"(影响|决定|改变)[^，。；,;]{0,3}(每一步|后面每|之后每)",
          r"(后面|之后|接下来)[^，。；,;]{0,6}(顺着|沿着|跟着|接着)"]
 NEXT_STEP_DEPENDS = idea(
     "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",

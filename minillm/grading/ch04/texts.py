@@ -336,6 +336,7 @@ SCENARIO_KINDS = [
         r"clients|sequences|conversations|chats)", r"high\s+(traffic|load|qps|throughput)", r"(large|big)\s+batch",
         r"batch\s+size", rf"(lots of|thousands of|hundreds of|multiple|several|more)\s+{W}{{0,1}}(requests|users|sessions|"
         r"sequences|conversations)", r"simultaneous\w*", r"at the same time", r"peak\s+(traffic|load)",
+        r"batch[^。；;]{0,4}(很|太|特别|非常)?(大|多)|批(次|量)?[^。；;]{0,2}(很|太|特别)大",
         r"(请求|用户|会话)[^。；;]{0,4}同时|大量(请求|用户|会话)|高峰|高并发|并发|同时[^。；;]{0,6}(请求|用户|会话)|大批量|大 ?batch|多(个)?(用户|请求|会话)|请求[^。；;]{0,2}多|流量(高峰|大)|峰值",
         r"(很多|许多|好多|大量|一堆|一群)(人|学生|客户)|(人|用户)[^。；;]{0,2}(很多|多|一起|同时)|一起(用|访问|请求|提问)"]),
     _kind("long_output", "long outputs (many generated tokens)", [
@@ -371,7 +372,7 @@ _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore
          r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
          r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|留|存着|"
-         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|(KV|缓存|显存|内存|状态|块)\s*(就|也|会|都|还)?(很|更|太|越)?(多|大|满)|"
+         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|都(要|得|需要)?(存|保存|保留|留|占)|(都|各)(有|带)|(KV|缓存|显存|内存|状态|块)\s*(就|也|会|都|还)?(很|更|太|越)?(多|大|满)|"
          r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
          r"\buntil\b|\bwhile\b|不会?(丢|删)")
 
@@ -395,8 +396,8 @@ def _reason_level(reason: str, scenario: str = "") -> str | None:
     has = [bool(re.search(p, text, re.IGNORECASE)) for p, text in ((_UNIT, unit_text), (_STATE, reason), (_GROW, reason))]
     if all(has):
         return "strong"
-    if has[1] or (has[0] and has[2]):
-        return "weak"
+    if has[1]:
+        return "weak"  # the state, without what makes it grow; "more users" names no state: not a reason
     return None
 
 
