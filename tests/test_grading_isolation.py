@@ -557,3 +557,24 @@ def test_what_the_kernel_may_write_is_bounded_memory_not_the_graders_disk(tmp_pa
     wrote = json.loads(answer(report))  # MiB written before the place was full
     assert wrote["/scratch"] <= jails.SCRATCH_BYTES // 2**20 and wrote["/tmp"] <= jails.TMP_BYTES // 2**20, wrote
     assert wrote["/dev"] == 0, wrote
+
+
+def test_symbolic_links_beside_submissions_are_not_followed(tmp_path):
+    """A submission arrives as files, perhaps unpacked from an archive that holds links: a link in
+    the class folder, or as the diagram editor's file, could point at the solved notebooks."""
+    solved = REPO / "tests" / "solved"
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "a_link.ipynb").symlink_to(solved / "ch04_exercises_solved.ipynb")
+    assert cli_grade([str(subs), "--timeout", str(CELL_TIMEOUT), "--deadline", str(DEADLINE), "--unjailed"]) == 0
+    row = json.loads((subs / "gradebook.json").read_text())["reports"][0]
+    assert row["status"] == "unreadable" and "symbolic link" in row["problems"][0] and not row["exercises"]
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "ch04_task1_diagram.json").symlink_to(solved / "answers.py")
+    cells = ["import os\nprint(os.listdir('.'))",
+             "task1_diagram = editor",
+             "task2_kv_explain = open('ch04_task1_diagram.json').read()[:300] if os.path.exists("
+             "'ch04_task1_diagram.json') else 'nothing'"]
+    rc, report = grade(write_notebook(own, *cells), "--unjailed")
+    assert rc == 0 and answer(report) == "nothing", answer(report)
