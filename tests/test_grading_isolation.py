@@ -578,3 +578,24 @@ def test_symbolic_links_beside_submissions_are_not_followed(tmp_path):
              "'ch04_task1_diagram.json') else 'nothing'"]
     rc, report = grade(write_notebook(own, *cells), "--unjailed")
     assert rc == 0 and answer(report) == "nothing", answer(report)
+
+
+@pytest.mark.parametrize("cell", [
+    "import minillm.grading as g\ng.__dict__[''.join(['show_', 'sol', 'ution'])]('task2')",
+    "import minillm.grading as g\nn = 'solut' + 'ion'\ngetattr(g, f'show_{n}')('task2')",
+    "import minillm.grading as g\ngetattr(g, '{}_{}on'.format('show', 'soluti'))('task2')",
+    "import minillm.grading as g\ngetattr(g, 'noitulos_wohs'[::-1])('task2')",
+    "import minillm.grading as g\ngetattr(g, ''.join(map(chr, [115, 104, 111, 119, 95, 115, 111, 108, 117, 116, 105, 111, "
+    "110])))('task2')",
+    "import minillm.grading as g\n[v for k, v in vars(g).items() if k.startswith('show_s')][0]('task2')",
+    "import importlib\nprint(vars(importlib.import_module('minillm.grading.ch04.sol' + 'utions')))",
+    "import minillm, os\nprint(open(os.path.join(os.path.dirname(minillm.__file__), 'grading', 'ch04', 'solutions.py')).read())",
+])
+def test_a_model_answer_asked_for_by_a_name_built_at_run_time_is_recorded(cell):
+    from minillm.grading.peeking import UNKNOWN, solution_lookups
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
+    assert UNKNOWN in solution_lookups(nb)
+    honest = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "print(f'model_{1}', 'answer', 'show', '_', 'on')\ntask2_kv_explain = 'The solution: keep K and V.'")])
+    assert solution_lookups(honest) == set()
