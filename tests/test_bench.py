@@ -293,7 +293,7 @@ def test_peers_result_names_the_machine_its_bandwidth_and_cpu_time(tiny_model, m
                                                            "llama.cpp": "not installed (test)"})
     monkeypatch.setattr("minillm.apps.bench.harness.read_bandwidth", lambda threads, **kw: 10.0 * threads)
     r = peers.bench_peers("tiny", tiny_model, threads_list=(1,), rounds=1, prompt_lens=(8,), new_tokens=5,
-                          num_requests=3, log=lambda m: None)
+                          num_requests=3, log=lambda m: None, int8=True)
     m = r["machine"]
     assert m["cpu"] and m["read_gbs_start"] == {"1": 10.0} and m["read_gbs_end"] == {"1": 10.0}
     assert r["weight_bytes"] == 4 * param_count(tiny_model)
@@ -306,6 +306,12 @@ def test_peers_result_names_the_machine_its_bandwidth_and_cpu_time(tiny_model, m
     assert "CPU time per output token" in text and "Weight-streaming floor at 1 thread(s)" in text
     floor = r["weight_bytes"] / 10e9
     assert f"{floor / row['tpot']['minillm']['median']:.0%}" in text
+    # int8 minillm: its tokens checked against float32 minillm's, its floor from its own bytes
+    assert e["engines"] == ["minillm", peers.MINILLM_INT8] and peers.MINILLM_INT8 in row["checks"]
+    own = r["weight_bytes_by_engine"][peers.MINILLM_INT8]
+    assert r["weight_bytes"] / 4 < own < r["weight_bytes"] / 2  # a byte a weight, plus the scales
+    assert f"{peers.MINILLM_INT8}: {1e3 * own / 10e9:.2f} ms for its" in text
+    assert f"{own / 10e9 / row['tpot'][peers.MINILLM_INT8]['median']:.0%}" in text
 
 
 def test_read_bandwidth_and_the_cpu_clock():

@@ -68,6 +68,9 @@ def parse_args(argv):
                     help="with --peers: the GGUF types llama.cpp runs, comma-separated, each converted from the same "
                          "folder by llama.cpp's convert_hf_to_gguf.py: f32 (default), q8_0 (llama.cpp's int8, for "
                          "comparing with minillm's weight_dtype='int8')")
+    ap.add_argument("--int8", action="store_true",
+                    help="with --peers: also minillm with LLM(weight_dtype='int8') (its tokens checked against "
+                         "float32 minillm's; compare it with --llama-cpp-types f32,q8_0)")
     ap.add_argument("--batch-sizes", default=None,
                     help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,32,64); "
                          "with --peers: the peers' batch sizes (CTranslate2 static batches, llama.cpp's sequence "
@@ -264,7 +267,7 @@ def run_peers(args, out_dir: Path, workdir: Path) -> int:
                              log=lambda m: print(m, flush=True), workload_rounds=args.workload_runs,
                              batch_sizes=tuple(int(x) for x in args.batch_sizes.split(",")) if args.batch_sizes else None,
                              decode_graphs=args.decode_graphs, attention_backend=args.attention_backend,
-                             llama_cpp_types=args.llama_cpp_types, **kw)
+                             llama_cpp_types=args.llama_cpp_types, int8=args.int8, **kw)
         out = out_dir / f"peers_{result['model']}.json"
         if args.threads and out.is_file():  # one thread count re-run: keep the others' results
             old = json.loads(out.read_text())
