@@ -245,6 +245,16 @@ def test_llama_cpp_loads_a_byte_tokenizer_folder_with_no_merges(tiny_model, tmp_
         peers.LlamaCppEngine(bad, 1, n_ctx=128)
 
 
+def test_llama_cpp_types_option_names_the_allowed_types(capsys):
+    from minillm.apps.bench import parse_args
+
+    assert parse_args(["--peers", "--llama-cpp-types", "F32, q8_0"]).llama_cpp_types == ("f32", "q8_0")
+    assert parse_args(["--peers"]).llama_cpp_types == ("f32",)
+    with pytest.raises(SystemExit):
+        parse_args(["--peers", "--llama-cpp-types", "f32,q4_0"])
+    assert "--llama-cpp-types must be a comma-separated list of f32, q8_0, got ['q4_0']" in capsys.readouterr().err
+
+
 def test_peers_table_compares_each_minillm_variant_with_the_best_peer_only():
     """With ``--decode-graphs`` two minillm engines run; the best *peer* is chosen among the
     other engines (never the second minillm) and each minillm variant gets its own ratio line."""
