@@ -190,7 +190,7 @@ def test_reference_stop_semantics_match_the_engine():
     from minillm import SamplingParams
     from minillm.scheduler import check_stop
 
-    for case in coding.stop_cases():
+    for case in coding.stop_cases() + [c for seed in range(40) for c in coding.fresh_stop_cases(seed)]:
         params = SamplingParams(**case.params)
         engine = check_stop(case.token_id, len(case.output_ids), case.prompt_len + len(case.output_ids), params,
                             {case.eos_token_id}, case.max_model_len, any(s in case.text for s in params.stop_strings))
@@ -332,3 +332,39 @@ def test_an_engine_piece_that_cannot_be_imported_is_the_graders_problem(ex_id, l
     assert r.status == "error" and r.needs_human_review and r.score == 0
     assert "could not be imported (ImportError: no module named minillm.kv_cache)" in str(r)
     assert "无法导入引擎的" in str(check(ex_id, lambda *a: 0, lang="zh"))
+
+
+def _lookup(table: dict, default):
+    return lambda *args: table.get(tuple(a if not isinstance(a, list) else tuple(a) for a in args), default)
+
+
+def test_a_lookup_table_of_the_printed_cases_scores_nothing_and_goes_to_a_person(monkeypatch):
+    """Every code task also draws fresh cases from the run's seed; a function right only on the
+    cases a learner could have seen (feedback prints their expected values) scores 0 and is flagged."""
+    from minillm.grading.ch04 import capacity
+    from minillm.kv_cache import kv_bytes_per_token
+    from minillm.viz import kv_capacity
+
+    monkeypatch.setenv("MINILLM_GRADE_SEED", "4242")
+    configs = list(coding.KV_CONFIGS) + ([coding.shipped_config()] if coding.shipped_config() else [])
+    kv = _lookup({c[1:5]: kv_bytes_per_token(*c[1:5]) for c in configs}, 0)
+    bpt = kv_bytes_per_token(*coding.shipped_config()[1:]) if coding.shipped_config() else kv_bytes_per_token(4, 4, 32, 4)
+    chat = _lookup({(c.turn, c.system_tokens, c.user_tokens, c.reply_tokens, bpt, c.keep_last):
+                    coding.expected_chat_tokens(c) * bpt for c in coding.chat_cases()}, 0)
+
+    def shape_args(case):
+        s = kv_capacity.PUBLISHED[case[0]]
+        return s.num_layers, s.num_kv_heads, s.head_dim, s.num_params, *case[1:4]
+
+    cap = _lookup({shape_args(c): kv_capacity.capacity(kv_capacity.PUBLISHED[c[0]], c[1], c[2], kv_dtype=c[3],
+                                                        block_size=capacity.BLOCK,
+                                                        utilization=capacity.UTILIZATION).max_requests
+                   for c in capacity.CASES}, 0)
+    from minillm.grading.registry import grade
+
+    for ex_id, fn in (("code_kv_bytes", kv), ("code_chat_kv", chat), ("task6_gpu_capacity", cap)):
+        r = grade(EXERCISES[ex_id], fn)
+        assert r.score == 0 and r.needs_human_review, (ex_id, r.feedback)
+        assert any("drawn fresh" in f.text for f in r.feedback), r.feedback
+    assert coding.fresh_kv_configs(1) != coding.fresh_kv_configs(2) and coding.fresh_stop_cases(3) == \
+        coding.fresh_stop_cases(3)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -274,6 +275,30 @@ def test_without_a_jail_grading_refuses_unless_the_weaker_mode_is_asked_for(tmp_
     assert "NOT JAILED" in capsys.readouterr().err
 
 
+def test_a_folder_run_without_a_jail_warns_loudly_and_the_unshare_fallback_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("MINILLM_GRADE_UNJAILED", raising=False)
+    monkeypatch.delenv("MINILLM_GRADE_JAIL", raising=False)
+    monkeypatch.setattr(jails, "_CHOSEN", {})
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    write_notebook(subs, "task2_kv_explain = 'answered as data'")
+    assert cli_grade([str(subs), "--unjailed", "--timeout", str(CELL_TIMEOUT), "--deadline", str(DEADLINE)]) == 0
+    assert "WARNING: NOT JAILED" in capsys.readouterr().err
+    unshare = shutil.which("unshare", path="/usr/bin:/bin")
+    tools = tmp_path / "only-unshare"
+    tools.mkdir()
+    if unshare:
+        (tools / "unshare").symlink_to(unshare)
+    monkeypatch.setenv("PATH", str(tools))
+    monkeypatch.setattr(jails, "_CHOSEN", {})
+    if jails._works("unshare") is not None:
+        return  # no unshare jail on this machine: the fallback cannot be shown
+    jail = jails.choose()
+    assert jail.mode == "unshare" and "bwrap is not installed" in jail.why
+    assert "unshare fallback" in jails.notice(jail.mode, jail.why)
+
+
 def test_answers_read_as_data_need_no_jail(tmp_path, monkeypatch):
     monkeypatch.setenv("MINILLM_GRADE_JAIL", "bwrap")
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
@@ -496,3 +521,39 @@ def test_helpers_and_the_graders_own_references_answer_nothing(tmp_path):
     for ex_id in ("code_top_p", "code_stop_check", "code_chat_kv"):
         r = report["exercises"][ex_id]
         assert r["score"] == 0 and r["needs_human_review"], (ex_id, r)
+
+
+FILL = """
+import json, os
+def _fill(folder, files=32):  # 48 MiB files (one file may not pass 64 MiB): up to 1.5 GiB
+    done, made = 0, []
+    try:
+        for i in range(files):
+            made.append(os.path.join(folder, f"fill{i}"))
+            with open(made[-1], "wb") as f:
+                for _ in range(3):
+                    f.write(b"x" * 2**24)
+                    f.flush()
+                    done += 16
+    except OSError:
+        pass
+    for path in made:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    return done
+task2_kv_explain = json.dumps({folder: _fill(folder) for folder in ("/scratch", "/tmp", "/dev", os.getcwd())})
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_what_the_kernel_may_write_is_bounded_memory_not_the_graders_disk(tmp_path, mode, monkeypatch):
+    """A submission that fills every place it may write stops at a small bound (memory of its own),
+    so the disk other students' rows and the gradebook need stays free."""
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
+    rc, report = grade(write_notebook(tmp_path, FILL))
+    assert rc == 0
+    wrote = json.loads(answer(report))  # MiB written before the place was full
+    assert wrote["/scratch"] <= jails.SCRATCH_BYTES // 2**20 and wrote["/tmp"] <= jails.TMP_BYTES // 2**20, wrote
+    assert wrote["/dev"] == 0, wrote

@@ -55,6 +55,21 @@ def _drop_capabilities():
         raise OSError(ctypes.get_errno(), "no_new_privs")
 
 
+def _scratch_in(root, cfg):
+    """The jail's /scratch: a tmpfs of bounded size and file count holding a copy of the files the
+    grader put in the scratch folder (so filling it fills no disk that others need)."""
+    sizes = cfg["sizes"]
+    os.makedirs(root + "/scratch", exist_ok=True)
+    _mount("tmpfs", root + "/scratch", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={sizes['scratch']},nr_inodes={sizes['files']},mode=0700")
+    os.makedirs(root + "/scratch/home", exist_ok=True)
+    for name in os.listdir(cfg["scratch"]):
+        path = os.path.join(cfg["scratch"], name)
+        if name not in (".jail-root", "home") and os.path.isfile(path) and not os.path.islink(path):
+            with open(path, "rb") as src, open(os.path.join(root + "/scratch", name), "wb") as dst:
+                dst.write(src.read())
+
+
 def build_unshare_jail(cfg):
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     root = os.path.join(cfg["scratch"], ".jail-root")
@@ -75,11 +90,12 @@ def build_unshare_jail(cfg):
         _bind(root, cfg["blind"], target)
     for folder in cfg["hidden"]:  # their compiled copies: an empty, read-only folder instead
         _mount("tmpfs", root + folder, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k")
-    _bind(root, cfg["scratch"], "/scratch", writable=True, recursive=False)
+    _scratch_in(root, cfg)
     os.makedirs(root + "/proc", exist_ok=True)
     _mount("/proc", root + "/proc", None, MS_BIND | MS_REC)
     os.makedirs(root + "/tmp", exist_ok=True)
-    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m")
+    sizes = cfg["sizes"]
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={sizes['tmp']},nr_inodes={sizes['files']}")
     _mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
     os.chdir(root)
     _mount(root, "/", None, MS_MOVE)

@@ -80,10 +80,12 @@ class CaseRun:
 
     def __init__(self, fn, cases, args: Callable[[Any], tuple] = lambda case: (), *, name: str,
                  kwargs: Callable[[Any], dict] = lambda case: {}, label: Callable[[Any], str] = str,
-                 forbid: tuple = ()) -> None:
+                 forbid: tuple = (), fresh: Callable[[Any], bool] = lambda case: False) -> None:
         self.fn, self.cases, self.args, self.kwargs = fn, list(cases), args, kwargs
-        self.name, self.label, self.forbid = name, label, forbid
+        self.name, self.label, self.forbid, self.fresh = name, label, forbid, fresh
         self.passes = 0
+        self.misses = {False: 0, True: 0}  # cases not passed: printed ones (False), fresh ones (True)
+        self._current: Any = None
         self.problems: list[str] = []  # in the cases' order: what feedback shows first
         self.failed: dict[str, str] = {}  # case label -> why its call did not return
         self.engine_used = False  # a call reached the engine's own answer: a person reads it
@@ -91,6 +93,7 @@ class CaseRun:
     def __iter__(self) -> Iterator[Returned]:
         for i, case in enumerate(self.cases):
             label, args = self.label(case), self.args(case)
+            self._current = case
             out = safecall.call(self.fn, *args, forbid=self.forbid, **self.kwargs(case))
             if i == 0 and out.not_implemented:
                 raise NotAttempted.key("code.stub", name=self.name)
@@ -112,13 +115,26 @@ class CaseRun:
 
     def fail(self, text: str) -> None:
         self.problems.append(text)
+        self.misses[bool(self.fresh(self._current))] += 1
+
+    @property
+    def looked_up(self) -> bool:
+        """Right on every case the learner could have seen, wrong on a fresh one drawn for this run:
+        the shape of a lookup table of the printed cases."""
+        return self.misses[True] > 0 and self.misses[False] == 0
 
     def report(self, m: Marks, points: float, all_right: str, some_right: str, show: int = 3) -> bool:
         """Points in proportion to the cases passed; ``all_right`` when every case passed, else
         ``some_right`` and the first ``show`` problems. True when every case passed."""
-        _fraction_points(m, self.passes, self.total, points)
         if self.engine_used:
             m.flag(why="the engine's own answer")
+        if self.looked_up:  # a lookup of the printed cases earns nothing; a person reads it
+            m.wrong(m.t("code.fresh_only", n=self.misses[True]))
+            m.flag(why="right only on the printed cases")
+            for p in self.problems[:show]:
+                m.wrong(p)
+            return False
+        _fraction_points(m, self.passes, self.total, points)
         if self.passes == self.total:
             m.ok(all_right)
             return True

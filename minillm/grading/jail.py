@@ -61,6 +61,19 @@ class Jail:
         return f"NOT JAILED ({self.why}): the kernel runs as the grader's user and can read its files"
 
 
+def notice(mode: str | None, why: str = "") -> str | None:
+    """The line ``minillm grade`` prints on stderr about the jail: a loud warning without one, a
+    note when bubblewrap was missing and the ``unshare`` fallback is used; None for bubblewrap."""
+    if mode == "none":
+        return (f"WARNING: NOT JAILED ({why or 'asked for'}): submissions' code runs as your user and can read "
+                f"your files, reach the network and signal your processes. Install bubblewrap "
+                f"(scripts/setup.sh does) or allow unprivileged user namespaces.")
+    if mode == "unshare":
+        return (f"note: bubblewrap is not usable here ({why or 'MINILLM_GRADE_JAIL=unshare'}); the unshare fallback "
+                f"jail is used (the same namespaces). scripts/setup.sh installs bubblewrap.")
+    return None
+
+
 def package_dir() -> Path:
     import minillm
 
@@ -121,9 +134,43 @@ _ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localt
         "/etc/matplotlibrc")
 
 
+#: what a submission may write in the jail is memory (tmpfs), so each place is bounded: its scratch
+#: folder (working directory and home), /tmp and /dev/shm; filling them costs no one else their row
+SCRATCH_BYTES, TMP_BYTES, SHM_BYTES = 256 * 2**20, 128 * 2**20, 64 * 2**20
+#: files (inodes) the scratch folder and /tmp may hold where the jail can say so (the unshare path)
+MAX_FILES = 20_000
+_SIZES: dict[str, bool] = {}
+
+
+def _bwrap_sizes(bwrap: str) -> bool:
+    """Can this bubblewrap size a tmpfs (``--size``, bubblewrap 0.5 and later)?"""
+    if bwrap not in _SIZES:
+        try:
+            out = subprocess.run([bwrap, "--help"], capture_output=True, timeout=20, check=False)
+            _SIZES[bwrap] = b"--size" in out.stdout + out.stderr
+        except (OSError, subprocess.SubprocessError):
+            _SIZES[bwrap] = False
+    return _SIZES[bwrap]
+
+
+def _bwrap_writable(scratch: str, bwrap: str) -> list[str]:
+    """The jail's writable places: sized tmpfs mounts, with the files the grader put in ``scratch``
+    bound in; a bubblewrap too old to size a tmpfs binds ``scratch`` itself (on disk)."""
+    if not _bwrap_sizes(bwrap):
+        return ["--tmpfs", "/tmp", "--bind", scratch, JAIL_SCRATCH]
+    argv = ["--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev", "--size", str(SCRATCH_BYTES), "--tmpfs", JAIL_SCRATCH,
+            "--dir", os.path.join(JAIL_SCRATCH, "home")]
+    for name in sorted(os.listdir(scratch)):
+        path = os.path.join(scratch, name)
+        if name != "home" and os.path.isfile(path) and not os.path.islink(path):
+            argv += ["--bind", path, os.path.join(JAIL_SCRATCH, name)]
+    return argv
+
+
 def _bwrap_argv(scratch: str, bwrap: str) -> list[str]:
     argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--hostname", "sandbox", "--tmpfs", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+            "--hostname", "sandbox", "--tmpfs", "/", "--proc", "/proc", "--dev", "/dev"]
     for path in _SYSTEM:
         if os.path.islink(path):
             argv += ["--symlink", os.readlink(path), path]
@@ -141,7 +188,8 @@ def _bwrap_argv(scratch: str, bwrap: str) -> list[str]:
         argv += ["--ro-bind", str(_BLIND), path]
     for path in folders:
         argv += ["--tmpfs", path, "--remount-ro", path]
-    argv += ["--bind", scratch, JAIL_SCRATCH, "--chdir", JAIL_SCRATCH, "--remount-ro", "/"]
+    argv += _bwrap_writable(scratch, bwrap)
+    argv += ["--chdir", JAIL_SCRATCH, "--remount-ro", "/"]
     return argv + ["--"]
 
 
@@ -157,7 +205,7 @@ def boot_config(scratch: str, mode: str) -> dict:
     if mode == "unshare":
         files, folders = blinded_paths()
         cfg.update({"package": pkg, "blind": str(_BLIND), "blinded": files, "hidden": folders,
-                    "scratch": scratch,
+                    "scratch": scratch, "sizes": {"scratch": SCRATCH_BYTES, "tmp": TMP_BYTES, "files": MAX_FILES},
                     "keep": sorted(set(_python_roots()) | {pkg, scratch})})
     elif mode == "bwrap":
         cfg["scratch"] = JAIL_SCRATCH
@@ -221,7 +269,8 @@ def choose(allow_unjailed: bool = False) -> Jail:
     for mode in ([forced] if forced else ["bwrap", "unshare"]):
         why = _works(mode)
         if why is None:
-            _CHOSEN[allow_unjailed] = Jail(mode)
+            why_not = "; ".join(reasons) or (f"MINILLM_GRADE_JAIL={forced}" if forced else "")
+            _CHOSEN[allow_unjailed] = Jail(mode, why_not)  # why not bwrap: the unshare fallback says it
             return _CHOSEN[allow_unjailed]
         reasons.append(why)
     if not allow_unjailed:

@@ -62,6 +62,9 @@ MESSAGES: dict[str, Bi] = {
     "code.not_a_function": B("{name} should be a function, got {type}", "{name} 应该是一个函数，得到的是 {type}"),
     "code.stub": B("{name} still raises NotImplementedError: write its body, then check again",
                    "{name} 仍然抛出 NotImplementedError：请写出函数体，再检查一次"),
+    "code.fresh_only": B("right on every case that could have been seen in advance, wrong on {n} drawn fresh for "
+                         "this run: 0 points, and a person reads the function",
+                         "事先能看到的用例全对，本次现场随机抽取的用例却错了 {n} 个：记 0 分，并由人工阅读这个函数"),
     "code.stopped": B("{case}: {error}; stopped here", "{case}：{error}；到此为止"),
     "code.raised": B("{case}: your function raised {error}", "{case}：你的函数抛出了 {error}"),
     "code.not_number": B("{case}: return a number of bytes (an int), got {type}",

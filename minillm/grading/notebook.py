@@ -310,6 +310,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
         "solutions_viewed": viewed,
         "sandbox": _sandbox_line(session, jail),
         "jail": jail.mode if jail is not None else None,
+        "jail_why": jail.why if jail is not None else "",
         "seed": coding_seed(),
         "cell_errors": session.cell_errors if session else [],
         "problems": (session.problems if session else []) + [
@@ -379,8 +380,9 @@ def format_table(report: dict) -> str:
 
 
 def _print_report(report: dict) -> None:
-    if report.get("jail") == "none":
-        print(f"WARNING: {safe_text(report.get('sandbox'))}", file=sys.stderr)
+    line = jails.notice(report.get("jail"), report.get("jail_why", ""))
+    if line:
+        print(safe_text(line), file=sys.stderr)
     print(format_table(report))
     for title, key in (("Cells that raised an error or were stopped (execution went on)", "cell_errors"),
                        ("Problems", "problems")):
@@ -540,10 +542,13 @@ def _grade_folder(folder: Path, out: Path, args) -> int:
         print(f"minillm grade: no .ipynb files in {safe_text(folder)}", file=sys.stderr)
         return 2
     try:
-        jails.choose(allow_unjailed=args.unjailed)
+        jail = jails.choose(allow_unjailed=args.unjailed)
     except jails.NoJail as exc:
         print(f"minillm grade: {safe_text(exc)}", file=sys.stderr)
         return 3
+    line = jails.notice(jail.mode, jail.why)
+    if line:
+        print(safe_text(line), file=sys.stderr)
     csv_path, json_path = out / "gradebook.csv", out / "gradebook.json"
     for p in (csv_path, json_path):
         remove_stale(p)

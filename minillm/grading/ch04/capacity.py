@@ -10,6 +10,7 @@ where the ratio gives it away, the likely slip (K and V, GB vs GiB, the 90 %, th
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 from ..cases import CaseRun, engine_piece
@@ -24,6 +25,17 @@ CASES = [
     ("Llama-3-8B", 80, 8192, 1), ("Qwen2.5-7B", 24, 4096, 2), ("Qwen2.5-7B", 80, 1000, 2),
     ("Qwen3-0.6B", 24, 8192, 2), ("Qwen3-0.6B", 141, 40960, 1), ("Llama-3-8B", 16, 2048, 2),
 ]
+
+def fresh_cases(seed: int | None = None, n: int = 2) -> list[tuple]:
+    """``n`` cases drawn from the run's seed (never printed before grading): a published model,
+    a card, a context length and a KV width."""
+    from ..cases import run_seed
+
+    rng = random.Random((run_seed() if seed is None else seed) ^ 0xCA9A)
+    models = sorted({case[0] for case in CASES})
+    return [(rng.choice(models), rng.choice((16, 24, 40, 48, 80, 141)), rng.randint(256, 65536), rng.choice((1, 2)),
+             "fresh") for _ in range(n)]
+
 
 T = {
     "case": Bi("{model} on {card} GB, {ctx} tokens, KV {kv} byte(s) per number",
@@ -85,14 +97,15 @@ def grade_gpu_capacity(fn, m: Marks) -> None:
     if calc is None:
         return
     def args(case):
-        model, card, ctx, kv = case
+        model, card, ctx, kv = case[:4]
         shape = calc.PUBLISHED[model]
         return shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.num_params, card, ctx, kv
 
     hints = Counter()
-    run = CaseRun(fn, CASES, args, name="max_requests", label=lambda case: T["case"](
-        m.lang, model=case[0], card=case[1], ctx=case[2], kv=case[3]), forbid=FORBIDDEN["max_requests"])
-    for (model, card, ctx, kv), case, _, got in run:
+    run = CaseRun(fn, CASES + fresh_cases(), args, name="max_requests", label=lambda case: T["case"](
+        m.lang, model=case[0], card=case[1], ctx=case[2], kv=case[3]), forbid=FORBIDDEN["max_requests"],
+                  fresh=lambda case: len(case) > 4)
+    for (model, card, ctx, kv, *_), case, _, got in run:
         shape = calc.PUBLISHED[model]
         want = calc.capacity(shape, card, ctx, kv_dtype=kv, block_size=BLOCK, utilization=UTILIZATION).max_requests
         if isinstance(got, bool) or not isinstance(got, (int, float)) or got != int(got):

@@ -229,6 +229,20 @@ KV_CONFIG_ZH = {  # the same names, in Chinese
 _SHIPPED: list = []
 
 
+def fresh_kv_configs(seed: int | None = None, n: int = 2) -> list[tuple]:
+    """``n`` model shapes drawn from the run's seed (never printed before grading), each
+    ``(name, layers, kv_heads, head_dim, dtype_bytes, name in Chinese)``."""
+    rng = random.Random((run_seed() if seed is None else seed) ^ 0xC0DE)
+    out = []
+    for _ in range(n):
+        shape = (rng.randint(2, 96), rng.choice((1, 2, 4, 8, 16, 40)), rng.choice((48, 64, 80, 96, 128, 256)),
+                 rng.choice((1, 2, 4)))
+        out.append((f"a shape drawn for this run: {shape[0]} layers, {shape[1]} KV heads, head_dim {shape[2]}, "
+                    f"{shape[3]} byte(s)", *shape,
+                    f"本次随机抽取的形状：{shape[0]} 层，{shape[1]} 个 KV 头，head_dim {shape[2]}，{shape[3]} 字节"))
+    return out
+
+
 def shipped_config() -> tuple | None:
     """The shipped model's shape (read once: ``minillm grade`` reads it before student code runs)."""
     if not _SHIPPED:
@@ -258,14 +272,19 @@ def grade_kv_bytes(fn, m: Marks) -> None:
     kv_bytes_per_token = engine_piece(m, fn, "my_kv_bytes_per_token", "minillm.kv_cache", _load_kv_bytes)
     if kv_bytes_per_token is None:
         return
-    configs = list(KV_CONFIGS)
+    configs = list(KV_CONFIGS) + fresh_kv_configs()
     shipped = shipped_config()
     if shipped:
         configs.insert(0, shipped)
     hints = set()
-    run = CaseRun(fn, configs, lambda config: config[1:], name="my_kv_bytes_per_token",
-                  label=lambda config: KV_CONFIG_ZH.get(config[0], config[0]) if m.lang == "zh" else config[0],
-                  forbid=FORBIDDEN["my_kv_bytes_per_token"])
+
+    def label(config) -> str:
+        if m.lang != "zh":
+            return config[0]
+        return config[5] if len(config) > 5 else KV_CONFIG_ZH.get(config[0], config[0])
+
+    run = CaseRun(fn, configs, lambda config: config[1:5], name="my_kv_bytes_per_token", label=label,
+                  forbid=FORBIDDEN["my_kv_bytes_per_token"], fresh=lambda config: len(config) > 5)
     for _, name, (layers, heads, dim, nbytes), y in run:
         ref = kv_bytes_per_token(layers, heads, dim, nbytes)
         if isinstance(y, bool) or not isinstance(y, (int, float)) and not hasattr(y, "__index__"):
@@ -351,6 +370,28 @@ def stop_cases() -> list[_StopCase]:
     ]
 
 
+def fresh_stop_cases(seed: int | None = None, n: int = 4) -> list[_StopCase]:
+    """``n`` stop cases drawn from the run's seed (never printed before grading): the checks meet
+    in random combinations (EOS or a stop id, ignore_eos, a stop string, max_tokens, a full context)."""
+    rng = random.Random((run_seed() if seed is None else seed) ^ 0x5709)
+    out = []
+    for i in range(n):
+        stop_ids = rng.sample(range(3, 60), rng.randint(0, 2))
+        token = rng.choice([2, *stop_ids, rng.randint(60, 99)])
+        outputs = [rng.randint(3, 99) for _ in range(rng.randint(0, 8))] + [token]
+        words = ["the", "end", "bye", "stop", "now", "then"]
+        text = " ".join(rng.choice(words) for _ in range(len(outputs)))
+        stop = rng.sample(["the end", "bye", "STOP", "then now"], rng.randint(0, 2))
+        params = dict(max_tokens=max(1, len(outputs) + rng.randint(-1, 2)), stop=stop, stop_token_ids=stop_ids,
+                      ignore_eos=rng.random() < 0.4)
+        prompt = rng.randint(1, 40)
+        out.append(_StopCase(f"a case drawn for this run (#{i + 1}: token {token}, {len(outputs)} output tokens, "
+                             f"{params})", token, outputs, text, params, prompt,
+                             max_model_len=prompt + len(outputs) + rng.randint(0, 2),
+                             zh=f"本次随机抽取的用例（#{i + 1}：token {token}，{len(outputs)} 个输出 token，{params}）"))
+    return out
+
+
 def expected_stop(case: _StopCase, params):
     """The engine's semantics: EOS / stop token -> stop string -> max_tokens -> context full."""
     from minillm import StopReason
@@ -394,10 +435,12 @@ def grade_stop(fn, m: Marks) -> None:
     if SamplingParams is None:
         return
     notes = set()
-    run = CaseRun(fn, stop_cases(), lambda case: (case.token_id, list(case.output_ids), case.text,
-                                                   SamplingParams(**case.params), case.eos_token_id, case.prompt_len,
-                                                   case.max_model_len),
-                  name="my_check_stop", label=lambda case: case.label(m.lang), forbid=FORBIDDEN["my_check_stop"])
+    fresh = fresh_stop_cases()
+    run = CaseRun(fn, stop_cases() + fresh, lambda case: (case.token_id, list(case.output_ids), case.text,
+                                                          SamplingParams(**case.params), case.eos_token_id,
+                                                          case.prompt_len, case.max_model_len),
+                  name="my_check_stop", label=lambda case: case.label(m.lang), forbid=FORBIDDEN["my_check_stop"],
+                  fresh=lambda case: any(case is f for f in fresh))
     for case, name, args, value in run:
         try:
             got, note = _as_reason(value)
@@ -651,6 +694,21 @@ def chat_cases() -> list[ChatCase]:
     ]
 
 
+def fresh_chat_cases(seed: int | None = None, n: int = 2) -> list[ChatCase]:
+    """``n`` chat cases drawn from the run's seed (never printed before grading)."""
+    rng = random.Random((run_seed() if seed is None else seed) ^ 0xC4A7)
+    out = []
+    for _ in range(n):
+        turn, system, user, reply = rng.randint(1, 40), rng.randint(0, 500), rng.randint(1, 90), rng.randint(1, 200)
+        keep = rng.choice((None, None, rng.randint(0, 8)))
+        how = "full history" if keep is None else f"keep the last {keep} turns"
+        how_zh = "完整历史" if keep is None else f"只保留最近 {keep} 轮"
+        out.append(ChatCase(f"drawn for this run: turn {turn}, {how} (system {system}, user {user}, reply {reply})",
+                            turn, system, user, reply, keep,
+                            zh=f"本次随机抽取：第 {turn} 轮，{how_zh}（系统 {system}，用户 {user}，回复 {reply}）"))
+    return out
+
+
 def expected_chat_tokens(c: ChatCase) -> int:
     """Tokens of the one request that turn ``c.turn`` sends, once its reply is generated: the system
     prompt, the earlier turns it re-sends (all of them, or the last ``keep_last``), the new user
@@ -668,9 +726,11 @@ def grade_chat_kv(fn, m: Marks) -> None:
     shipped = shipped_config()
     bpt = kv_bytes_per_token(*shipped[1:]) if shipped else kv_bytes_per_token(4, 4, 32, 4)
     hints = set()
-    run = CaseRun(fn, chat_cases(), lambda c: (c.turn, c.system_tokens, c.user_tokens, c.reply_tokens, bpt,
-                                               c.keep_last),
-                  name="chat_kv_bytes", label=lambda c: c.label(m.lang), forbid=FORBIDDEN["chat_kv_bytes"])
+    fresh = fresh_chat_cases()
+    run = CaseRun(fn, chat_cases() + fresh, lambda c: (c.turn, c.system_tokens, c.user_tokens, c.reply_tokens, bpt,
+                                                       c.keep_last),
+                  name="chat_kv_bytes", label=lambda c: c.label(m.lang), forbid=FORBIDDEN["chat_kv_bytes"],
+                  fresh=lambda c: c in fresh)
     for c, name, _, y in run:
         want = expected_chat_tokens(c) * bpt
         if isinstance(y, bool) or type(y) not in (int, float):

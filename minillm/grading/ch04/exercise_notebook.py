@@ -441,8 +441,9 @@ to `-inf`. Kept logits stay as they are — no softmax in the output, no renorma
 It is compared with the engine on 14 cases, the random ones drawn afresh each time it is graded
 (3 points, in proportion): random rows and batches, `top_p=1.0`, a tiny `top_p`, a dominant token,
 logits that already hold `-inf`, a one-token vocabulary, tied logits, logits near ±1000 that overflow
-or underflow a hand-written softmax, and a batch with a row that is all `-inf`. While it is graded the
-engine's own `top_p_filter` is not available to it (calling it counts as a failed case).""",
+or underflow a hand-written softmax, and a batch with a row that is all `-inf`. While it is graded no
+engine code is available to it (`top_p_filter`, the fast path's filter, a copy of either: calling
+one fails the case and sends the function to a person).""",
               """## 编程练习
 ### Coding tasks
 
@@ -458,8 +459,8 @@ engine's own `top_p_filter` is not available to it (calling it counts as a faile
 
 它会在 14 个用例上与引擎对照，其中随机用例每次评分都重新抽取（3 分，按通过比例给分）：随机的单行和批量、
 `top_p=1.0`、极小的 `top_p`、一个占主导的 token、已经含有 `-inf` 的 logits、只有一个 token 的词表、并列的
-logits、接近 ±1000、会让手写 softmax 上溢或下溢的 logits，以及有一整行都是 `-inf` 的批量。评分时引擎自带的
-`top_p_filter` 对它不可用（调用它算作该用例失败）。""")),
+logits、接近 ±1000、会让手写 softmax 上溢或下溢的 logits，以及有一整行都是 `-inf` 的批量。评分时引擎的代码对它都不可用
+（`top_p_filter`、快速路径的过滤函数或它们的拷贝：调用任何一个都算该用例失败，并交由人工阅读）。""")),
         ans("code_top_p"),
         chk("code_top_p"),
         md(Bi("""### Code 2 — KV bytes per token
@@ -468,13 +469,13 @@ logits、接近 ±1000、会让手写 softmax 上溢或下溢的 logits，以及
 `my_kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes)` returns how many bytes of
 keys and values one token occupies in the cache, across all layers. It is compared with the engine
 on the shipped model and six real model shapes, with and without grouped-query attention and in
-several precisions (2 points, in proportion).""",
+several precisions, and on two shapes drawn fresh each time it is graded (2 points, in proportion).""",
               """### 编程 2：每个 token 的 KV 字节数
 *§3；引擎里的实现是 `minillm.kv_cache.kv_bytes_per_token`。*
 
 `my_kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes)` 返回一个 token 在所有层的缓存里
 占用多少字节的 key 和 value。它会在随附的模型和六种真实模型的形状上与引擎对照，有的用分组查询注意力（GQA）、
-有的不用，精度也各不相同（2 分，按通过比例给分）。""")),
+有的不用，精度也各不相同，另加每次评分时新抽取的两种形状（2 分，按通过比例给分）。""")),
         ans("code_kv_bytes"),
         chk("code_kv_bytes"),
         md(Bi("""### Code 3 — the stop check
@@ -497,7 +498,7 @@ Return a `StopReason`, or `None` to keep decoding. Check in the engine's order, 
 4. `StopReason.CONTEXT_FULL` — prompt plus output fill `max_model_len`.
 
 (`CANCELLED` never comes from this check: it arrives from outside, through `LLM.cancel`.) Compared
-with the engine's semantics on 16 cases (3 points, in proportion).""",
+with the engine's semantics on 16 cases and 4 drawn fresh each time it is graded (3 points, in proportion).""",
               """### 编程 3：停止条件检查
 *§6“请求结束时，系统真正要回收什么”，以及“停止条件是系统语义”这一判断。*
 
@@ -516,7 +517,7 @@ with the engine's semantics on 16 cases (3 points, in proportion).""",
 3. `StopReason.MAX_TOKENS`——已经生成了 `params.max_tokens` 个输出 token；
 4. `StopReason.CONTEXT_FULL`——prompt 加输出填满了 `max_model_len`。
 
-（`CANCELLED` 从不来自这个检查：它从外部经由 `LLM.cancel` 到来。）会在 16 个用例上与引擎的语义对照
+（`CANCELLED` 从不来自这个检查：它从外部经由 `LLM.cancel` 到来。）会在 16 个用例、外加每次评分时新抽取的 4 个用例上与引擎的语义对照
 （3 分，按通过比例给分）。""")),
         ans("code_stop_check"),
         chk("code_stop_check"),
@@ -532,7 +533,7 @@ request holds grows turn after turn — unless the server trims the history: it 
 **Part a.** Write `chat_kv_bytes(turn, system_tokens, user_tokens, reply_tokens, bytes_per_token,
 keep_last=None)`: the bytes of K and V held by the request of turn `turn` (1, 2, …) once its reply
 is generated, counting tokens (not blocks). Every earlier turn is one user message plus one reply.
-Compared with the exact count on 8 cases, with the shipped model's bytes per token (2 points, in
+Compared with the exact count on 8 cases and 2 drawn fresh each time it is graded, with the shipped model's bytes per token (2 points, in
 proportion).""",
               """## 任务 5：长对话越来越重
 ### Exercise 5 — the long chat gets heavier
@@ -544,7 +545,7 @@ proportion).""",
 
 **a 部分。** 写出 `chat_kv_bytes(turn, system_tokens, user_tokens, reply_tokens, bytes_per_token,
 keep_last=None)`：第 `turn` 轮（1、2、……）的请求在回复生成完之后占有的 K 和 V 字节数，按 token 计（不按块）。
-之前的每一轮都是一条用户消息加一条回复。会在 8 个用例上与精确值对照，使用随附模型每个 token 的字节数
+之前的每一轮都是一条用户消息加一条回复。会在 8 个用例、外加每次评分时新抽取的 2 个用例上与精确值对照，使用随附模型每个 token 的字节数
 （2 分，按通过比例给分）。""")),
         ans("code_chat_kv"),
         chk("code_chat_kv"),
@@ -578,7 +579,7 @@ KV cache of one GPU with `card_gb` GB, under notebook 03's assumptions:
 
 Check one case by hand first: Llama-3-8B (32 layers, 8 KV heads, head_dim 128, 8.03 billion
 parameters) on an 80 GB card at 8,192 tokens gives 52. Compared with `minillm.viz.kv_capacity` on 9
-cases: three published models, 24 / 80 / 141 GB, several lengths, bf16 and FP8 (3 points, in
+cases (and 2 drawn fresh each time it is graded): three published models, 24 / 80 / 141 GB, several lengths, bf16 and FP8 (3 points, in
 proportion). A wrong count says which slip would explain it.""",
               """## 任务 6：显存里放得下多少个请求
 *§3“KV 缓存是显存压力的核心来源”，放到真实的卡上；第 03 个笔记本里有这张表。*
@@ -594,7 +595,7 @@ kv_dtype_bytes=2)`：一张 `card_gb` GB 的 GPU 上，KV 缓存里能同时放�
 - 答案是整数个请求；权重本身都放不下时为 0。
 
 先手算一个用例：Llama-3-8B（32 层、8 个 KV 头、head_dim 128、80.3 亿参数）在 80 GB 的卡上、每个请求 8,192 个 token，
-结果是 52。会在 9 个用例上与 `minillm.viz.kv_capacity` 对照：三个公开模型，24 / 80 / 141 GB，几种长度，bf16 和 FP8
+结果是 52。会在 9 个用例（外加每次评分时新抽取的 2 个）上与 `minillm.viz.kv_capacity` 对照：三个公开模型，24 / 80 / 141 GB，几种长度，bf16 和 FP8
 （3 分，按通过比例给分）。算错时，反馈会指出哪种失误能解释你的结果。""")),
         ans("task6_gpu_capacity"),
         chk("task6_gpu_capacity"),
