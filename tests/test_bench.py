@@ -255,6 +255,20 @@ def test_llama_cpp_types_option_names_the_allowed_types(capsys):
     assert "--llama-cpp-types must be a comma-separated list of f32, q8_0, got ['q4_0']" in capsys.readouterr().err
 
 
+def test_the_random_model_for_peers_is_built_once(tmp_path):
+    """Its conversions are cached by folder (names, sizes, times): rebuilt each run, every run
+    would convert it again into a new ~0.5 GB GGUF and CTranslate2 model."""
+    from minillm.apps.bench import peers
+
+    first = peers.cached_random_llama("tiny", TINY_SHAPE, cache=tmp_path)
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    again = peers.cached_random_llama("tiny", TINY_SHAPE, cache=tmp_path)
+    assert again == first and (again / "model.safetensors").stat().st_mtime_ns == stamp
+    assert peers._key(again) == peers._key(first)
+    assert peers.cached_random_llama("tiny", TINY_SHAPE, seed=1, cache=tmp_path) != first
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".building")] == []
+
+
 def test_peers_table_compares_each_minillm_variant_with_the_best_peer_only():
     """With ``--decode-graphs`` two minillm engines run; the best *peer* is chosen among the
     other engines (never the second minillm) and each minillm variant gets its own ratio line."""

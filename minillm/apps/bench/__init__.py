@@ -250,13 +250,13 @@ def run_peers(args, out_dir: Path, workdir: Path) -> int:
     """``--peers``: each model beside CTranslate2 / llama.cpp; JSON per model and a README block."""
     import json
 
-    from .peers import bench_peers, update_peers_readme
+    from .peers import bench_peers, cached_random_llama, update_peers_readme
 
     threads = (args.threads,) if args.threads else (1, 2)
     results = []
     for name in _model_list(args.model):
-        try:
-            path = prepare_model(name, workdir)
+        try:  # the 135m shape is built once: the peers' conversions of it are cached by folder
+            path = cached_random_llama("smollm-135m-shape-random") if name == "135m" else prepare_model(name, workdir)
         except FileNotFoundError as exc:
             print(f"minillm bench: error: {exc}", file=sys.stderr)
             return 2

@@ -84,6 +84,31 @@ def gguf_as_hf_folder(gguf_path: Path, cache: Path | None = None) -> Path:
     return out
 
 
+def cached_random_llama(name: str, shape: dict | None = None, seed: int = 0, cache: Path | None = None) -> Path:
+    """A random-weight model (``models.build_random_llama``) built once into the cache and reused:
+    a fresh folder per run would give the peers' cached conversions a new key every time (a new
+    GGUF and CTranslate2 model, ~0.5 GB each for the 135m shape). The folder's name carries a hash
+    of the builder's source, the shape, the seed and torch's and transformers' versions."""
+    import inspect
+    import shutil
+
+    import torch
+    import transformers
+
+    from . import models
+
+    tag = hashlib.sha1(f"{inspect.getsource(models)}{shape}{seed}{torch.__version__}{transformers.__version__}"
+                       .encode()).hexdigest()[:10]
+    out = (cache or cache_root()) / f"{name}-{tag}"
+    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
+        return out
+    tmp = out.with_name(out.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    models.build_random_llama(tmp, shape, seed=seed)
+    os.replace(tmp, out)
+    return out
+
+
 def ct2_model(hf_folder: Path, cache: Path | None = None) -> Path:
     """The folder converted to a float32 CTranslate2 model (once, in the cache)."""
     from ctranslate2.converters import TransformersConverter
