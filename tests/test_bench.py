@@ -237,6 +237,7 @@ def test_llama_cpp_loads_a_byte_tokenizer_folder_with_no_merges(tiny_model, tmp_
     prompt = [5, 70, 300, 2, 9, 411, 33]
     assert lc.latency(prompt, 8)[2] == mini.latency(prompt, 8)[2]
     assert len(lq.latency(prompt, 8)[2]) == 8
+    assert [len(o) for o in lq.workload([prompt, prompt[:3]], [4, 3], 2)[1]] == [4, 3]  # batched, Q8_0
     with pytest.raises(ValueError, match="outtype must be one of f32, q8_0"):
         peers.llama_cpp_gguf_for(tiny_model, outtype="q4_0")
     bad = tmp_path / "bad.gguf"
