@@ -37,7 +37,7 @@ FLOORS = {  # measured (1441 answers, with c9): tune 98.9 % (ordinary 99.2, adve
     # (3/496) not-full→full, 9 of 10 disagreements flagged, 31 % of answers flagged; held out 90.4 % (90.5 / 90.4; zh 87.4,
     # en 92.7), 2.3 % (6/258) not-full→full, 35 of 47 flagged, 38 % flagged
     "tune": {"agreement": 0.98, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.01, "flagged": 0.90,
-             "zh_en_gap": 0.01, "load": 0.33},
+             "zh_en_gap": 0.01, "load": 0.34},
     "holdout": {"agreement": 0.90, "ordinary": 0.90, "adversarial": 0.90, "wrong_full": 0.03, "flagged": 0.74,
                 "zh_en_gap": 0.06, "load": 0.40},
 }

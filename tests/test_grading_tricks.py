@@ -105,3 +105,19 @@ def test_a_trimming_reason_is_read_through_its_negation():
 ])
 def test_chinese_paraphrases_are_read(exercise, answer, score):
     assert check(exercise, answer).score == score
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    ("task2_kv_explain", "与其说省显存，不如说省计算；显存反而会涨", 2),  # 与其 … 不如: the first is denied
+    ("task2_kv_explain", "显存：占用大；计算：不重复", 2),
+    ("task4_sampling", "后续计算与它无关", 0),  # 无关 after the subject denies it
+    ("task4_sampling", "没有哪一步不依赖之前采样出的 token，它们都在上下文里", 2),  # a double negative
+    ("task4_sampling", "采样仅影响展示，后续计算与它无关", 0),
+])
+def test_chinese_negation_constructions(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+def test_one_idea_found_beside_a_clause_nothing_matched_goes_to_a_person():
+    r = check("task4_sampling", "它像掷骰子一样被挑出来，然后后续每一步都基于它计算")
+    assert r.score == 1 and r.needs_human_review

@@ -159,10 +159,10 @@ _NEG_WIDE = re.compile(r"\b(is|are|was|it's)\s+(not|n't)\s+(a|an|the|some|any)\b
                        r"\bnot\s+(a|an)\s+(\w+\s+){0,2}?(cache|store|lookup|table|kind|sort|type)\b|"
                        r"不是|并非|并不是|不属于|不算是?|\bwithout\b|\binstead of\b|\brather than\b|\bno need\b|\bnever\b|\bneedn't\b|"
                        r"\bno longer\b|\bnothing\b|\bnone\b|\bnor\b|\bneither\b|\bavoid(?:s|ed|ing)?\b|"
-                       r"无需|无须|不必|不用|不需要|无需再|不再|免去|免得|以免|省得|省去|省掉|省了|避免|没有必要|从不|永远不", _I)
+                       r"无需|无须|不必|不用|不需要|无需再|不再|免去|免得|以免|省得|省去|省掉|省了|避免|没有必要|从不|永远不|与其说?", _I)
 _NEG_NEAR = re.compile(r"\bnot\b(?!\s+(just|only|merely|simply|solely|small|little|negligible|cheap|free|trivial|minor)\b)|n't\b(?!\s+(just|only|merely|simply)\b)|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
                        r"\bcannot\b|\bhardly\b|\bbarely\b|\bfails? to\b|"
-                       r"(?<!得)不(?!断|同|少|小|低|便宜|过|仅|只|止|单|管|停|久|然|但|论|得不|够|一样|相同)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
+                       r"(?<!得)不(?!断|同|少|小|低|便宜|过|仅|只|止|单|管|停|久|然|但|论|得不|够|一样|相同|如)|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
 _NOT_JUST = re.compile(r"\b(not|n't)\s+(just|only|merely|simply|solely)\b|不只|不仅|不单|不止", _I)
 NEAR_WINDOW_EN = 24  # characters before the predicate (about four words)
 NEAR_WINDOW_ZH = 5
@@ -183,7 +183,7 @@ def negated_at(clause: str, pos: int) -> bool:
 NEG_AFTER_EN = 18
 # verbs that deny their subject a part in what follows: said after "later steps", they negate it
 _IGNORES = re.compile(r"\s+(\w+\s+){0,1}?(ignor\w*|disregard\w*|discard\w*|throw\w*\s+(it\s+)?away|never\s+(use|see|read)\w*)\b", _I)
-_IGNORES_ZH = re.compile(r"[^，。；,;]{0,2}(忽略|无视|丢弃|扔掉|不管|不看|不用)")
+_IGNORES_ZH = re.compile(r"[^，。；,;]{0,2}(忽略|无视|丢弃|扔掉|不管|不看|不用)|[^，。；,;]{0,4}(无关|没关系|没有关系|不相关|没有影响)")
 NEG_AFTER_ZH = 4
 
 
@@ -193,7 +193,7 @@ def negated_after(clause: str, end: int) -> bool:
     if _CJK_RE.search(after_zh[:1] or "") and _NEG_NEAR.search(after_zh):
         return True
     after = clause[end:end + NEG_AFTER_EN]
-    if _IGNORES.match(after) or _IGNORES_ZH.match(after_zh):  # "later steps ignore it", "后续计算忽略它"
+    if _IGNORES.match(after) or _IGNORES_ZH.match(clause[end:end + 2 * NEG_AFTER_ZH]):  # "later steps ignore it", "后续计算忽略它"
         return True
     return bool(re.match(r"\s+(\w+\s+){0,1}?(do|does|did|is|are|was|were|will|would|can|could|should)\s*(not|n't)\b"
                          r"(?!\s+(small|little|negligible|cheap|free|trivial|minor)\b)"
@@ -310,7 +310,11 @@ def double_negative(clause: str, m: re.Match) -> bool:
     """"No later step is computed without it", "没有哪一步不依赖它": two negations make a yes."""
     if _DOUBLE_AFTER.search(clause[m.end():m.end() + 60]):
         return bool(re.search(r"\b(no|not|never|none)\b|没有|没", clause[max(0, m.start() - 24):m.start()], re.IGNORECASE))
-    return bool(re.search(r"没有[^，。；,;]{0,8}$", clause[:m.start()])) and "不" in clause[m.end():m.end() + 8]
+    before = clause[:m.start()]
+    if re.search(r"(没有|没)[^，。；,;]{0,6}不\s*$", before) or re.search(
+            r"\b(no|none|nothing)\b[^.;]{0,30}\b(doesn't|does not|isn't|is not|not)\s+$", before, re.IGNORECASE):
+        return True  # "没有哪一步不依赖它", "no step that does not depend on it"
+    return bool(re.search(r"没有[^，。；,;]{0,8}$", before)) and "不" in clause[m.end():m.end() + 8]
 
 
 def idea(key, label_en, label_zh, parts=(), inverted=(), standalone=(), weak=(), inverted_by=(), polar=True) -> Idea:
@@ -497,7 +501,25 @@ def _doubts(text: str, ideas, r: Reading) -> list:
     for i in ideas:
         if r.ideas[i.key] == "absent" and _partly_there(i, text):
             out.append((f"part of an idea ({i.key})", PARTLY_DOUBT))
+    if present and len(present) < len(ideas) and _unread_clause(text, ideas):
+        out.append(("a clause the grader could not read", UNREAD_DOUBT))
     return out
+
+
+UNREAD_DOUBT = 0.15  # one idea found, one not, and a whole clause in which nothing matched: the other may be there
+
+
+def _unread_clause(text: str, ideas) -> bool:
+    """A clause of some length (three words, four Chinese characters) in which no pattern of any
+    idea matches: a paraphrase the grader has no words for may be in it."""
+    for _, clause in clauses(text):
+        if len(latin_words(clause)) < 3 and cjk_chars(clause) < 4:
+            continue
+        patterns = [p for i in ideas for group in (i.standalone, i.inverted, i.weak) for p in group]
+        patterns += [p for i in ideas for group in i.parts for p in group]
+        if not any(p.search(clause) for p in patterns):
+            return True
+    return False
 
 
 PARTLY_DOUBT = 0.35  # an idea not found, but some of its words are there: a paraphrase may have been missed

@@ -26,6 +26,7 @@ _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r
            r"(重新|重复|再次?)\s*(re-?)?(comput\w*|calculat\w*|process\w*)",
            # "no need to compute (it) again": the plain verb under a need-negator is the idea ("下次不用算了")
            r"(不用|不必|无需|无须|不需要|用不着)(再|重新|重复)?(去)?(算|计算)",
+           r"(计算|运算)\s*[:：]?\s*(不|没有|无需|不用)\s*(重复|重新|再)",  # "计算：不重复"
            r"\b(no need to|don't (have|need) to|doesn't (have|need) to|needn't)\s+(re-?)?(comput|calculat)\w*"]
 _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|取)",
           r"\btrad\w*\s+(\w+\s+){0,2}?(memory|space|vram|storage)\s+for\s+(\w+\s+)?(compute|computation|speed|time|flops)",
@@ -81,7 +82,8 @@ _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
          r"接到", r"接入", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
          r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回", r"(写|加|放|存|塞|并|拼)进", r"进到",
-         r"成了", r"变为", r"当成", r"当作", r"的一部分", r"留在", r"保留在", r"(拼|加|接|塞|存)回"]
+         r"成了", r"变为", r"当成", r"当作", r"的一部分", r"留在", r"保留在", r"(拼|加|接|塞|存)回", r"进(了)?(历史|上下文|序列|输入|缓存|KV)",
+         r"(在|位于|存在)(历史|上下文|序列|输入|缓存|KV)\s*(里|中|当中)"]
 _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
          r"\btoken\s+(list|ids)\b", r"\blist of tokens\b",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bso far\b", r"\bback\b",
@@ -191,7 +193,7 @@ RANDOM_ONLY = misconception(
      r"\b(ui|cosmetic|front-?end|presentation|display|product[- ]layer)\s+(knob|setting|parameter|option|feature|"
      r"layer|detail|concern|tweak|choice)", r"\bpost-?process\w*",
      r"(?<!不)只是[^。；;]{0,8}(随机|多样|创意|风格|花样|UI|界面)", r"(?<!不)仅仅[^。；;]{0,8}(随机|多样|UI)",
-     r"(UI|界面|前端|产品层)[^。；;]{0,4}(参数|旋钮|选项|设置|细节)", r"后处理", r"只是显示", r"only shown"],
+     r"(UI|界面|前端|产品层)[^。；;]{0,4}(参数|旋钮|选项|设置|细节)", r"后处理", r"只是显示", r"(?<!不)(只|仅|仅仅)(影响|改变|用于|决定)[^。；;，,]{0,4}(展示|显示|界面|UI|风格|外观|观感)", r"only shown"],
     ["token_to_history", "next_step_depends", "sampling_picks"],
     "sampling is not only about how random the text looks: think about where the picked token goes",
     "采样不只是让文字更随机：想一想选出的 token 去了哪里")
