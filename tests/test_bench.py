@@ -237,12 +237,37 @@ def test_llama_cpp_loads_a_byte_tokenizer_folder_with_no_merges(tiny_model, tmp_
     prompt = [5, 70, 300, 2, 9, 411, 33]
     assert lc.latency(prompt, 8)[2] == mini.latency(prompt, 8)[2]
     assert len(lq.latency(prompt, 8)[2]) == 8
+    assert [len(o) for o in lq.workload([prompt, prompt[:3]], [4, 3], 2)[1]] == [4, 3]  # batched, Q8_0
     with pytest.raises(ValueError, match="outtype must be one of f32, q8_0"):
         peers.llama_cpp_gguf_for(tiny_model, outtype="q4_0")
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(f32.read_bytes()[:4096])  # cut short
     with pytest.raises(ValueError, match=r"Failed to load model from file: .*bad\.gguf \(.*error loading model"):
         peers.LlamaCppEngine(bad, 1, n_ctx=128)
+
+
+def test_llama_cpp_types_option_names_the_allowed_types(capsys):
+    from minillm.apps.bench import parse_args
+
+    assert parse_args(["--peers", "--llama-cpp-types", "F32, q8_0"]).llama_cpp_types == ("f32", "q8_0")
+    assert parse_args(["--peers"]).llama_cpp_types == ("f32",)
+    with pytest.raises(SystemExit):
+        parse_args(["--peers", "--llama-cpp-types", "f32,q4_0"])
+    assert "--llama-cpp-types must be a comma-separated list of f32, q8_0, got ['q4_0']" in capsys.readouterr().err
+
+
+def test_the_random_model_for_peers_is_built_once(tmp_path):
+    """Its conversions are cached by folder (names, sizes, times): rebuilt each run, every run
+    would convert it again into a new ~0.5 GB GGUF and CTranslate2 model."""
+    from minillm.apps.bench import peers
+
+    first = peers.cached_random_llama("tiny", TINY_SHAPE, cache=tmp_path)
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    again = peers.cached_random_llama("tiny", TINY_SHAPE, cache=tmp_path)
+    assert again == first and (again / "model.safetensors").stat().st_mtime_ns == stamp
+    assert peers._key(again) == peers._key(first)
+    assert peers.cached_random_llama("tiny", TINY_SHAPE, seed=1, cache=tmp_path) != first
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".building")] == []
 
 
 def test_peers_table_compares_each_minillm_variant_with_the_best_peer_only():
@@ -293,7 +318,7 @@ def test_peers_result_names_the_machine_its_bandwidth_and_cpu_time(tiny_model, m
                                                            "llama.cpp": "not installed (test)"})
     monkeypatch.setattr("minillm.apps.bench.harness.read_bandwidth", lambda threads, **kw: 10.0 * threads)
     r = peers.bench_peers("tiny", tiny_model, threads_list=(1,), rounds=1, prompt_lens=(8,), new_tokens=5,
-                          num_requests=3, log=lambda m: None)
+                          num_requests=3, log=lambda m: None, int8=True)
     m = r["machine"]
     assert m["cpu"] and m["read_gbs_start"] == {"1": 10.0} and m["read_gbs_end"] == {"1": 10.0}
     assert r["weight_bytes"] == 4 * param_count(tiny_model)
@@ -306,6 +331,12 @@ def test_peers_result_names_the_machine_its_bandwidth_and_cpu_time(tiny_model, m
     assert "CPU time per output token" in text and "Weight-streaming floor at 1 thread(s)" in text
     floor = r["weight_bytes"] / 10e9
     assert f"{floor / row['tpot']['minillm']['median']:.0%}" in text
+    # int8 minillm: its tokens checked against float32 minillm's, its floor from its own bytes
+    assert e["engines"] == ["minillm", peers.MINILLM_INT8] and peers.MINILLM_INT8 in row["checks"]
+    own = r["weight_bytes_by_engine"][peers.MINILLM_INT8]
+    assert r["weight_bytes"] / 4 < own < r["weight_bytes"] / 2  # a byte a weight, plus the scales
+    assert f"{peers.MINILLM_INT8}: {1e3 * own / 10e9:.2f} ms for its" in text
+    assert f"{own / 10e9 / row['tpot'][peers.MINILLM_INT8]['median']:.0%}" in text
 
 
 def test_read_bandwidth_and_the_cpu_clock():

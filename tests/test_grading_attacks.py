@@ -415,3 +415,21 @@ def test_where_the_platform_allows_it_the_kernel_writes_nothing_outside_its_scra
         only_files(tmp_path, "attack.ipynb", "report.json")
     else:
         pytest.skip("no user namespaces on this machine: the kernel can write where its user can")
+
+
+DEEP_REPLY = """
+import os
+for fd in os.listdir("/proc/self/fd"):  # every pipe open for writing: the reply pipe among them
+    try:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:") and \\
+                open(f"/proc/self/fdinfo/{fd}").read().split("flags:")[1].split()[0][-1] in "12":
+            os.write(int(fd), b"[" * 200000 + b"\\n")
+    except (OSError, IndexError):
+        pass
+"""
+
+
+def test_a_reply_nested_past_the_parsers_depth_ends_the_kernel_not_the_grader(tmp_path):
+    rc, report, took = run(notebook(tmp_path, DEEP_REPLY))
+    assert_no_grade(rc, report, took)
+    assert any("not a reply" in e for e in report["cell_errors"]), report["cell_errors"]

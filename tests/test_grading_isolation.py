@@ -557,3 +557,45 @@ def test_what_the_kernel_may_write_is_bounded_memory_not_the_graders_disk(tmp_pa
     wrote = json.loads(answer(report))  # MiB written before the place was full
     assert wrote["/scratch"] <= jails.SCRATCH_BYTES // 2**20 and wrote["/tmp"] <= jails.TMP_BYTES // 2**20, wrote
     assert wrote["/dev"] == 0, wrote
+
+
+def test_symbolic_links_beside_submissions_are_not_followed(tmp_path):
+    """A submission arrives as files, perhaps unpacked from an archive that holds links: a link in
+    the class folder, or as the diagram editor's file, could point at the solved notebooks."""
+    solved = REPO / "tests" / "solved"
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "a_link.ipynb").symlink_to(solved / "ch04_exercises_solved.ipynb")
+    assert cli_grade([str(subs), "--timeout", str(CELL_TIMEOUT), "--deadline", str(DEADLINE), "--unjailed"]) == 0
+    row = json.loads((subs / "gradebook.json").read_text())["reports"][0]
+    assert row["status"] == "unreadable" and "symbolic link" in row["problems"][0] and not row["exercises"]
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "ch04_task1_diagram.json").symlink_to(solved / "answers.py")
+    cells = ["import os\nprint(os.listdir('.'))",
+             "task1_diagram = editor",
+             "task2_kv_explain = open('ch04_task1_diagram.json').read()[:300] if os.path.exists("
+             "'ch04_task1_diagram.json') else 'nothing'"]
+    rc, report = grade(write_notebook(own, *cells), "--unjailed")
+    assert rc == 0 and answer(report) == "nothing", answer(report)
+
+
+@pytest.mark.parametrize("cell", [
+    "import minillm.grading as g\ng.__dict__[''.join(['show_', 'sol', 'ution'])]('task2')",
+    "import minillm.grading as g\nn = 'solut' + 'ion'\ngetattr(g, f'show_{n}')('task2')",
+    "import minillm.grading as g\ngetattr(g, '{}_{}on'.format('show', 'soluti'))('task2')",
+    "import minillm.grading as g\ngetattr(g, 'noitulos_wohs'[::-1])('task2')",
+    "import minillm.grading as g\ngetattr(g, ''.join(map(chr, [115, 104, 111, 119, 95, 115, 111, 108, 117, 116, 105, 111, "
+    "110])))('task2')",
+    "import minillm.grading as g\n[v for k, v in vars(g).items() if k.startswith('show_s')][0]('task2')",
+    "import importlib\nprint(vars(importlib.import_module('minillm.grading.ch04.sol' + 'utions')))",
+    "import minillm, os\nprint(open(os.path.join(os.path.dirname(minillm.__file__), 'grading', 'ch04', 'solutions.py')).read())",
+])
+def test_a_model_answer_asked_for_by_a_name_built_at_run_time_is_recorded(cell):
+    from minillm.grading.peeking import UNKNOWN, solution_lookups
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
+    assert UNKNOWN in solution_lookups(nb)
+    honest = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "print(f'model_{1}', 'answer', 'show', '_', 'on')\ntask2_kv_explain = 'The solution: keep K and V.'")])
+    assert solution_lookups(honest) == set()

@@ -36,9 +36,11 @@ def prepare_model(llm, opts) -> None:
     if opts.fast and llm.device.type == "cpu" and not opts.compile:
         # (not under LLM(compile=True): its one graph for every step would guard on the
         # kernel's few-rows test and recompile past its bound; tests/test_compile.py)
-        from ..models.weights import stream_weights
+        from ..models.weights import MIN_STREAM_BYTES, stream_weights
 
-        stream_weights(llm.model)
+        # inside a decode graph the kernel's call costs what F.linear's does, and torch's small
+        # products ran at 5-10 GB/s there (the shipped model's 0.25-0.7 MB projections): stream all
+        stream_weights(llm.model, min_bytes=0 if opts.decode_graphs is not None else MIN_STREAM_BYTES)
     threads = llm.num_threads or (torch.get_num_threads() if llm.device.type == "cpu" else 1)
     if opts.row_split and threads >= 2 and not opts.compile:
         from .threaded import use_row_split

@@ -205,6 +205,18 @@ def _prepare(need_engine: bool) -> None:
     current().prepare(need_engine)
 
 
+def _regular_file(path: Path, limit: int = 2**20) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes and not a symbolic
+    link (a link beside a submission could point at the grader's files), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        return f.read(limit + 1) if stat.S_ISREG(st.st_mode) and st.st_size <= limit else None
+
+
 def _answer_text(value) -> str:
     if isinstance(value, str):
         return value[:4000]
@@ -241,7 +253,7 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
         elif kind == "editor":
             if found.editor_diagram is not None:
                 answers[name] = found.editor_diagram
-            elif editor_file.is_file():
+            elif _regular_file(editor_file) is not None:
                 dynamic.append(name)
             else:
                 answers[name] = None
@@ -256,8 +268,9 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
     try:
         if dynamic:
             files = {}
-            if editor_file.is_file() and editor_file.stat().st_size < 2**20:
-                files[editor_file.name] = editor_file.read_bytes()
+            data = _regular_file(editor_file)
+            if data is not None:
+                files[editor_file.name] = data
             session = Session(nb, cell_timeout, ends_at, files, jail=jail)
             for name in dynamic:
                 ok, value, is_callable = session.get(name)
@@ -516,6 +529,8 @@ def _graded_rows(notebooks: list[Path], args, work: Path, known: set[int]):
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     def one(i: int, nb_path: Path) -> dict:
+        if nb_path.is_symlink():  # it could point at any file the grader can read (a solved notebook)
+            return _failed_row(nb_path, "unreadable", "a symbolic link, not a submitted file: not graded")
         own = work / str(i)
         own.mkdir()
         return grade_in_child(nb_path, args, own)

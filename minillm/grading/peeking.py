@@ -10,9 +10,11 @@ for — ``"?"`` when the id cannot be read, so that every exercise goes to a per
 from __future__ import annotations
 
 import ast
+import re
 
-SOLUTION_NAMES = frozenset({"show_solution", "model_answer", "MODEL_ANSWERS", "close_to_model"})
+SOLUTION_NAMES = frozenset({"show_solution", "model_answer", "model_texts", "MODEL_ANSWERS", "close_to_model"})
 UNKNOWN = "?"
+_FIELD = re.compile(r"\{[^{}]*\}")
 
 
 def _parse(source: str):
@@ -28,7 +30,9 @@ def _first_string(call: ast.Call) -> str:
 
 
 def _mentions_solutions(text: str) -> bool:
-    return any(n in text for n in SOLUTION_NAMES) or "grading.solutions" in text or text == "solutions"
+    """A name or a path, not prose: ``show_solution``, ``…ch04.solutions``, ``solutions.py``."""
+    return any(n in text for n in SOLUTION_NAMES) or (
+        "solution" in text.lower() and not any(c.isspace() for c in text))
 
 
 class _Tracker(ast.NodeVisitor):
@@ -103,6 +107,43 @@ def _fold(node) -> str | None:
     return None
 
 
+def _pieces(tree) -> set[str]:
+    """Every string a cell could assemble a name from: its string constants (f-string parts too,
+    format fields dropped), each also reversed, and lists of character codes read as text."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200:
+            out.add(node.value)
+            out.add(_FIELD.sub("", node.value))
+            out.update(_FIELD.split(node.value))  # "{}_{}on".format(…): "_" and "on" are parts too
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Set)) and 3 <= len(node.elts) <= 60 and all(
+                isinstance(e, ast.Constant) and type(e.value) is int and 32 <= e.value < 127 for e in node.elts):
+            out.add("".join(chr(e.value) for e in node.elts))  # ''.join(map(chr, [115, 104, ...]))
+    return out | {p[::-1] for p in out}
+
+
+def _composes(target: str, pieces: list[str]) -> bool:
+    """Can ``target`` be spelled by joining some of ``pieces`` (each used any number of times)?"""
+    ends = {0}
+    for i in range(len(target)):
+        if i in ends:
+            ends |= {i + len(p) for p in pieces if target.startswith(p, i)}
+    return len(target) in ends
+
+
+def _spells_a_solution_name(tree) -> bool:
+    """Does the cell hold the parts of a model-answer name, however it joins them at run time
+    (``"".join``, an f-string, ``format``, a reversed string, character codes, a name prefix)?"""
+    pieces = {p for p in _pieces(tree) if p and not any(c.isspace() for c in p)}
+    if any("solution" in p.lower() for p in pieces):
+        return True
+    for target in SOLUTION_NAMES:  # a prefix that goes past the underscore: k.startswith("show_s")
+        if any(target.startswith(p) and len(p) > p.find("_") + 1 > 0 for p in pieces):
+            return True
+    parts = [p for p in pieces if p in "show_solution" and (len(p) >= 2 or not p.isalnum())]
+    return _composes("show_solution", parts)
+
+
 def solution_lookups(nb) -> set[str]:
     """Exercise ids (or ``"?"``) whose model answer the notebook's code asked for in any way."""
     tracker = _Tracker()
@@ -113,6 +154,8 @@ def solution_lookups(nb) -> set[str]:
         tree = _parse(source if isinstance(source, str) else "".join(source))
         if tree is not None:
             tracker.visit(tree)
+            if _spells_a_solution_name(tree):
+                tracker.seen.add(UNKNOWN)
     return tracker.seen
 
 

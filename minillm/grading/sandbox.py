@@ -338,7 +338,7 @@ class Kernel:
         line, self._buf = self._buf.split(b"\n", 1)
         try:
             msg = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deep enough to exhaust the parser
             self.close()
             raise KernelDied("the kernel sent something that is not a reply") from None
         if not isinstance(msg, dict) or (expect and msg.get("op") != expect):

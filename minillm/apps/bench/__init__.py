@@ -68,6 +68,9 @@ def parse_args(argv):
                     help="with --peers: the GGUF types llama.cpp runs, comma-separated, each converted from the same "
                          "folder by llama.cpp's convert_hf_to_gguf.py: f32 (default), q8_0 (llama.cpp's int8, for "
                          "comparing with minillm's weight_dtype='int8')")
+    ap.add_argument("--int8", action="store_true",
+                    help="with --peers: also minillm with LLM(weight_dtype='int8') (its tokens checked against "
+                         "float32 minillm's; compare it with --llama-cpp-types f32,q8_0)")
     ap.add_argument("--batch-sizes", default=None,
                     help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,32,64); "
                          "with --peers: the peers' batch sizes (CTranslate2 static batches, llama.cpp's sequence "
@@ -247,13 +250,13 @@ def run_peers(args, out_dir: Path, workdir: Path) -> int:
     """``--peers``: each model beside CTranslate2 / llama.cpp; JSON per model and a README block."""
     import json
 
-    from .peers import bench_peers, update_peers_readme
+    from .peers import bench_peers, cached_random_llama, update_peers_readme
 
     threads = (args.threads,) if args.threads else (1, 2)
     results = []
     for name in _model_list(args.model):
-        try:
-            path = prepare_model(name, workdir)
+        try:  # the 135m shape is built once: the peers' conversions of it are cached by folder
+            path = cached_random_llama("smollm-135m-shape-random") if name == "135m" else prepare_model(name, workdir)
         except FileNotFoundError as exc:
             print(f"minillm bench: error: {exc}", file=sys.stderr)
             return 2
@@ -264,7 +267,7 @@ def run_peers(args, out_dir: Path, workdir: Path) -> int:
                              log=lambda m: print(m, flush=True), workload_rounds=args.workload_runs,
                              batch_sizes=tuple(int(x) for x in args.batch_sizes.split(",")) if args.batch_sizes else None,
                              decode_graphs=args.decode_graphs, attention_backend=args.attention_backend,
-                             llama_cpp_types=args.llama_cpp_types, **kw)
+                             llama_cpp_types=args.llama_cpp_types, int8=args.int8, **kw)
         out = out_dir / f"peers_{result['model']}.json"
         if args.threads and out.is_file():  # one thread count re-run: keep the others' results
             old = json.loads(out.read_text())

@@ -84,6 +84,31 @@ def gguf_as_hf_folder(gguf_path: Path, cache: Path | None = None) -> Path:
     return out
 
 
+def cached_random_llama(name: str, shape: dict | None = None, seed: int = 0, cache: Path | None = None) -> Path:
+    """A random-weight model (``models.build_random_llama``) built once into the cache and reused:
+    a fresh folder per run would give the peers' cached conversions a new key every time (a new
+    GGUF and CTranslate2 model, ~0.5 GB each for the 135m shape). The folder's name carries a hash
+    of the builder's source, the shape, the seed and torch's and transformers' versions."""
+    import inspect
+    import shutil
+
+    import torch
+    import transformers
+
+    from . import models
+
+    tag = hashlib.sha1(f"{inspect.getsource(models)}{shape}{seed}{torch.__version__}{transformers.__version__}"
+                       .encode()).hexdigest()[:10]
+    out = (cache or cache_root()) / f"{name}-{tag}"
+    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
+        return out
+    tmp = out.with_name(out.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    models.build_random_llama(tmp, shape, seed=seed)
+    os.replace(tmp, out)
+    return out
+
+
 def ct2_model(hf_folder: Path, cache: Path | None = None) -> Path:
     """The folder converted to a float32 CTranslate2 model (once, in the cache)."""
     from ctranslate2.converters import TransformersConverter
@@ -191,13 +216,16 @@ class MinillmEngine:
     reported under its own name and compared like the others."""
 
     def __init__(self, folder: Path, threads: int, kv_tokens: int, decode_graphs: bool = False,
-                 attention_backend: str = "auto"):
+                 attention_backend: str = "auto", weight_dtype: str | None = None):
         from minillm import LLM
 
-        self.name = MINILLM_GRAPHS if decode_graphs else "minillm"
+        self.name = MINILLM_GRAPHS if decode_graphs else MINILLM_INT8 if weight_dtype == "int8" else "minillm"
         self.llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False,
                        kv_cache_tokens=kv_tokens, max_num_seqs=64, num_threads=threads,
-                       decode_graphs=decode_graphs, attention_backend=attention_backend)
+                       decode_graphs=decode_graphs, attention_backend=attention_backend, weight_dtype=weight_dtype)
+        #: bytes a decode step streams when not float32 (int8: levels and scales of every
+        #: projection, the lm head's own copy included); None: the float32 weights
+        self.weight_bytes = _int8_bytes(self.llm.model) if weight_dtype else None
 
     def latency(self, prompt: list[int], new_tokens: int):
         from .harness import minillm_latency
@@ -211,8 +239,15 @@ class MinillmEngine:
         return seconds, out
 
 
-#: the name of minillm's decode-graphs variant in the results
+#: the names of minillm's variants in the results: decode graphs, int8 projections
 MINILLM_GRAPHS = "minillm, decode graphs"
+MINILLM_INT8 = "minillm int8"
+
+
+def _int8_bytes(model) -> int:
+    from minillm.models.weights import Int8Linear
+
+    return sum(m.weight_bytes for m in model.modules() if isinstance(m, Int8Linear))
 
 
 def is_minillm(name: str) -> bool:
@@ -223,6 +258,7 @@ class CTranslate2Engine:
     """A float32 CT2 generator; ids are passed as the vocabulary's token strings."""
 
     batch_sizes = (8, 16, 32, 64)
+    weight_bytes = None  # float32
 
     def __init__(self, folder: Path, threads: int):
         import ctranslate2
@@ -280,6 +316,8 @@ class LlamaCppEngine:
             except ValueError as exc:  # its message says only "Failed to load model from file"
                 raise ValueError(f"{exc} ({' '.join(errors) or 'llama.cpp logged no error'})") from None
         kind = GGUF_FILE_TYPES.get(int(self.llm.metadata.get("general.file_type", -1)))
+        #: the model's tensor bytes (a decode step streams them all but the embedding rows)
+        self.weight_bytes = None if kind == "F32" else int(llama_cpp.llama_model_size(self.llm._model.model))
         self.name = f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) {kind or 'GGUF ' + gguf.name}"
         self._batchers: dict[int, LlamaCppBatcher] = {}
 
@@ -450,12 +488,13 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
                 new_tokens: int = 128, num_requests: int = 64, seed: int = 0, llama_cpp_gguf: Path | None = None,
                 log=print, workload_rounds: int | None = None, batch_sizes: tuple[int, ...] | None = None,
                 decode_graphs: bool = False, attention_backend: str = "auto",
-                llama_cpp_types: tuple[str, ...] = ("f32",)) -> dict:
+                llama_cpp_types: tuple[str, ...] = ("f32",), int8: bool = False) -> dict:
     """minillm beside CTranslate2 and llama.cpp (those installed) at each thread count; with
     ``decode_graphs`` also ``LLM(decode_graphs=True)``, whose graphs are compiled in the untimed
     check runs (each engine's first run of a prompt or of the workload). llama.cpp runs once per
     GGUF type in ``llama_cpp_types`` (f32; q8_0: the same weights quantised by llama.cpp, for the
-    int8 comparison), or on ``llama_cpp_gguf`` alone when given.
+    int8 comparison), or on ``llama_cpp_gguf`` alone when given; with ``int8`` also
+    ``LLM(weight_dtype="int8")`` (its tokens checked against float32 minillm's like a peer's).
 
     The result names the machine: CPU model and features, the read bandwidth one core and two
     get (measured before and after the engines, in this process), the load average, and the
@@ -487,12 +526,17 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
             if decode_graphs:
                 engines.append(MinillmEngine(folder, threads, kv_tokens, decode_graphs=True,
                                              attention_backend=attention_backend))
+            if int8:
+                engines.append(MinillmEngine(folder, threads, kv_tokens, attention_backend=attention_backend,
+                                             weight_dtype="int8"))
             result["attention_backend"] = engines[0].llm.attention_backend
             tok, vocab = engines[0].llm.tokenizer, engines[0].llm.model_config.vocab_size
             lens = [p for p in prompt_lens if p + new_tokens <= engines[0].llm.max_model_len]
             prompts = random_prompts(tok, vocab, lens, seed=seed + 1)
             work = random_prompts(tok, vocab, plens, seed=seed + 3)
             _add_peers(engines, folder, status, result, threads, ggufs, n_ctx=max(lens) + new_tokens + 16)
+            result.setdefault("weight_bytes_by_engine", {}).update(
+                {e.name: e.weight_bytes for e in engines if e.weight_bytes})
             entry = {"latency": [], "workload": {}, "engines": [e.name for e in engines], "rounds": rounds,
                      "load_average_start": _loadavg()}
             for plen, prompt in zip(lens, prompts):
@@ -701,11 +745,17 @@ def _cost_lines(r: dict, t: str, e: dict) -> list[str]:
     bw = (r.get("machine") or {}).get("read_gbs_start", {}).get(t)
     if bw and r.get("weight_bytes"):
         floor = r["weight_bytes"] / (bw * 1e9)
+        own = r.get("weight_bytes_by_engine", {})  # engines whose weights are not float32
+
+        def share(n, row):
+            return f"{own.get(n, r['weight_bytes']) / (bw * 1e9) / row['tpot'][n]['median']:.0%}"
+
         lines.append(f"\nWeight-streaming floor at {t} thread(s): {1e3 * floor:.2f} ms "
-                     f"({r['weight_bytes'] / 2**20:.0f} MiB of float32 weights at {bw:.1f} GB/s); share of the "
-                     "floor reached (floor / TPOT), by prompt: " +
-                     "; ".join(f"{n} " + " / ".join(f"{floor / row['tpot'][n]['median']:.0%}" for row in e["latency"])
-                               for n in names))
+                     f"({r['weight_bytes'] / 2**20:.0f} MiB of float32 weights at {bw:.1f} GB/s" +
+                     "".join(f"; {n}: {1e3 * b / (bw * 1e9):.2f} ms for its {b / 2**20:.0f} MiB"
+                             for n, b in own.items() if n in names) +
+                     "); share of the floor reached (floor / TPOT), by prompt: " +
+                     "; ".join(f"{n} " + " / ".join(share(n, row) for row in e["latency"]) for n in names))
     return lines
 
 
