@@ -131,3 +131,16 @@ def test_a_task3_reason_names_the_state_that_grows():
     terse = check("task3_pressure", [("batch 很大", "batch 里每条序列都有 KV"), ("请求泄漏", "每个请求各占一份 KV"),
                                      ("长输出", "每个新 token 追加 KV")])
     assert terse.score == 6
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    ("task2_kv_explain", "拿内存换速度", 1),  # memory for speed names the effect, not the saving
+    ("task2_kv_explain", "用存储换计算，存储随 token 增长", 2),  # memory for compute names it
+    ("task2_kv_explain", "With the cache, step n works on token n only. Without it, tokens 1..n-1 are recomputed. Cost: memory.", 2),
+    ("quiz4_states_before_batching", ("D", "请求有的在等、有的在跑、有的结束了"), 2),  # 有的…有的 across 、
+    ("quiz5_debug_by_request", ("B", "看看哪些请求结束了还没释放"), 2),
+    ("task3_pressure", [("代码仓库问答", "整个仓库塞进 prompt，KV 跟着 token 数涨"), ("客户端断开但服务端没取消", "请求还在跑，KV 一直不释放"),
+                        ("n=4 采样", "4 条序列各有一份 KV")], 6),
+])
+def test_more_ways_of_saying_it(exercise, answer, score):
+    assert check(exercise, answer).score == score

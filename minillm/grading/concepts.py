@@ -134,7 +134,7 @@ def fix_typos(text: str) -> str:
 
 # --- clauses and negation ---------------------------------------------------------------------------
 _CLAUSE_SPLIT = re.compile(
-    r"[.;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
+    r"\.(?=\s|$|[\u4e00-\u9fff])|[;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
     r"\bso that\b|\bso\b(?!\s+(far|much|many|long)\b)|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
     r"\bdownside\b|\bthe catch\b|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
 
@@ -366,7 +366,7 @@ _SEGMENT_SPLIT = re.compile(r"\s*(?:[,;|\n•·、，；→⇒]|->|=>|\s/\s|(?<=
 # what links parts of a statement (stricter than glue: "no", "of", "的" do not)
 _LINK_EN = set("""because so but which that since thus therefore hence while whereas then when if instead it its
 they is are was were be been has have had can could will would does do did must should""".split())
-_LINK_ZH = re.compile(r"因为|所以|但|而|从而|因此|由于|于是|如果|就|才|让|使|会|能|(?<!不)是|把|被|随|越|导致|需要|可以|要")
+_LINK_ZH = re.compile(r"有的[^。；]{0,10}有的|谁[^。；]{0,10}谁|因为|所以|但|而|从而|因此|由于|于是|如果|就|才|让|使|会|能|(?<!不)是|把|被|随|越|导致|需要|可以|要")
 
 
 # what makes a Chinese piece a clause rather than a term: an aspect particle, an adverb of degree, time or scope,
