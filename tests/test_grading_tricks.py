@@ -144,3 +144,16 @@ def test_a_task3_reason_names_the_state_that_grows():
 ])
 def test_more_ways_of_saying_it(exercise, answer, score):
     assert check(exercise, answer).score == score
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    ("task2_kv_explain", "no recompute needed, but memory isn't free", 2),  # the cost said by denying its opposite
+    ("task2_kv_explain", "decode 阶段的计算量变小了，但显存变大了", 2),
+    ("task4_sampling", "每次采样的 token 都会回到模型里，模型接着它往后写", 2),
+    ("task3_pressure", [("长上下文", "上下文长 → KV 多"), ("双十一", "同一时间在线请求激增，每个都要一份 KV"),
+                        ("长输出", "输出长 → KV 多")], 6),  # one arrow is "leads to"; a chain of them stays a list
+    ("task4_sampling", "token → appended → next step", 0),
+    ("task5_trim_policy", ("summary", "last_n 会把题目那一轮扔掉，后面就没法引用了"), 2),
+])
+def test_c12_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score

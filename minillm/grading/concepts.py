@@ -389,6 +389,15 @@ def predicates(segments: list[str]) -> bool:
     return len(segments) >= 2 and said >= 1 and 2 * said >= len(segments)  # one run of words is no statement
 
 
+_ONE_ARROW = re.compile(r"^[^→⇒]+(→|⇒|->|=>)[^→⇒]+$")
+
+
+def causal_arrow(text: str) -> bool:
+    """One arrow between two pieces is "leads to" ("上下文长 → KV 多"): a statement. A chain of them
+    ("token → history → next step") is still a list."""
+    return bool(_ONE_ARROW.match(text.strip())) and text.count(">") <= 1
+
+
 def clause_marked(text: str) -> bool:
     """Chinese pieces that carry a clause marker and no list marks ("存K和V，下次不用算了，占内存")."""
     return not LIST_MARKS.search(text) and bool(CLAUSE_ZH.search(_ZH_TERMS.sub("", text)))
@@ -404,7 +413,7 @@ def keyword_run(text: str) -> bool:
     words_each, cjk_each = (3, 6) if len(segments) >= 3 else (2, 4)  # two pieces: both must be bare terms
     short = all(len(latin_words(s)) <= words_each and cjk_chars(s) <= cjk_each for s in segments)
     linked = (any(w in _LINK_EN for w in latin_words(t)) or bool(_LINK_ZH.search(_ZH_TERMS.sub("", t))) or clause_marked(t)
-              or predicates(segments))
+              or predicates(segments) or causal_arrow(t))
     return short and not linked
 
 

@@ -112,9 +112,10 @@ def keyword_list(text: str) -> str | None:
     def short(seg: str) -> bool:
         return len(words(seg)) <= 4 and cjk_chars(seg) <= 8
 
-    from .concepts import clause_marked
+    from .concepts import causal_arrow, clause_marked
 
-    has_glue = any(w.lower() in _GLUE_EN for w in words(t)) or bool(_GLUE_ZH.search(t)) or clause_marked(t)
+    has_glue = (any(w.lower() in _GLUE_EN for w in words(t)) or bool(_GLUE_ZH.search(t)) or clause_marked(t)
+                or causal_arrow(t))
     if has_glue:
         return None
     if all(short(s) for s in segments):

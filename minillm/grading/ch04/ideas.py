@@ -13,7 +13,7 @@ _COMPUTE = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bcomput\w*", r"\bcalcula
 _AVOID = [r"\bavoid\w*", r"\bskip\w*", r"\bsav(e|es|ed|ing)\b", r"\bspar\w*", r"\beliminat\w*", r"\bprevent\w*",
           r"\breduc\w*", r"\bcut\w*", r"\bless\b", r"\bfewer\b", r"\bsidestep\w*", r"\bbypass\w*", r"\bspare\w*",
           r"\bomit\w*", r"\bdrop\w*", r"少(了)?(?=算|计算|重算|重复)", r"省去", r"避免", r"减少", r"节省", r"节约", r"免去", r"省掉", r"省了", r"(?<![节])省", r"跳过", r"免得", r"以免", r"省得",
-          r"降低", r"变少", r"(?<!不)少了", r"更少"]
+          r"降低", r"变少", r"(?<!不)少了", r"更少", r"变小", r"减小", r"下降"]
 _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r"\bredid\b", r"\bre-?run\w*",
            r"\bre-?process\w*", r"\bre-?encod\w*",
            r"\b(comput|calculat|process|encod|run|work|produc|generat|creat|build|rebuil)\w*\s+(\w+\s+){0,6}?(again|twice|from scratch|each time|"
@@ -24,6 +24,7 @@ _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r
            r"重新算", r"重复算", r"再计算", r"(重新|再)[^，。；,;]{0,6}(过|跑|算|走)一遍", r"\brebuil\w*", r"(重新|重复|再次?)[^，。；,;]{0,6}(计算|算|处理)",
            r"(重新|重复|再次)\s*[A-Za-z][^，。；,;]{0,12}的?(计算|运算)", r"重做|(重新|重复|再次?)\s*(做|跑|走)\s*[一1]?\s*(次|遍)",
            r"(重新|重复|再次?)\s*(re-?)?(comput\w*|calculat\w*|process\w*)",
+           r"(重新|重复|再次?)[^，。；,;]{0,8}(投影|前向|编码)",
            # "no need to compute (it) again": the plain verb under a need-negator is the idea ("下次不用算了")
            r"(不用|不必|无需|无须|不需要|用不着)(再|重新|重复)?(去)?(算|计算)",
            r"(计算|运算)\s*[:：]?\s*(不|没有|无需|不用)\s*(重复|重新|再)",  # "计算：不重复"
@@ -34,6 +35,7 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
           r"\b(memory|space)\s+for\s+(compute|computation)\b",
           r"O_of_n\^?2[^，。；,;]{0,16}(O_of_n\b|linear|线性)", r"O_of_n\b[^，。；,;]{0,20}(instead of|rather than|而不是|而非)\s*O_of_n\^?2", r"\bquadratic\b[^.;]{0,30}\blinear\b", r"(以|用|拿)?(显存|空间|内存|存储)换(计算|算力)", r"重用", r"重复利用", r"直接用", r"直接使用",
           r"\b(only|just|merely)\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
+          r"\b(work|compute|computation)\s+for\s+(one|a single|the new|the newest|the latest)\s+token\b",
           r"(计算|计算量|运算|算力)[^，。；,;]{0,16}只(跟|和|与)[^，。；,;]{0,4}(新|最新|当前)", r"\bonly\s+depends?\s+on\s+the\s+(new|newest|latest|current)\b",
           r"\bonly\s+(\w+\s+){0,2}?(one|a single)\s+new\b",
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
@@ -63,6 +65,7 @@ MEMORY = idea(
     "memory_cost", "it costs memory that grows", "它要占用显存，而且随长度和请求数增长",
     parts=[_MEM, _COST],
     inverted=[r"\b(sav|reduc|lower|decreas|shrink|conserv)\w*\s+(\w+\s+){0,2}?(gpu\s+)?(memory|vram)\b",
+              r"\b(memory|vram|space|storage)\b[^.;,]{0,12}\bfree\b", r"(显存|内存)[^，。；,;]{0,4}免费",
               r"(节省|节约|减少|降低)[^，。；,;]{0,3}(显存|内存)"],
     standalone=[r"\bmemory[- ]bound\b", r"\bmemory pressure\b", r"显存压力", r"以显存换", r"用显存换",
                 r"\b(its|the|cache)\s+(size|footprint|usage)\s+(\w+\s+){0,2}?(grows?|growing|increases?|scales?|rises?)\b",
@@ -74,7 +77,8 @@ MEMORY = idea(
                 r"\b(size|memory|footprint)\b[^.;]{0,40}\bdepends?\s+on\b[^.;]{0,50}\b(length|tokens?|context)\b",
                 r"额外(的)?(显存|内存|存储)|显存开销|(显存|内存)[^，。；,;]{0,10}(有关|相关|成正比)", r"爆显存|显存(不够|不足|溢出|耗尽)",
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
-                r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多|成正比|正比|线性)"],
+                r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多|成正比|正比|线性)",
+                r"(缓存|KV)[^，。；,;]{0,8}(非常|很|特别|超|巨|极)大", r"(显存|内存)(大户|杀手|黑洞)"],
     weak=_MEM)
 
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
@@ -84,10 +88,10 @@ _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
          r"接到", r"接入", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
          r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回", r"(写|加|放|存|塞|并|拼)进", r"进到",
-         r"成了", r"变为", r"当成", r"当作", r"的一部分", r"留在", r"保留在", r"(拼|加|接|塞|存)回", r"进(了)?(历史|上下文|序列|输入|缓存|KV)",
+         r"成了", r"变为", r"当成", r"当作", r"的一部分", r"存到", r"放进", r"记(到|入|进)", r"留在", r"保留在", r"(拼|加|接|塞|存)回", r"进(了)?(历史|上下文|序列|输入|缓存|KV)",
          r"(在|位于|存在)(历史|上下文|序列|输入|缓存|KV)\s*(里|中|当中)"]
 _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
-         r"\btoken\s+(list|ids)\b", r"\blist of tokens\b",
+         r"\btoken\s+(list|ids)\b", r"\blist of tokens\b", r"token\s*列表",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bso far\b", r"\bback\b",
          r"历史", r"上下文", r"序列", r"输入", r"状态", r"前缀", r"KV", r"缓存", r"context", r"history"]
 TOKEN_TO_HISTORY = idea(
@@ -101,8 +105,8 @@ TOKEN_TO_HISTORY = idea(
                 r"\b(context|history|input)\s+(is\s+|becomes\s+)?(different|changes|changed)\b",
                 r"(上下文|历史|输入)[^，。；,;]{0,3}(不同|不一样|变了|改变|变化)",
                 # where it goes, named by place: the end of the sequence, the model's input
-                r"(接|拼|加|放|追加|附)(在|到)[^，。；,;]{0,4}(后面|末尾|最后|尾部)", r"(喂|送|输|传)(给|回|进)[^，。；,;]{0,4}模型",
-                r"(就是|便是|变成|成了)[^，。；,;]{0,8}的?输入", r"\b(added|appended|tacked)\s+(on\s+)?to\s+the\s+end\b",
+                r"(接|拼|加|放|追加|附)(在|到)[^，。；,;]{0,4}(后面|末尾|最后|尾部)", r"(喂|送|输|传)(给|回|进)[^，。；,;]{0,4}模型", r"回到[^，。；,;]{0,2}模型",
+                r"(就是|便是|变成|成了)[^，。；,;]{0,8}的?输入", r"(?<!不)(是|为)[^，。；,;]{0,12}的输入", r"\b(added|appended|tacked)\s+(on\s+)?to\s+the\s+end\b",
                 r"\bfe(d|eds?)\s+(back\s+)?(in)?to\s+the\s+model\b",
                 # it goes into the later computation itself
                 r"(进|进入|进到|加入|用于|参与)[^，。；,;]{0,2}(后续|之后|后面|下一步)的?(计算|生成|步骤|decode|前向)",
@@ -118,12 +122,12 @@ _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcomin
          r"\brel(y|ies)\s+on\b", r"\battends? to\b", r"\bsteer\w*", r"\bdiverg\w*", r"\bcontinuation\b",
          r"下一(轮|步|个|次)", r"后续", r"(之后|以后|后面)(的)?[^，。；,;]{0,3}(每一?步|步|token|计算|生成|输出|解码|decode|内容|路径|轮|预测|都)",
          r"(影响|决定|改变|左右)[^，。；,;]{0,2}(之后|以后|后面)", r"接下来", r"路径", r"走向", r"轨迹", r"方向", r"自回归",
-         r"依赖", r"基于", r"为条件", r"depend", r"next step", r"顺着(它|这个)",
+         r"依赖", r"基于", r"为条件", r"depend", r"next step", r"(顺着|接着|沿着)(它|这个)", r"(接着|顺着|沿着)[^，。；,;]{0,4}(往后|往下|继续)",
          r"\b(generat\w*|produc\w*|predict\w*|comes?|outputs?)\s+next\b", r"(影响|决定|改变)[^，。；,;]{0,3}(每一步|后面每|之后每)",
          r"(后面|之后|接下来)[^，。；,;]{0,6}(顺着|沿着|跟着|接着)"]
 NEXT_STEP_DEPENDS = idea(
     "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",
-    standalone=_NEXT + [r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(it|that|this|them)\b",
+    standalone=_NEXT + [r"\b(comput|calculat|condition|predict|generat)\w*\s+(from|on)\s+(it|that|this|them)\b",
                         r"\b(continu\w*|carr(y|ies) on|goes on|builds?)\s+from\s+(it|that|this|there)\b", r"\bcontinu\w*\s+from\b",
                         r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(the\s+)?(\w+\s+){0,2}?(tokens?|samples?|choices?)\b",
                         r"\binput\s+(of|for|to)\s+(the\s+)?(next|following|later)\b", r"(下一步|后面|之后)[^，。；]{0,4}(的)?输入"])
@@ -245,7 +249,7 @@ EARLY_TURN_MATTERS = idea(
                 r"original|initial)\s+(\w+\s+){0,2}?(turns?|messages?|context|exercise|problem|information|details?|"
                 r"content)", r"\b(exercise|problem statement|the task)\b[^.;]{0,60}\b(lost|dropp\w*|forg\w*|cut|gone|"
                 r"kept|keep\w*|preserv\w*|remain\w*|retain\w*)", r"\b(lose|loses|lost|drop\w*|forget\w*|cut\w* off)\b",
-                r"第一轮", r"第 ?1 ?轮", r"最早", r"开头", r"早期", r"之前的(题目|内容|信息)", r"(丢|丢失|丢掉|忘|遗忘|截掉|保留)"])
+                r"第一轮", r"第 ?1 ?轮", r"最早", r"开头", r"早期", r"之前的(题目|内容|信息)", r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|扔|挤掉|挤出|裁掉|删掉|去掉)"])
 BOUNDED_KV = idea(
     "bounded_kv", "the KV each turn holds stays bounded", "每轮占用的 KV 保持有界",
     standalone=[r"\b(bound\w*|budget|cap\w*|limit\w*|fixed|constant|stays? (small|flat)|fits?)\b", r"预算|上限|有界|固定|不再增长|受控"])
@@ -263,6 +267,7 @@ DECODE_PER_TOKEN = idea(
                 r"每(个|一个)?(输出|生成的?)?\s*token\s*(一|1)\s*(步|轮)",
                 r"每(个|一个)?(输出|生成的?)?\s*token\s*[^，。；,;]{0,6}(一|1)\s*(步|轮|次|遍)",
                 r"(取决于|决定于|看|跟)[^，。；,;]{0,6}(生成|输出)[^，。；,;]{0,4}(多少|多长|长度|数量)",
-                r"\bdepends?\s+on\s+how\s+(many|long)\b", r"逐(个|一)?\s*token|一轮一轮|一步一步",
+                r"\bdepends?\s+on\s+how\s+(many|long)\b", r"(一|每)\s*(步|轮)[^，。；,;]{0,6}(一|1)\s*个?\s*token",
+                r"步数\s*(=|等于|就是|和|跟)\s*(输出|生成)", r"逐(个|一)?\s*token|一轮一轮|一步一步",
                 r"输出(越|很)?长[^。；;]{0,20}(步|轮|延迟|越久|时间|慢)", r"步数[^，。；,;]{0,3}(越多|更多|增加|变多)",
                 r"\bmore\s+(decode\s+)?steps\b", r"(调度|批|batch)[^。；;]{0,16}(利用率|吞吐|一起|合批|空闲)"])

@@ -326,7 +326,8 @@ SCENARIO_KINDS = [
         r"\bagents?\b", r"\btool\s+(outputs?|results?|calls?)", r"accumulat\w*\s+(\w+\s+){0,5}(context|history)",
         r"(context|history)\s+(\w+\s+){0,2}(keeps\s+)?grow\w*", r"智能体|工具(调用|输出|结果)|上下文[^。；;]{0,4}(累积|越来越长|增长)",
         r"(huge|big|large|very long|enormous|massive|lengthy|giant|long)\s+(\w+\s+){0,2}(prompts?|context|inputs?|documents?|"
-        r"history|pdfs?|codebases?|files?|books?|transcripts?)", r"system\s+prompt", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
+        r"history|pdfs?|codebases?|files?|books?|transcripts?)", r"system\s+prompt", r"(summari[sz]\w*|analy[sz]\w*|read\w*)\s+(\w+\s+){0,3}(pdfs?|documents?|books?|reports?|papers?|transcripts?|codebases?|logs?)\b",
+        r"\d+[- ]page", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
         r"(book|document|file|codebase|report)",
         r"超长|长[^。；;]{0,3}(提示|系统提示|prompt)|(提示词|系统提示|prompt)[^。；;]{0,4}(长|大)|大文档|整本书|整份|很长的(文档|输入|提示)",
         r"(聊天|对话|会话)(记录|历史)|(记录|历史)[^。；;]{0,4}(很|太|超|特别)?长|(对话|聊天)[^。；;]{0,4}(很|太|超|特别)长",
@@ -337,6 +338,7 @@ SCENARIO_KINDS = [
         r"batch\s+size", rf"(lots of|thousands of|hundreds of|multiple|several|more)\s+{W}{{0,1}}(requests|users|sessions|"
         r"sequences|conversations)", r"simultaneous\w*", r"at the same time", r"peak\s+(traffic|load)",
         r"batch[^。；;]{0,4}(很|太|特别|非常)?(大|多)|批(次|量)?[^。；;]{0,2}(很|太|特别)大",
+        r"双十一|双11|秒杀|促销|抢购|大促|同一(时间|时刻)|\b(users|requests|clients|people)\s+at\s+once\b|\b\d{2,}\s+(users|requests|clients)\b",
         r"(请求|用户|会话)[^。；;]{0,4}同时|大量(请求|用户|会话)|高峰|高并发|并发|同时[^。；;]{0,6}(请求|用户|会话)|大批量|大 ?batch|多(个)?(用户|请求|会话)|请求[^。；;]{0,2}多|流量(高峰|大)|峰值",
         r"(很多|许多|好多|大量|一堆|一群)(人|学生|客户)|(人|用户)[^。；;]{0,2}(很多|多|一起|同时)|一起(用|访问|请求|提问)"]),
     _kind("long_output", "long outputs (many generated tokens)", [
@@ -372,7 +374,7 @@ _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore
          r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
          r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|留|存着|"
-         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|都(要|得|需要)?(存|保存|保留|留|占|缓存)|(都|各)(有|带)|涨|进(了)?(缓存|KV|显存)|(KV|缓存|显存|内存|状态|块)\s*(就|也|会|都|还)?(很|更|太|越)?(多|大|满)|"
+         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|(都|各)(要|得|需要)?(有|带|存|保存|保留|留|占|缓存)|涨|进(了)?(缓存|KV|显存)|(KV|缓存|显存|内存|状态|块)\s*(就|也|会|都|还)?(很|更|太|越)?(多|大|满)|"
          r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
          r"\buntil\b|\bwhile\b|不会?(丢|删)")
 
@@ -1009,7 +1011,7 @@ TASK5_SCENARIO = Bi("A tutoring chat runs for 40 turns. In turn 1 the student pa
 
 _LAST_N = re.compile(r"最近|最后|\blast\b|\brecent\b|window|窗口|\bN\s*(轮|turns?)|last[_ -]?n", re.I)
 _SUMMARY = re.compile(r"摘要|总结|summar\w*", re.I)
-_LOSES = re.compile(r"丢|忘|截掉|删|\blos[et]\w*|\bdrop\w*|\bforg[eo]t\w*|\bcut\w*|\bevict\w*", re.I)
+_LOSES = re.compile(r"丢|忘|截掉|删|扔|挤掉|挤出|裁掉|去掉|\blos[et]\w*|\bdrop\w*|\bforg[eo]t\w*|\bcut\w*|\bevict\w*", re.I)
 _KEEPS = re.compile(r"(保留|留住|留下|保住|\bkeep\w*|\bkept\b|\bretain\w*|\bpreserv\w*)\s*(\w+\s+)?"
                     r"(第一轮|第 ?1 ?轮|最早|开头|题目|\bturn\s*(1|one)\b|\bfirst\b|\bexercise\b|\bproblem\b|\bit\b)", re.I)
 
