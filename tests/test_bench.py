@@ -272,26 +272,32 @@ def test_the_random_model_for_peers_is_built_once(tmp_path):
 
 def test_peers_table_compares_each_minillm_variant_with_the_best_peer_only():
     """With ``--decode-graphs`` two minillm engines run; the best *peer* is chosen among the
-    other engines (never the second minillm) and each minillm variant gets its own ratio line."""
+    other engines (never the second minillm) of the same weight kind (float32 against float32,
+    int8 against Q8_0) and each minillm variant gets its own ratio line."""
     from minillm.apps.bench import peers
 
     def spread(x):
         return {"median": x, "min": x, "max": x}
 
-    names = ["minillm", peers.MINILLM_GRAPHS, "CTranslate2 x fp32", "llama.cpp x F32"]
-    tps = {"minillm": 100.0, peers.MINILLM_GRAPHS: 120.0, "CTranslate2 x fp32": 50.0, "llama.cpp x F32": 40.0}
-    tpot = {"minillm": 0.004, peers.MINILLM_GRAPHS: 0.002, "CTranslate2 x fp32": 0.002, "llama.cpp x F32": 0.001}
+    names = ["minillm", peers.MINILLM_GRAPHS, peers.MINILLM_INT8, "CTranslate2 x fp32", "llama.cpp x F32",
+             "llama.cpp x Q8_0"]
+    tps = {"minillm": 100.0, peers.MINILLM_GRAPHS: 120.0, peers.MINILLM_INT8: 90.0, "CTranslate2 x fp32": 50.0,
+           "llama.cpp x F32": 40.0, "llama.cpp x Q8_0": 60.0}
+    tpot = {"minillm": 0.004, peers.MINILLM_GRAPHS: 0.002, peers.MINILLM_INT8: 0.003, "CTranslate2 x fp32": 0.002,
+            "llama.cpp x F32": 0.001, "llama.cpp x Q8_0": 0.001}
     entry = {"engines": names, "rounds": 1, "load_average_start": [1, 1, 1], "load_average_end": [1, 1, 1],
              "latency": [{"prompt": 16, "checks": {}, "tpot": {n: spread(v) for n, v in tpot.items()}}],
              "workload": {"requests": 4, "wanted_tokens": 40, "rounds": 1, "checks": {},
-                          "best_batch": {"minillm": None, peers.MINILLM_GRAPHS: None, "CTranslate2 x fp32": 8,
-                                         "llama.cpp x F32": 16},
+                          "best_batch": {"minillm": None, peers.MINILLM_GRAPHS: None, peers.MINILLM_INT8: None,
+                                         "CTranslate2 x fp32": 8, "llama.cpp x F32": 16, "llama.cpp x Q8_0": 16},
                           "tokens_per_s": {n: spread(v) for n, v in tps.items()}}}
     text = peers.peers_markdown([{"model": "m", "new_tokens": 8, "rounds": 1, "threads": {"1": entry},
                                   "peers_not_run": {}}])
     assert "minillm / the best peer (CTranslate2 x fp32) on the mixed workload: **2.00×**" in text
     assert f"{peers.MINILLM_GRAPHS} / the best peer (CTranslate2 x fp32) on the mixed workload: **2.40×**" in text
     assert f"batch-1 TPOT, {peers.MINILLM_GRAPHS} / CTranslate2 x fp32: 1.00×; llama.cpp x F32: 2.00×" in text
+    # the faster Q8_0 peer is the int8 engine's best peer, never float32 minillm's
+    assert f"{peers.MINILLM_INT8} / the best peer (llama.cpp x Q8_0) on the mixed workload: **1.50×**" in text
     assert "(continuous batching)" in text
 
 

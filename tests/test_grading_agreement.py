@@ -47,8 +47,8 @@ def _answer(row):
     a = row["answer"]
     if row["id"].startswith(("pitfall", "quiz", "task5")) and isinstance(a, list):
         return tuple(a)
-    if row["id"] == "task3_pressure":
-        return [tuple(x) for x in a]
+    if row["id"] == "task3_pressure" and isinstance(a, list):
+        return [tuple(x) if isinstance(x, list) else x for x in a]  # pairs; dicts and "name: reason" strings stay
     return a
 
 

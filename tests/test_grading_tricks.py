@@ -56,7 +56,8 @@ def test_keyword_runs_score_nothing_in_either_language(text):
 
 @pytest.mark.parametrize("text", ["缓存 K/V 避免 recompute, memory 占用随 context 增长",
                                   "Stored K/V, no recompute, but memory grows",
-                                  "存好 K 和 V，之后不用算了，挺占显存"])  # comma-chained clauses with 了/不用/挺
+                                  "存好 K 和 V，之后不用算了，挺占显存",  # comma-chained clauses with 了/不用/挺
+                                  "Avoids recomputing past K/V; memory grows", "saves compute, costs memory"])
 def test_terse_statements_are_not_keyword_runs(text):
     assert not is_salad(text) and not keyword_run(text)
 
@@ -121,3 +122,25 @@ def test_chinese_negation_constructions(exercise, answer, score):
 def test_one_idea_found_beside_a_clause_nothing_matched_goes_to_a_person():
     r = check("task4_sampling", "它像掷骰子一样被挑出来，然后后续每一步都基于它计算")
     assert r.score == 1 and r.needs_human_review
+
+
+def test_a_task3_reason_names_the_state_that_grows():
+    thin = check("task3_pressure", [("long context", "because more tokens"), ("high concurrency", "because more users"),
+                                    ("long outputs", "because it is longer")])
+    assert thin.score == 3  # "more users" says what there is more of, not what the engine keeps for each
+    terse = check("task3_pressure", [("batch 很大", "batch 里每条序列都有 KV"), ("请求泄漏", "每个请求各占一份 KV"),
+                                     ("长输出", "每个新 token 追加 KV")])
+    assert terse.score == 6
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    ("task2_kv_explain", "拿内存换速度", 1),  # memory for speed names the effect, not the saving
+    ("task2_kv_explain", "用存储换计算，存储随 token 增长", 2),  # memory for compute names it
+    ("task2_kv_explain", "With the cache, step n works on token n only. Without it, tokens 1..n-1 are recomputed. Cost: memory.", 2),
+    ("quiz4_states_before_batching", ("D", "请求有的在等、有的在跑、有的结束了"), 2),  # 有的…有的 across 、
+    ("quiz5_debug_by_request", ("B", "看看哪些请求结束了还没释放"), 2),
+    ("task3_pressure", [("代码仓库问答", "整个仓库塞进 prompt，KV 跟着 token 数涨"), ("客户端断开但服务端没取消", "请求还在跑，KV 一直不释放"),
+                        ("n=4 采样", "4 条序列各有一份 KV")], 6),
+])
+def test_more_ways_of_saying_it(exercise, answer, score):
+    assert check(exercise, answer).score == score

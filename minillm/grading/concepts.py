@@ -134,7 +134,7 @@ def fix_typos(text: str) -> str:
 
 # --- clauses and negation ---------------------------------------------------------------------------
 _CLAUSE_SPLIT = re.compile(
-    r"[.;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
+    r"\.(?=\s|$|[\u4e00-\u9fff])|[;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
     r"\bso that\b|\bso\b(?!\s+(far|much|many|long)\b)|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
     r"\bdownside\b|\bthe catch\b|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
 
@@ -366,14 +366,27 @@ _SEGMENT_SPLIT = re.compile(r"\s*(?:[,;|\n•·、，；→⇒]|->|=>|\s/\s|(?<=
 # what links parts of a statement (stricter than glue: "no", "of", "的" do not)
 _LINK_EN = set("""because so but which that since thus therefore hence while whereas then when if instead it its
 they is are was were be been has have had can could will would does do did must should""".split())
-_LINK_ZH = re.compile(r"因为|所以|但|而|从而|因此|由于|于是|如果|就|才|让|使|会|能|(?<!不)是|把|被|随|越|导致|需要|可以|要")
+_LINK_ZH = re.compile(r"有的[^。；]{0,10}有的|谁[^。；]{0,10}谁|因为|所以|但|而|从而|因此|由于|于是|如果|就|才|让|使|会|能|(?<!不)是|把|被|随|越|导致|需要|可以|要")
 
 
 # what makes a Chinese piece a clause rather than a term: an aspect particle, an adverb of degree, time or scope,
 # or a modal negation ("下次不用算了", "prompt 很长", "都要存"). Pieces chained by commas with one of these are a
 # sentence; the enumeration marks (、 / → …) still make a list whatever the pieces hold.
-CLAUSE_ZH = re.compile(r"了|着|都|也|还|再|又|已经|一直|直接|很|太|非常|特别|更|挺|比较|不用|不必|无需|不需要|不会|没有|下次|每次")
+CLAUSE_ZH = re.compile(r"了|着|都|也|还|再|又|各|已经|一直|直接|很|太|非常|特别|更|挺|比较|不用|不必|无需|不需要|不会|没有|下次|每次")
 LIST_MARKS = re.compile(r"[、/|•·→⇒]|->|=>")
+
+
+# English verbs that make a short piece a predicate ("saves compute", "memory grows"): pieces that have
+# one are telegraphic statements, not keywords
+_VERBS_EN = set("""avoids saves skips spares costs uses takes eats needs grows holds keeps stores reuses prevents
+reduces increases consumes adds appends becomes feeds joins conditions depends decides picks steers changes
+affects occupies requires fills scales rises climbs goes enters""".split())
+
+
+def predicates(segments: list[str]) -> bool:
+    """Two pieces or more, at least half of them (two words or more) with a verb: statements written tersely."""
+    said = sum(len(latin_words(s)) >= 2 and any(w in _VERBS_EN for w in latin_words(s)) for s in segments)
+    return len(segments) >= 2 and said >= 1 and 2 * said >= len(segments)  # one run of words is no statement
 
 
 def clause_marked(text: str) -> bool:
@@ -390,7 +403,8 @@ def keyword_run(text: str) -> bool:
         return False
     words_each, cjk_each = (3, 6) if len(segments) >= 3 else (2, 4)  # two pieces: both must be bare terms
     short = all(len(latin_words(s)) <= words_each and cjk_chars(s) <= cjk_each for s in segments)
-    linked = any(w in _LINK_EN for w in latin_words(t)) or bool(_LINK_ZH.search(_ZH_TERMS.sub("", t))) or clause_marked(t)
+    linked = (any(w in _LINK_EN for w in latin_words(t)) or bool(_LINK_ZH.search(_ZH_TERMS.sub("", t))) or clause_marked(t)
+              or predicates(segments))
     return short and not linked
 
 
@@ -401,7 +415,7 @@ def is_salad(text: str) -> bool:
     if keyword_run(t):
         return True
     en = latin_words(t)
-    if any(w in _GLUE_EN for w in en):
+    if any(w in _GLUE_EN for w in en) or predicates([s for s in _SEGMENT_SPLIT.split(t) if s and s.strip(" .。!！?？")]):
         return False
     zh = "".join(_CJK_RE.findall(_ZH_TERMS.sub("", t)))
     if zh and _GLUE_ZH.search(zh):

@@ -250,6 +250,14 @@ def _int8_bytes(model) -> int:
     return sum(m.weight_bytes for m in model.modules() if isinstance(m, Int8Linear))
 
 
+def weight_kind(name: str) -> str:
+    """"int8" for an engine running 8-bit weights (minillm int8, llama.cpp Q8_0, CTranslate2
+    int8), else "float": the mixed workload's "best peer" is chosen among engines of the same
+    kind, so float32 minillm is never set against an 8-bit peer, nor int8 against a float32 one."""
+    low = name.lower()
+    return "int8" if ("int8" in low or "q8" in low) else "float"
+
+
 def is_minillm(name: str) -> bool:
     return name.startswith("minillm")
 
@@ -700,11 +708,12 @@ def peers_markdown(results: list[dict]) -> str:
                 lines[-1] += ("; CPU ms per output token: " + "; ".join(
                     f"{n} {1e3 * w['cpu_per_token'][n]['median']:.2f}" for n in names))
             peers = [n for n in names if not is_minillm(n)]
-            best_peer = max(peers, key=lambda n: w["tokens_per_s"][n]["median"], default=None)
             prompts = " (prompts " + " / ".join(str(row["prompt"]) for row in e["latency"]) + ")"
             for mine_name in [n for n in names if is_minillm(n)]:
+                best_peer = max((n for n in peers if weight_kind(n) == weight_kind(mine_name)),
+                                key=lambda n: w["tokens_per_s"][n]["median"], default=None)
                 if not best_peer:
-                    break
+                    continue
                 mine = w["tokens_per_s"][mine_name]["median"]
                 lines.append(f"\n{mine_name} / the best peer ({best_peer}) on the mixed workload: "
                              f"**{mine / w['tokens_per_s'][best_peer]['median']:.2f}×**; batch-1 TPOT, {mine_name} / "

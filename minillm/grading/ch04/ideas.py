@@ -29,10 +29,12 @@ _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r
            r"(计算|运算)\s*[:：]?\s*(不|没有|无需|不用)\s*(重复|重新|再)",  # "计算：不重复"
            r"\b(no need to|don't (have|need) to|doesn't (have|need) to|needn't)\s+(re-?)?(comput|calculat)\w*"]
 _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|取)",
-          r"\btrad\w*\s+(\w+\s+){0,2}?(memory|space|vram|storage)\s+for\s+(\w+\s+)?(compute|computation|speed|time|flops)",
-          r"\b(memory|space)\s+for\s+(compute|computation|speed|time)\b",
-          r"O_of_n\^?2[^，。；,;]{0,16}(O_of_n\b|linear|线性)", r"O_of_n\b[^，。；,;]{0,20}(instead of|rather than|而不是|而非)\s*O_of_n\^?2", r"\bquadratic\b[^.;]{0,30}\blinear\b", r"(以|用)(显存|空间|内存)换(计算|时间|速度)", r"重用", r"重复利用", r"直接用", r"直接使用",
-          r"\bonly\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
+          # memory traded for *compute* names the saving; for speed or time it names only the effect (labelled 1)
+          r"\btrad\w*\s+(\w+\s+){0,2}?(memory|space|vram|storage)\s+for\s+(\w+\s+)?(compute|computation|flops)",
+          r"\b(memory|space)\s+for\s+(compute|computation)\b",
+          r"O_of_n\^?2[^，。；,;]{0,16}(O_of_n\b|linear|线性)", r"O_of_n\b[^，。；,;]{0,20}(instead of|rather than|而不是|而非)\s*O_of_n\^?2", r"\bquadratic\b[^.;]{0,30}\blinear\b", r"(以|用|拿)?(显存|空间|内存|存储)换(计算|算力)", r"重用", r"重复利用", r"直接用", r"直接使用",
+          r"\b(only|just|merely)\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
+          r"(计算|计算量|运算|算力)[^，。；,;]{0,16}只(跟|和|与)[^，。；,;]{0,4}(新|最新|当前)", r"\bonly\s+depends?\s+on\s+the\s+(new|newest|latest|current)\b",
           r"\bonly\s+(\w+\s+){0,2}?(one|a single)\s+new\b",
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
           r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
@@ -72,7 +74,7 @@ MEMORY = idea(
                 r"\b(size|memory|footprint)\b[^.;]{0,40}\bdepends?\s+on\b[^.;]{0,50}\b(length|tokens?|context)\b",
                 r"额外(的)?(显存|内存|存储)|显存开销|(显存|内存)[^，。；,;]{0,10}(有关|相关|成正比)", r"爆显存|显存(不够|不足|溢出|耗尽)",
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
-                r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多)"],
+                r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多|成正比|正比|线性)"],
     weak=_MEM)
 
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
@@ -101,7 +103,10 @@ TOKEN_TO_HISTORY = idea(
                 # where it goes, named by place: the end of the sequence, the model's input
                 r"(接|拼|加|放|追加|附)(在|到)[^，。；,;]{0,4}(后面|末尾|最后|尾部)", r"(喂|送|输|传)(给|回|进)[^，。；,;]{0,4}模型",
                 r"(就是|便是|变成|成了)[^，。；,;]{0,8}的?输入", r"\b(added|appended|tacked)\s+(on\s+)?to\s+the\s+end\b",
-                r"\bfe(d|eds?)\s+(back\s+)?(in)?to\s+the\s+model\b"],
+                r"\bfe(d|eds?)\s+(back\s+)?(in)?to\s+the\s+model\b",
+                # it goes into the later computation itself
+                r"(进|进入|进到|加入|用于|参与)[^，。；,;]{0,2}(后续|之后|后面|下一步)的?(计算|生成|步骤|decode|前向)",
+                r"\b(goes|fed|feeds|enters?)\s+(back\s+)?into\s+(the\s+)?(next|later|following|subsequent)\b"],
     weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"])
 
 _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|inputs?|"
@@ -114,6 +119,7 @@ _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcomin
          r"下一(轮|步|个|次)", r"后续", r"(之后|以后|后面)(的)?[^，。；,;]{0,3}(每一?步|步|token|计算|生成|输出|解码|decode|内容|路径|轮|预测|都)",
          r"(影响|决定|改变|左右)[^，。；,;]{0,2}(之后|以后|后面)", r"接下来", r"路径", r"走向", r"轨迹", r"方向", r"自回归",
          r"依赖", r"基于", r"为条件", r"depend", r"next step", r"顺着(它|这个)",
+         r"\b(generat\w*|produc\w*|predict\w*|comes?|outputs?)\s+next\b", r"(影响|决定|改变)[^，。；,;]{0,3}(每一步|后面每|之后每)",
          r"(后面|之后|接下来)[^，。；,;]{0,6}(顺着|沿着|跟着|接着)"]
 NEXT_STEP_DEPENDS = idea(
     "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",
@@ -131,7 +137,7 @@ REQUEST_STATE = idea(
                 r"\bactivations?\b", r"\battention state\b", r"\bits own tokens\b",
                 r"每个(活跃)?请求", r"绑定", r"执行状态", r"请求(自己|自身|本身)", r"自己的", r"属于[^，。；,;]{0,12}请求", r"(那个|这一个|那一个|单一|当前)请求",
                 r"(正在运行|运行中|活跃)的[^，。；,;]{0,4}请求",
-                r"中间(状态|结果|值|量)", r"活跃请求", r"跟着(这个|该|那个)?请求",
+                r"中间(状态|结果|值|量)", r"活跃请求", r"请求[^，。；,;]{0,10}的(状态|中间结果)", r"跟着(这个|该|那个)?请求",
                 r"请求[^，。；,;]{0,6}(结束|没了|释放)[^，。；]{0,8}(它|缓存|KV)[^，。；,;]{0,4}(也)?(就)?(没了|释放|消失|清掉)",
                 r"\b(goes away|dies|is freed|is dropped|disappears)\s+with\s+(the|its|that)\s+request\b", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求"])
 SAMPLING_PICKS = idea(
@@ -212,7 +218,8 @@ HOLDS_RESOURCES = idea(
     standalone=[r"\bblocks?\b", r"\bslots?\b", r"\buntil\s+(it|the request|they)\s+(ends|finishes|is released|is freed|are released)\b",
                 r"\b(holds?|holding|occup\w*|owns?|keeps?|has|have)\b\s+(\w+\s+){0,3}?(resources?|state|kv|blocks?|slots?|memory|"
                 r"tokens)", r"\b(resources?|state|states)\b", r"\bkv blocks?\b", r"\bstate machines?\b",
-                r"资源", r"状态", r"占用", r"占着", r"持有", r"KV ?块", r"(?<!一)块", r"槽位"])
+                r"资源", r"状态", r"占用", r"占着", r"持有", r"KV ?块", r"(?<!一)块", r"槽位",
+                r"(没|未|不)(有)?(释放|归还|回收)", r"\bnot\s+(yet\s+)?(freed|released|returned)\b"])
 MIXED_STATES = idea(
     "mixed_states", "a batch mixes requests in different, changing states", "一个批次里的请求处于不同且不断变化的状态",
     standalone=[r"\bdifferent\s+(\w+\s+){0,1}?(states?|phases?|stages?)", r"\bstates?\s+(transitions?|changes?|change|keep changing)",
@@ -226,7 +233,7 @@ MIXED_STATES = idea(
                 r"\bsome\b[^.;]{0,40}\b(others?|some)\b", r"\bchanging\s+(\w+\s+)?states?\b", r"一些[^。；]{0,16}一些",
                 r"\b(join|leave|enter|finish)\w*\b[^.;]{0,30}\bdifferent\s+(times?|moments?|points?)\b",
                 r"\bbatch\w*\s+(\w+\s+){0,2}?(keeps?\s+)?chang\w*",
-                r"(加入|离开|进出|进进出出)", r"混合", r"每一?步[^，。；]{0,6}变",
+                r"(加入|离开|进出|进进出出)", r"混合", r"(每一?步|随时)[^，。；]{0,16}(变|改变|不同)", r"谁(在|该|要)?[^。；]{0,10}谁(在|该|要)",
                 # who runs is decided again at every step: the batch changes
                 r"每一?(步|轮|次)[^，。；]{0,8}(重新)?(决定|选择|安排|挑选?)[^，。；]{0,4}(谁|哪些|哪个)",
                 r"\b(every|each)\s+step\b[^.;]{0,40}\b(decid\w*|choos\w*|pick\w*|select\w*)\s+(again\s+)?(who|which)\b"])
@@ -254,6 +261,8 @@ DECODE_PER_TOKEN = idea(
                 r"\b(long|longer|more)\s+(\w+\s+){0,2}?(outputs?|tokens)\b[^.;]{0,50}\b(steps?|rounds?|latency|longer|time)",
                 r"\bschedul\w*\b[^.;]{0,50}\b(batch\w*|together|utili[sz]\w*|throughput|busy|idle)",
                 r"每(个|一个)?(输出|生成的?)?\s*token\s*(一|1)\s*(步|轮)",
-                r"每(个|一个)?(输出|生成的?)?\s*token\s*[^，。；,;]{0,6}(一|1)\s*(步|轮|次|遍)", r"逐(个|一)?\s*token|一轮一轮|一步一步",
+                r"每(个|一个)?(输出|生成的?)?\s*token\s*[^，。；,;]{0,6}(一|1)\s*(步|轮|次|遍)",
+                r"(取决于|决定于|看|跟)[^，。；,;]{0,6}(生成|输出)[^，。；,;]{0,4}(多少|多长|长度|数量)",
+                r"\bdepends?\s+on\s+how\s+(many|long)\b", r"逐(个|一)?\s*token|一轮一轮|一步一步",
                 r"输出(越|很)?长[^。；;]{0,20}(步|轮|延迟|越久|时间|慢)", r"步数[^，。；,;]{0,3}(越多|更多|增加|变多)",
                 r"\bmore\s+(decode\s+)?steps\b", r"(调度|批|batch)[^。；;]{0,16}(利用率|吞吐|一起|合批|空闲)"])

@@ -330,12 +330,13 @@ SCENARIO_KINDS = [
         r"(book|document|file|codebase|report)",
         r"超长|长[^。；;]{0,3}(提示|系统提示|prompt)|(提示词|系统提示|prompt)[^。；;]{0,4}(长|大)|大文档|整本书|整份|很长的(文档|输入|提示)",
         r"(聊天|对话|会话)(记录|历史)|(记录|历史)[^。；;]{0,4}(很|太|超|特别)?长|(对话|聊天)[^。；;]{0,4}(很|太|超|特别)长",
-        r"长[^。；;]{0,2}(文档|文件|合同|论文|代码库)|(文档|文章|报告|论文|合同)[^。；;]{0,4}(总结|问答|摘要|分析)|(总结|分析|阅读)[^。；;]{0,6}(文档|文章|报告|论文|合同)"]),
+        r"长[^。；;]{0,2}(文档|文件|合同|论文|代码库)|(文档|文章|报告|论文|合同|仓库|代码库|代码仓库|日志|书)[^。；;]{0,4}(总结|问答|摘要|分析)|(总结|分析|阅读)[^。；;]{0,6}(文档|文章|报告|论文|合同)"]),
     _kind("high_concurrency", "high concurrency (many live requests at once)", [
         r"concurren\w*", r"parallel\s+(requests|users|sessions)", rf"many\s+{W}{{0,2}}(requests|users|sessions|"
         r"clients|sequences|conversations|chats)", r"high\s+(traffic|load|qps|throughput)", r"(large|big)\s+batch",
         r"batch\s+size", rf"(lots of|thousands of|hundreds of|multiple|several|more)\s+{W}{{0,1}}(requests|users|sessions|"
         r"sequences|conversations)", r"simultaneous\w*", r"at the same time", r"peak\s+(traffic|load)",
+        r"batch[^。；;]{0,4}(很|太|特别|非常)?(大|多)|批(次|量)?[^。；;]{0,2}(很|太|特别)大",
         r"(请求|用户|会话)[^。；;]{0,4}同时|大量(请求|用户|会话)|高峰|高并发|并发|同时[^。；;]{0,6}(请求|用户|会话)|大批量|大 ?batch|多(个)?(用户|请求|会话)|请求[^。；;]{0,2}多|流量(高峰|大)|峰值",
         r"(很多|许多|好多|大量|一堆|一群)(人|学生|客户)|(人|用户)[^。；;]{0,2}(很多|多|一起|同时)|一起(用|访问|请求|提问)"]),
     _kind("long_output", "long outputs (many generated tokens)", [
@@ -343,18 +344,18 @@ SCENARIO_KINDS = [
         r"reasoning|decod\w*)", rf"(output|generation|response|answer|completion)s?\s+{W}{{0,3}}(very\s+)?(long|lengthy)",
         r"max_?tokens", r"(many|more|lots of|thousands of)\s+(output|generated|new|decode)\s+tokens",
         rf"generat\w*\s+{W}{{0,3}}(many|thousands|lots|long|a lot)", r"chain[- ]of[- ]thought",
-        r"长输出|长回答|长回复|长生成|生成[^。；;]{0,4}长|输出[^。；;]{0,4}长|max_tokens|生成大量|长篇|长文章|长推理",
+        r"长输出|长回答|长回复|长生成|生成[^。；;]{0,4}长|输出[^。；;]{0,4}长|max_tokens|生成大量|长篇|长文章|长推理|思维链|推理链|推理过程|\bcot\b",
         r"(writ\w*|generat\w*|produc\w*|draft\w*|compos\w*)\s+(\w+\s+){0,3}(long|lengthy|big|huge|entire|whole|full)",
         r"long\s+(reports?|articles?|essays?|story|stories|novels?|summar\w*|translations?|chapters?)",
         r"(each|every)\s+(generated|new|output|decoded)\s+token",
         r"(写|生成|输出|撰写)[^。；;]{0,6}(长|报告|文章|小说|论文)", r"每生成一个"]),
     _kind("parallel_sampling", "several sequences per request (beam search, n > 1)", [
         r"beam\s*search", r"parallel\s+sampling", r"\bn\s*>\s*1\b", r"multiple\s+(candidates|samples|completions|beams)",
-        r"best[- ]of", r"束搜索|并行采样|多个候选|多路采样"]),
+        r"best[- ]of", r"束搜索|并行采样|多个候选|多路采样|多条序列|多个样本", r"\bn\s*=\s*([2-9]|\d{2,})\b"]),
     _kind("not_released", "requests that are not released (leaks, late release, cancels that never arrive)", [
         rf"(not|never|late|slow\w*|forgot\w*)\s+{W}{{0,2}}(releas\w*|freed|free\w*|clean\w*|reclaim\w*)", r"leak\w*",
         rf"cancel\w*\s+{W}{{0,5}}(api|layer|never|doesn't|does not|not)", r"zombie", r"orphan\w*", r"idle\s+sessions?",
-        r"泄漏|泄露|没有?释放|未释放|释放[^。；;]{0,2}晚|取消[^。；;]{0,10}(接口|没有|未)|僵尸|残留",
+        r"没(有)?取消|未取消|(客户端|用户|连接)[^。；;]{0,4}(断开|断连|掉线|关闭|离开)|泄漏|泄露|没有?释放|未释放|释放[^。；;]{0,2}晚|取消[^。；;]{0,10}(接口|没有|未)|僵尸|残留",
         rf"(never|not)\s+{W}{{0,2}}cancel\w*", r"\btim(e|es|ed|ing)\s*out\b|\btimeouts?\b",
         r"\b(stay|stays|remain|remains|left)\s+allocated\b", r"超时|一直占着|迟迟不释放"]),
     _kind("bigger_model", "a model with more layers or KV heads (more bytes per token)", [
@@ -371,7 +372,7 @@ _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore
          r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
          r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|留|存着|"
-         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|(KV|缓存|显存|内存|状态|块)\s*(就|也|会|都|还)?(很|更|太|越)?(多|大|满)|"
+         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|都(要|得|需要)?(存|保存|保留|留|占|缓存)|(都|各)(有|带)|涨|进(了)?(缓存|KV|显存)|(KV|缓存|显存|内存|状态|块)\s*(就|也|会|都|还)?(很|更|太|越)?(多|大|满)|"
          r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
          r"\buntil\b|\bwhile\b|不会?(丢|删)")
 
@@ -395,8 +396,8 @@ def _reason_level(reason: str, scenario: str = "") -> str | None:
     has = [bool(re.search(p, text, re.IGNORECASE)) for p, text in ((_UNIT, unit_text), (_STATE, reason), (_GROW, reason))]
     if all(has):
         return "strong"
-    if has[1] or (has[0] and has[2]):
-        return "weak"
+    if has[1]:
+        return "weak"  # the state, without what makes it grow; "more users" names no state: not a reason
     return None
 
 
