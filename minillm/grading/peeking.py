@@ -209,4 +209,4 @@ def engine_references(nb, forbidden: dict) -> set[str]:
     if names & _TAMPERING:
         return set(forbidden)
     return {answer for answer, specs in forbidden.items()
-            if any(s.split(":")[1] in names for s in specs if not s.endswith(":*"))}
+            if any(s.split(":")[1] in names for s in specs if not s.endswith(":*") and not s.startswith("allow:"))}
