@@ -219,7 +219,8 @@ class MinillmEngine:
                  attention_backend: str = "auto", weight_dtype: str | None = None):
         from minillm import LLM
 
-        self.name = MINILLM_GRAPHS if decode_graphs else MINILLM_INT8 if weight_dtype == "int8" else "minillm"
+        self.name = {(False, None): "minillm", (True, None): MINILLM_GRAPHS, (False, "int8"): MINILLM_INT8,
+                     (True, "int8"): MINILLM_INT8_GRAPHS}[(bool(decode_graphs), weight_dtype)]
         self.llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False,
                        kv_cache_tokens=kv_tokens, max_num_seqs=64, num_threads=threads,
                        decode_graphs=decode_graphs, attention_backend=attention_backend, weight_dtype=weight_dtype)
@@ -242,6 +243,7 @@ class MinillmEngine:
 #: the names of minillm's variants in the results: decode graphs, int8 projections
 MINILLM_GRAPHS = "minillm, decode graphs"
 MINILLM_INT8 = "minillm int8"
+MINILLM_INT8_GRAPHS = "minillm int8, decode graphs"
 
 
 def _int8_bytes(model) -> int:
@@ -537,6 +539,9 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
             if int8:
                 engines.append(MinillmEngine(folder, threads, kv_tokens, attention_backend=attention_backend,
                                              weight_dtype="int8"))
+            if int8 and decode_graphs:  # int8 projections traced as the streaming kernel's op
+                engines.append(MinillmEngine(folder, threads, kv_tokens, decode_graphs=True,
+                                             attention_backend=attention_backend, weight_dtype="int8"))
             result["attention_backend"] = engines[0].llm.attention_backend
             tok, vocab = engines[0].llm.tokenizer, engines[0].llm.model_config.vocab_size
             lens = [p for p in prompt_lens if p + new_tokens <= engines[0].llm.max_model_len]
