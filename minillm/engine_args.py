@@ -212,7 +212,7 @@ def check_decode_graphs(value, device: torch.device, weight_dtype=None, row_spli
     if value == "cuda" and device.type != "cuda":
         raise ValueError(f"decode_graphs='cuda' captures CUDA graphs and needs device='cuda', got "
                          f"device={str(device)!r} (use True or 'compile' on the CPU)")
-    if value != "eager" and weight_dtype is not None:
+    if value == "cuda" and weight_dtype is not None:
         raise ValueError(f"decode_graphs={value!r} needs weight_dtype=None: the packed {weight_dtype} "
                          f"projections cannot be traced (use decode_graphs='eager' or float weights)")
     if value != "eager" and row_split:

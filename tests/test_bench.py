@@ -343,6 +343,12 @@ def test_peers_result_names_the_machine_its_bandwidth_and_cpu_time(tiny_model, m
     assert r["weight_bytes"] / 4 < own < r["weight_bytes"] / 2  # a byte a weight, plus the scales
     assert f"{peers.MINILLM_INT8}: {1e3 * own / 10e9:.2f} ms for its" in text
     assert f"{own / 10e9 / row['tpot'][peers.MINILLM_INT8]['median']:.0%}" in text
+    # the bandwidth is probed in every round too; the floor takes the best probe of the run
+    assert row["read_gbs"] == [10.0]
+    row["read_gbs"] = [25.0]
+    text = peers.peers_markdown([r])
+    assert "at 25.0 GB/s, the best of 3 probes" in text
+    assert f"{r['weight_bytes'] / 25e9 / row['tpot']['minillm']['median']:.0%}" in text
 
 
 def test_read_bandwidth_and_the_cpu_clock():

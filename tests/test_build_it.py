@@ -352,3 +352,16 @@ def test_bad_parts_are_refused_naming_the_field():
 
     with pytest.raises(ValueError, match="lacks allocate, share, free, num_free, ref_count"):
         LLM(device="cpu", parts=EngineParts(block_pool=NoShare))
+
+
+def test_a_filter_that_calls_the_fast_paths_own_filter_does_not_pass():
+    import torch
+
+    import minillm.fast.sampler as fast
+    from minillm.grading.ch04.build_it import TOP_K_CASES, _check_cases
+    from minillm.grading.registry import Marks
+    from minillm.sampler import top_k_filter
+
+    m = Marks()
+    assert not _check_cases(m, lambda lg, k: fast.sorted_filters(lg, torch.tensor(k), None, None),
+                            "my_top_k_filter", TOP_K_CASES, top_k_filter, "k")

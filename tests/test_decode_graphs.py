@@ -246,8 +246,8 @@ def test_bad_values_name_the_option(bad):
 def test_incompatible_options_are_refused():
     with pytest.raises(ValueError, match="decode_graphs='cuda'.*device='cuda'"):
         check_engine_options("cpu", decode_graphs="cuda")
-    with pytest.raises(ValueError, match="weight_dtype=None"):
-        check_engine_options("cpu", "float32", decode_graphs=True, weight_dtype="int8")
+    # int8 weights trace as the streaming kernel's op (tests/test_gemv.py); CUDA has no int8
+    assert check_engine_options("cpu", "float32", decode_graphs=True, weight_dtype="int8").decode_graphs == "compile"
     with pytest.raises(ValueError, match="row_split"):
         check_engine_options("cpu", decode_graphs="compile", row_split=True)
     assert check_engine_options("cpu", decode_graphs=True).decode_graphs == "compile"
@@ -277,6 +277,30 @@ def test_compiled_buckets_on_the_cpu(pair):
     assert g.compiles == 3  # nothing compiled after the warm-up: every width shares its batch's graph
     # batches above the CPU limit run eager
     assert compiled.runner.graphs.graph_for(CPU_MAX_BATCH + 1, 1) is None
+
+
+def test_int8_weights_in_decode_graphs_give_the_eager_int8_tokens(tiny_llama):
+    """int8 projections inside a CPU decode graph are ``torch.ops.minillm_gemv.linear_int8``:
+    the same kernel as eager int8 decode, so the same tokens; where the op cannot be had the
+    engine says so instead of failing inside the tracer."""
+    from minillm.fast import gemv
+
+    kw = dict(device="cpu", dtype="float32", num_threads=1, block_size=4, num_kv_blocks=32, max_num_seqs=1,
+              weight_dtype="int8")
+    if not gemv.op_available():
+        with pytest.raises(ValueError, match="int8 weights needs the streaming kernel"):
+            LLM(str(tiny_llama[0]), decode_graphs="compile", **kw)
+        return
+    graphed, ref = LLM(str(tiny_llama[0]), decode_graphs="compile", **kw), LLM(str(tiny_llama[0]), **kw)
+    outs = [run(engine, (5, 11), max_tokens=12)[0] for engine in (ref, graphed)]
+    assert outs[0] == outs[1]
+    assert graphed.runner.graphs.compiles >= 1
+
+
+def test_int8_decode_graphs_without_the_kernel_are_refused(tiny_llama, monkeypatch):
+    monkeypatch.setenv("MINILLM_GEMV", "0")
+    with pytest.raises(ValueError, match="int8 weights needs the streaming kernel.*MINILLM_GEMV=0"):
+        LLM(str(tiny_llama[0]), device="cpu", dtype="float32", weight_dtype="int8", decode_graphs="compile")
 
 
 def test_where_ahead_of_time_compiling_fails_graphs_are_compiled_as_usual(tiny_llama):

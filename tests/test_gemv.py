@@ -199,6 +199,27 @@ def test_traced_decode_rows_call_the_operator():
     assert not any("minillm_gemv" in t for t in seen[1]), seen[1]
 
 
+def test_traced_int8_decode_rows_call_the_int8_operator():
+    """A streamed ``Int8Linear`` traces its decode rows as ``torch.ops.minillm_gemv.linear_int8``
+    (torch's packed int8 linear cannot be traced), equal to the eager kernel."""
+    if not gemv.op_available():
+        pytest.skip(f"operator unavailable: {gemv.op_unavailable_reason()}")
+    lin = Int8Linear(nn.Linear(32, 48))
+    lin.stream()
+    seen = []
+
+    def backend(gm, example):
+        seen.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return gm
+
+    with torch.inference_mode():
+        torch._dynamo.reset()
+        x = torch.randn(3, 32)
+        got = torch.compile(lin, backend=backend, fullgraph=True)(x)
+        assert torch.equal(got, lin(x))
+    assert any("minillm_gemv.linear_int8" in t for t in seen[0]), seen[0]
+
+
 def test_decode_steps_give_the_threads_to_the_kernel(model_factory):
     """With 2 threads a decode step runs torch's ops on one thread and the kernel on two (torch's
     OpenMP team collapses on a shared machine); prefills keep torch's threads; all restored after."""

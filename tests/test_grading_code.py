@@ -368,3 +368,30 @@ def test_a_lookup_table_of_the_printed_cases_scores_nothing_and_goes_to_a_person
         assert any("drawn fresh" in f.text for f in r.feedback), r.feedback
     assert coding.fresh_kv_configs(1) != coding.fresh_kv_configs(2) and coding.fresh_stop_cases(3) == \
         coding.fresh_stop_cases(3)
+
+
+def test_a_byte_count_may_read_the_block_size_but_not_run_the_engine(scenario_engine):
+    """Task 3's function may ask the engine its block size (``cache_stats()``), but not measure the
+    scenario by running it, nor call the grader's own measurement."""
+    from minillm import SamplingParams
+    from minillm.grading.ch04.coding import FORBIDDEN, Scenario, measure
+
+    llm, forbid = scenario_engine, FORBIDDEN["scenario_kv_bytes"]
+    cfg = llm.model_config
+
+    def honest(num_requests, prompt_tokens, output_tokens):
+        block = llm.cache_stats().block_size
+        per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 4
+        return num_requests * -(-(prompt_tokens + output_tokens) // block) * block * per_token
+
+    def measured(num_requests, prompt_tokens, output_tokens):
+        return measure(llm, Scenario(num_requests, prompt_tokens, output_tokens, "x")).used_bytes
+
+    def ran(num_requests, prompt_tokens, output_tokens):
+        llm.generate([[1] * prompt_tokens] * num_requests, SamplingParams(max_tokens=output_tokens))
+        return llm.cache_stats().used_bytes
+
+    assert safecall.call(honest, 2, 10, 5, forbid=forbid).value == honest(2, 10, 5)
+    for cheat in (measured, ran):
+        out = safecall.call(cheat, 2, 10, 5, forbid=forbid)
+        assert not out.ok and out.engine_used, out

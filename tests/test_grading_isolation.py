@@ -599,3 +599,23 @@ def test_a_model_answer_asked_for_by_a_name_built_at_run_time_is_recorded(cell):
     honest = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "print(f'model_{1}', 'answer', 'show', '_', 'on')\ntask2_kv_explain = 'The solution: keep K and V.'")])
     assert solution_lookups(honest) == set()
+
+
+TAMPER = """
+import contextlib, importlib
+_guard = importlib.import_module(".".join(["minillm", "grading", "engine_" + "guard"]))
+_guard.swapped = lambda specs: contextlib.nullcontext({})
+_guard.watched = lambda originals, others_idle=False: contextlib.nullcontext([])
+from minillm import sampler as _s
+def my_top_p_filter(logits, top_p):
+    return _s.top_p_filter(logits, top_p)
+"""
+
+
+def test_a_notebook_that_switches_the_guard_off_scores_nothing_for_its_functions(tmp_path):
+    """The guard runs in the submission's own process, so a cell can switch it off; the notebook's
+    code then names (or assembles) the guard, and its functions score 0 until a person reads them."""
+    rc, report = grade(write_notebook(tmp_path, TAMPER), *([] if JAIL else ["--unjailed"]))
+    r = report["exercises"]["code_top_p"]
+    assert rc == 0 and r["score"] == 0 and r["needs_human_review"], r
+    assert any("guard" in f for f in r["feedback"])

@@ -41,11 +41,29 @@ def prepare_model(llm, opts) -> None:
         # inside a decode graph the kernel's call costs what F.linear's does, and torch's small
         # products ran at 5-10 GB/s there (the shipped model's 0.25-0.7 MB projections): stream all
         stream_weights(llm.model, min_bytes=0 if opts.decode_graphs is not None else MIN_STREAM_BYTES)
+    if opts.weight_dtype is not None and opts.decode_graphs == "compile":
+        _check_int8_graphs(llm.model)
     threads = llm.num_threads or (torch.get_num_threads() if llm.device.type == "cpu" else 1)
     if opts.row_split and threads >= 2 and not opts.compile:
         from .threaded import use_row_split
 
         llm.shard_pool = use_row_split(llm.model, threads)
+
+
+def _check_int8_graphs(model) -> None:
+    """Decode graphs trace int8 projections only as the streaming kernel's op (torch's packed
+    int8 linear cannot be traced): a ValueError saying why where that kernel is not there."""
+    from ..models.weights import Int8Linear
+    from . import gemv
+
+    streamed = all(m._stream is not None for m in model.modules() if isinstance(m, Int8Linear))
+    why = None if streamed else (gemv.unavailable_reason() or f"{gemv.ENV_SWITCH}=0 turned it off")
+    if why is None and not gemv.op_available():
+        why = gemv.op_unavailable_reason()
+    if why is not None:
+        raise ValueError(f"decode_graphs='compile' with int8 weights needs the streaming kernel's op "
+                         f"(minillm.fast.gemv), which is unavailable here: {why}; use decode_graphs='eager' "
+                         f"or float weights")
 
 
 def build(llm, opts, cfg, parts):

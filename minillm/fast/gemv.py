@@ -254,7 +254,7 @@ def enabled_by_env() -> bool:
     return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-_NO_BIAS = torch.empty(0)
+NO_BIAS = _NO_BIAS = torch.empty(0)  # the ops' "no bias" (an empty tensor)
 
 
 def few_rows(x: torch.Tensor, in_features: int) -> bool:

@@ -33,6 +33,9 @@ from contextlib import contextmanager
 
 #: a spec meaning "no function of the minillm package may run during the call" (beyond ALLOWED)
 WHOLE_ENGINE = "minillm:*"
+#: a spec prefix naming engine functions a task's answer may call (with all they call in turn), e.g.
+#: "allow:minillm.llm.LLM.cache_stats" for a byte count that reads the block size
+ALLOW = "allow:"
 #: package files a graded function may run: its arguments' own types (SamplingParams, StopReason),
 #: and this guard
 ALLOWED = ("params.py", "request.py", os.path.join("grading", "engine_guard.py"))
@@ -171,6 +174,9 @@ def swapped(specs):
             prepare()
             originals[WHOLE_ENGINE] = WHOLE_ENGINE
             continue
+        if spec.startswith(ALLOW):
+            originals[ALLOW] = (*originals.get(ALLOW, ()), spec[len(ALLOW):])
+            continue
         fn = _resolve(spec)
         if fn is None:
             continue
@@ -210,23 +216,32 @@ def watched(originals: dict, others_idle: bool = False):
     eng = engine() if whole else None
     spawners = _spawners() if whole else frozenset()
 
-    def note(what: str) -> None:
-        if what not in reached:
+    allowed = tuple(originals.get(ALLOW, ()))
+    inside: list = []  # the frame of an allowed engine call in progress: what it calls is allowed too
+
+    def note(what: str) -> None:  # the first few are enough to say what happened
+        if what not in reached and len(reached) < 3:
             reached.append(what)
 
     def watch(frame, event, arg):
+        if inside:
+            if event == "return" and frame is inside[-1]:
+                inside.pop()
+            return
         if event == "call":
             code = frame.f_code
             if code in originals:
                 note(originals[code])
             elif eng is not None:
                 owner = eng.owner(code)
-                if owner:
+                if owner and allowed and owner.startswith(allowed):
+                    inside.append(frame)
+                elif owner:
                     note(owner)
         elif event == "c_call" and whole and arg in spawners:
             note(f"code, or hides it in a new thread or process ({getattr(arg, '__name__', '?')})")
 
-    if not originals:
+    if not any(not isinstance(k, str) or k == WHOLE_ENGINE for k in originals):
         yield reached
         return
     threads = _other_threads() if whole and others_idle else None

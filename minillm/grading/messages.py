@@ -53,6 +53,10 @@ MESSAGES: dict[str, Bi] = {
     "grade.engine_named": B("the notebook names the engine's own implementation of this task: a person should "
                             "check the function does not use it",
                             "笔记本里出现了引擎对这道题的自带实现：请人工确认函数没有调用它"),
+    "grade.guard_tampered": B("the notebook's code reaches into the grader's guard (engine_guard, the profiler, "
+                              "code objects): this function's score is 0 until a person has read it",
+                              "笔记本的代码动了评分器的防护（engine_guard、性能分析钩子或代码对象）：这个函数先记 0 分，"
+                              "等人工阅读后再定"),
     "call.engine_used": B("calls the engine's own {name} (the task is to write it yourself)",
                           "调用了引擎自带的 {name}（这道题要求自己实现）"),
     "call.unreadable": B("the function returned data the grader cannot read", "函数返回了评分器无法读取的数据"),

@@ -336,15 +336,19 @@ def _flag_engine_references(nb, results, lang: str) -> None:
     """A person reads a code answer whose notebook names the engine's own implementation of it."""
     from .chapter import current
     from .messages import msg
-    from .peeking import engine_references
+    from .peeking import engine_references, tampers_with_the_guard
     from .registry import EXERCISES
     from .result import Feedback
 
     named = engine_references(nb, current().forbidden)
+    tampered = tampers_with_the_guard(nb)
     for r in results:
         if EXERCISES[r.exercise_id].answer_name in named:
             r.needs_human_review = True
             r.feedback.append(Feedback("warn", msg("grade.engine_named", lang)))
+            if tampered and r.score:  # the guard's own result cannot be trusted: a person decides
+                r.score = 0
+                r.feedback.append(Feedback("wrong", msg("grade.guard_tampered", lang)))
 
 
 def _sandbox_line(session, jail) -> str:

@@ -131,6 +131,12 @@ def _composes(target: str, pieces: list[str]) -> bool:
     return len(target) in ends
 
 
+def _spells(target: str, tree) -> bool:
+    """Does the cell hold ``target``'s parts (at least two characters each), however joined?"""
+    pieces = [p for p in _pieces(tree) if p and p in target and (len(p) >= 2 or not p.isalnum())]
+    return _composes(target, pieces) or any(target in p for p in _pieces(tree))
+
+
 def _spells_a_solution_name(tree) -> bool:
     """Does the cell hold the parts of a model-answer name, however it joins them at run time
     (``"".join``, an f-string, ``format``, a reversed string, character codes, a name prefix)?"""
@@ -159,7 +165,9 @@ def solution_lookups(nb) -> set[str]:
     return tracker.seen
 
 
-_TAMPERING = frozenset({"__code__", "setprofile", "engine_guard", "FORBIDDEN"})
+_TAMPERING = frozenset({"__code__", "setprofile", "engine_guard", "FORBIDDEN", "WHOLE_ENGINE"})
+#: tampering names a cell may assemble at run time ("engine" + "_guard", "".join([...]), reversed…)
+_SPELLED = ("engine_guard", "setprofile", "WHOLE_ENGINE")
 
 
 def _names_in(tree) -> set[str]:
@@ -176,6 +184,17 @@ def _names_in(tree) -> set[str]:
     return out
 
 
+def tampers_with_the_guard(nb) -> bool:
+    """Does the notebook's code name (or assemble) the guard that keeps the engine from answering?"""
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            source = cell.get("source", "")
+            tree = _parse(source if isinstance(source, str) else "".join(source))
+            if tree is not None and (_names_in(tree) & _TAMPERING or any(_spells(t, tree) for t in _SPELLED)):
+                return True
+    return False
+
+
 def engine_references(nb, forbidden: dict) -> set[str]:
     """Answer names (keys of ``forbidden``: answer name -> "module:function" specs) whose engine
     function the notebook's code names anywhere, or every one when it touches the guard itself."""
@@ -186,7 +205,8 @@ def engine_references(nb, forbidden: dict) -> set[str]:
             tree = _parse(source if isinstance(source, str) else "".join(source))
             if tree is not None:
                 names |= _names_in(tree)
+                names |= {t for t in _SPELLED if _spells(t, tree)}
     if names & _TAMPERING:
         return set(forbidden)
     return {answer for answer, specs in forbidden.items()
-            if any(s.split(":")[1] in names for s in specs if not s.endswith(":*"))}
+            if any(s.split(":")[1] in names for s in specs if not s.endswith(":*") and not s.startswith("allow:"))}

@@ -89,6 +89,10 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._stream is not None and gemv.few_rows(x, self.in_features):
             q, scale, bias = self._stream
+            if torch.compiler.is_compiling():  # a decode graph: the kernel as a traceable op
+                x2 = x.reshape(-1, self.in_features).contiguous()
+                y = torch.ops.minillm_gemv.linear_int8(x2, q, scale, gemv.NO_BIAS if bias is None else bias)
+                return y.view(*x.shape[:-1], self.out_features)
             return gemv.linear_int8(x, q, scale, bias)
         return torch.ops.quantized.linear_dynamic(x, self._packed, False)
 

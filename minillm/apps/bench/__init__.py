@@ -70,7 +70,8 @@ def parse_args(argv):
                          "comparing with minillm's weight_dtype='int8')")
     ap.add_argument("--int8", action="store_true",
                     help="with --peers: also minillm with LLM(weight_dtype='int8') (its tokens checked against "
-                         "float32 minillm's; compare it with --llama-cpp-types f32,q8_0)")
+                         "float32 minillm's; compare it with --llama-cpp-types f32,q8_0); with --decode-graphs "
+                         "also int8 in decode graphs")
     ap.add_argument("--batch-sizes", default=None,
                     help="generate() static batch sizes for the mixed workload, comma-separated (default 1,4,16,32,64); "
                          "with --peers: the peers' batch sizes (CTranslate2 static batches, llama.cpp's sequence "

@@ -219,7 +219,8 @@ class MinillmEngine:
                  attention_backend: str = "auto", weight_dtype: str | None = None):
         from minillm import LLM
 
-        self.name = MINILLM_GRAPHS if decode_graphs else MINILLM_INT8 if weight_dtype == "int8" else "minillm"
+        self.name = {(False, None): "minillm", (True, None): MINILLM_GRAPHS, (False, "int8"): MINILLM_INT8,
+                     (True, "int8"): MINILLM_INT8_GRAPHS}[(bool(decode_graphs), weight_dtype)]
         self.llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False,
                        kv_cache_tokens=kv_tokens, max_num_seqs=64, num_threads=threads,
                        decode_graphs=decode_graphs, attention_backend=attention_backend, weight_dtype=weight_dtype)
@@ -242,6 +243,7 @@ class MinillmEngine:
 #: the names of minillm's variants in the results: decode graphs, int8 projections
 MINILLM_GRAPHS = "minillm, decode graphs"
 MINILLM_INT8 = "minillm int8"
+MINILLM_INT8_GRAPHS = "minillm int8, decode graphs"
 
 
 def _int8_bytes(model) -> int:
@@ -537,6 +539,9 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
             if int8:
                 engines.append(MinillmEngine(folder, threads, kv_tokens, attention_backend=attention_backend,
                                              weight_dtype="int8"))
+            if int8 and decode_graphs:  # int8 projections traced as the streaming kernel's op
+                engines.append(MinillmEngine(folder, threads, kv_tokens, decode_graphs=True,
+                                             attention_backend=attention_backend, weight_dtype="int8"))
             result["attention_backend"] = engines[0].llm.attention_backend
             tok, vocab = engines[0].llm.tokenizer, engines[0].llm.model_config.vocab_size
             lens = [p for p in prompt_lens if p + new_tokens <= engines[0].llm.max_model_len]
@@ -548,7 +553,7 @@ def bench_peers(model: str, folder: Path, threads_list=(1, 2), rounds: int = 5, 
             entry = {"latency": [], "workload": {}, "engines": [e.name for e in engines], "rounds": rounds,
                      "load_average_start": _loadavg()}
             for plen, prompt in zip(lens, prompts):
-                row = _latency_row(engines, plen, prompt, new_tokens, rounds)
+                row = _latency_row(engines, plen, prompt, new_tokens, rounds, threads)
                 entry["latency"].append(row)
                 log(f"  [{model}] {threads} thread(s), prompt {plen}: TPOT ms " +
                     ", ".join(f"{k} {1e3 * v['median']:.2f}" for k, v in row["tpot"].items()) +
@@ -600,11 +605,14 @@ def _add_peers(engines: list, folder: Path, status: dict, result: dict, threads:
             ggufs.remove(gguf)
 
 
-def _latency_row(engines: list, plen: int, prompt: list[int], new_tokens: int, rounds: int) -> dict:
+def _latency_row(engines: list, plen: int, prompt: list[int], new_tokens: int, rounds: int,
+                 threads: int | None = None) -> dict:
     """Batch-1 latency of one prompt: check every engine's tokens against the first engine's,
     then ``rounds`` timed runs with the order rotating. CPU time is per output token over the
-    whole request (prefill included), all of the process's threads."""
-    from .harness import CpuClock
+    whole request (prefill included), all of the process's threads. With ``threads``, the read
+    bandwidth is probed in every round too (``read_gbs``), so the floor comes from the same minutes
+    as the engines, not only from the run's start and end."""
+    from .harness import CpuClock, read_bandwidth
 
     ref = None
     row = {"prompt": plen, "checks": {}}
@@ -618,6 +626,8 @@ def _latency_row(engines: list, plen: int, prompt: list[int], new_tokens: int, r
     order = list(engines)
     ttft, tpot, cpu = ({e.name: [] for e in engines} for _ in range(3))
     for _ in range(rounds):
+        if threads:
+            row.setdefault("read_gbs", []).append(round(read_bandwidth(threads, repeats=2), 2))
         order = order[1:] + order[:1]
         for e in order:
             with CpuClock() as clock:
@@ -744,14 +754,20 @@ def _machine_lines(r: dict) -> list[str]:
 
 def _cost_lines(r: dict, t: str, e: dict) -> list[str]:
     """Below a latency table: CPU time per output token, and TPOT against the weight-streaming
-    floor (the weights' bytes over the read bandwidth measured at this thread count)."""
+    floor (the weights' bytes over the best read bandwidth measured at this thread count: before,
+    after and in every round)."""
     lines = []
     names = e["engines"]
     if all("cpu_per_token" in row for row in e["latency"]):
         lines.append("\nCPU time per output token (ms, whole request, every thread of the process), by prompt: " +
                      "; ".join(f"{n} " + " / ".join(f"{1e3 * row['cpu_per_token'][n]['median']:.1f}"
                                                    for row in e["latency"]) for n in names))
-    bw = (r.get("machine") or {}).get("read_gbs_start", {}).get(t)
+    m = r.get("machine") or {}
+    # the best read rate seen at this thread count (start, end, every round): a probe that got
+    # less of a shared machine than the engines would otherwise make the floor too generous
+    probes = [m.get(k, {}).get(t) for k in ("read_gbs_start", "read_gbs_end")]
+    probes += [g for row in e["latency"] for g in row.get("read_gbs", [])]
+    bw = max((g for g in probes if g), default=None)
     if bw and r.get("weight_bytes"):
         floor = r["weight_bytes"] / (bw * 1e9)
         own = r.get("weight_bytes_by_engine", {})  # engines whose weights are not float32
@@ -760,7 +776,8 @@ def _cost_lines(r: dict, t: str, e: dict) -> list[str]:
             return f"{own.get(n, r['weight_bytes']) / (bw * 1e9) / row['tpot'][n]['median']:.0%}"
 
         lines.append(f"\nWeight-streaming floor at {t} thread(s): {1e3 * floor:.2f} ms "
-                     f"({r['weight_bytes'] / 2**20:.0f} MiB of float32 weights at {bw:.1f} GB/s" +
+                     f"({r['weight_bytes'] / 2**20:.0f} MiB of float32 weights at {bw:.1f} GB/s, the best of "
+                     f"{sum(1 for g in probes if g)} probes" +
                      "".join(f"; {n}: {1e3 * b / (bw * 1e9):.2f} ms for its {b / 2**20:.0f} MiB"
                              for n, b in own.items() if n in names) +
                      "); share of the floor reached (floor / TPOT), by prompt: " +

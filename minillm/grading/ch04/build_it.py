@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 
 from . import programs as P
 from .. import safecall
+from ..engine_guard import WHOLE_ENGINE
 from ...i18n import resolve
 from ..registry import Exercise, Marks, NotAttempted, grade
 from ..result import Result
@@ -381,7 +382,7 @@ def _check_cases(m: Marks, fn, name: str, cases, engine_fn, arg: str) -> bool:
 
     for logits, x in cases:
         given = torch.tensor(logits)
-        out = safecall.call(fn, given.clone(), x, forbid=FORBID_D)
+        out = safecall.call(fn, given.clone(), x, forbid=FORBID_D + (WHOLE_ENGINE,))  # alone: no engine code
         label = f"{arg}={x}"
         if out.not_implemented:
             raise NotAttempted(_t("en", "stub", name=name), _t("zh", "stub", name=name))
