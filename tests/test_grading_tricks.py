@@ -157,3 +157,8 @@ def test_more_ways_of_saying_it(exercise, answer, score):
 ])
 def test_c12_kinds_of_wording(exercise, answer, score):
     assert check(exercise, answer).score == score
+
+
+def test_an_idea_said_only_by_denying_its_opposite_goes_to_a_person():
+    r = check("task2_kv_explain", "KV cache does NOT reduce memory; it reduces compute.")
+    assert r.needs_human_review and "said only by denying its opposite" in r.flags

@@ -219,6 +219,7 @@ class Idea:
     label_zh: str = ""
     inverted_by: re.Pattern | None = None  # verbs that negate an inverted phrase ("spares … recomputing")
     polar: bool = True  # False: a negation does not turn the idea around ("won't keep turn 1" still names it)
+    opposite: bool = False  # True: ``inverted`` denies the idea's opposite ("doesn't save memory"), a weaker way to say it
 
     def find(self, text: str) -> str:
         """'present', 'negated', 'weak' or 'absent'."""
@@ -317,12 +318,13 @@ def double_negative(clause: str, m: re.Match) -> bool:
     return bool(re.search(r"没有[^，。；,;]{0,8}$", before)) and "不" in clause[m.end():m.end() + 8]
 
 
-def idea(key, label_en, label_zh, parts=(), inverted=(), standalone=(), weak=(), inverted_by=(), polar=True) -> Idea:
+def idea(key, label_en, label_zh, parts=(), inverted=(), standalone=(), weak=(), inverted_by=(), polar=True,
+         opposite=False) -> Idea:
     """``parts``: a list of groups, each a list of alternative patterns (the last group is the
     predicate); ``inverted``, ``standalone``, ``weak``, ``inverted_by``: lists of patterns."""
     return Idea(key, tuple((_rx(g),) for g in parts), tuple(_rx([p]) for p in inverted),
                 tuple(_rx([p]) for p in standalone), tuple(_rx([p]) for p in weak), label_en, label_zh,
-                _rx(inverted_by) if inverted_by else None, polar)
+                _rx(inverted_by) if inverted_by else None, polar, opposite)
 
 
 @dataclass(frozen=True)
@@ -524,9 +526,22 @@ def _doubts(text: str, ideas, r: Reading) -> list:
     for i in ideas:
         if r.ideas[i.key] == "absent" and _partly_there(i, text):
             out.append((f"part of an idea ({i.key})", PARTLY_DOUBT))
+    if any(i.opposite and _only_inverted(i, text) for i in present):
+        out.append(("said only by denying its opposite", OPPOSITE_DOUBT))
     if present and len(present) < len(ideas) and _unread_clause(text, ideas):
         out.append(("a clause the grader could not read", UNREAD_DOUBT))
     return out
+
+
+OPPOSITE_DOUBT = 0.35  # "it does NOT reduce memory": the cost is implied, not said; instructors differ
+
+
+def _only_inverted(i: Idea, text: str) -> bool:
+    """The idea is present only where its opposite is denied (no clause says it outright)."""
+    for _, clause in clauses(text):
+        if i._parts_state(clause) == "present" or any(p.search(clause) for p in i.standalone):
+            return False
+    return True
 
 
 UNREAD_DOUBT = 0.15  # one idea found, one not, and a whole clause in which nothing matched: the other may be there

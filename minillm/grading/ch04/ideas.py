@@ -63,7 +63,7 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
          r"换", r"越多", r"越大", r"耗", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
 MEMORY = idea(
     "memory_cost", "it costs memory that grows", "它要占用显存，而且随长度和请求数增长",
-    parts=[_MEM, _COST],
+    parts=[_MEM, _COST], opposite=True,
     inverted=[r"\b(sav|reduc|lower|decreas|shrink|conserv)\w*\s+(\w+\s+){0,2}?(gpu\s+)?(memory|vram)\b",
               r"\b(memory|vram|space|storage)\b[^.;,]{0,12}\bfree\b", r"(显存|内存)[^，。；,;]{0,4}免费",
               r"(节省|节约|减少|降低)[^，。；,;]{0,3}(显存|内存)"],
