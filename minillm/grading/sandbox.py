@@ -166,12 +166,29 @@ def _user_tasks() -> int:
 _CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
 
 
+def _remove_stale_cgroups(base: str, older_than: float = 60.0) -> None:
+    """Remove the empty task cgroups a killed grader left behind (a cgroup that still holds a task
+    cannot be removed; one made in the last minute may be about to receive its kernel)."""
+    try:
+        entries = [e for e in os.scandir(base) if e.name.startswith("minillm-grade-") and e.is_dir()]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if time.time() - entry.stat().st_mtime > older_than:
+                os.rmdir(entry.path)
+        except OSError:
+            continue
+
+
 def _make_task_cgroup(limit: int) -> str | None:
     """A fresh ``pids`` cgroup allowing ``limit`` tasks, or None where this process may not make one."""
     for base in _CGROUP_ROOTS:
         if not os.path.isfile(os.path.join(base, "cgroup.procs")) or \
                 (base == "/sys/fs/cgroup" and not os.path.isfile(os.path.join(base, "cgroup.controllers"))):
             continue
+        if os.access(base, os.W_OK):
+            _remove_stale_cgroups(base)
         path = tempfile.mkdtemp(prefix="minillm-grade-", dir=base) if os.access(base, os.W_OK) else None
         if path is None:
             continue
