@@ -619,3 +619,39 @@ def test_a_notebook_that_switches_the_guard_off_scores_nothing_for_its_functions
     r = report["exercises"]["code_top_p"]
     assert rc == 0 and r["score"] == 0 and r["needs_human_review"], r
     assert any("guard" in f for f in r["feedback"])
+
+
+def _can_make_memory_cgroup() -> bool:
+    from minillm.grading.sandbox import _make_memory_cgroup, _remove_cgroup
+
+    path = _make_memory_cgroup(2**30)
+    _remove_cgroup(path)
+    return path is not None
+
+
+MEMORY_HOGS = """
+import os
+children = []
+for _ in range(3):  # each under the per-process limit; together over the kernel's memory cgroup
+    pid = os.fork()
+    if pid == 0:
+        try:
+            block = bytearray(700 * 2**20)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+        finally:
+            os._exit(0)
+    children.append(pid)
+task2_kv_explain = str([os.waitpid(pid, 0)[1] for pid in children])
+"""
+
+
+@pytest.mark.skipif(not _can_make_memory_cgroup(), reason="no memory cgroup can be made here (the kernel then has "
+                                                          "only its per-process limits)")
+def test_the_kernels_processes_together_stop_at_its_memory_limit(tmp_path, monkeypatch):
+    from minillm.grading import sandbox
+
+    monkeypatch.setattr(sandbox, "MEMORY_CGROUP_LIMIT", 1536 * 2**20)
+    rc, report = grade(write_notebook(tmp_path, MEMORY_HOGS), *([] if JAIL else ["--unjailed"]))
+    assert rc == 0
+    assert "9" in answer(report) or report["cell_errors"], (answer(report), report["cell_errors"])

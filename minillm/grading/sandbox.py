@@ -118,14 +118,14 @@ def _read_only_view(scratch: str) -> None:
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
-def _limits(cpu_seconds: int, nproc: int | None, scratch: str | None = None, cgroup: str | None = None):
+def _limits(cpu_seconds: int, nproc: int | None, scratch: str | None = None, cgroups: tuple = ()):
     def apply() -> None:
         os.umask(0o077)
         try:  # if the grader dies, so does the kernel (and the jail it is in)
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except Exception:
             pass
-        if cgroup is not None:
+        for cgroup in cgroups:
             try:
                 _write(os.path.join(cgroup, "cgroup.procs"), str(os.getpid()))
             except OSError:
@@ -166,17 +166,74 @@ def _user_tasks() -> int:
 _CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
 
 
+def _remove_stale_cgroups(base: str, older_than: float = 60.0) -> None:
+    """Remove the empty task cgroups a killed grader left behind (a cgroup that still holds a task
+    cannot be removed; one made in the last minute may be about to receive its kernel)."""
+    try:
+        entries = [e for e in os.scandir(base) if e.name.startswith("minillm-grade-") and e.is_dir()]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if time.time() - entry.stat().st_mtime > older_than:
+                os.rmdir(entry.path)
+        except OSError:
+            continue
+
+
 def _make_task_cgroup(limit: int) -> str | None:
     """A fresh ``pids`` cgroup allowing ``limit`` tasks, or None where this process may not make one."""
     for base in _CGROUP_ROOTS:
         if not os.path.isfile(os.path.join(base, "cgroup.procs")) or \
                 (base == "/sys/fs/cgroup" and not os.path.isfile(os.path.join(base, "cgroup.controllers"))):
             continue
+        if os.access(base, os.W_OK):
+            _remove_stale_cgroups(base)
         path = tempfile.mkdtemp(prefix="minillm-grade-", dir=base) if os.access(base, os.W_OK) else None
         if path is None:
             continue
         try:
             _write(os.path.join(path, "pids.max"), str(limit))
+            return path
+        except OSError:
+            _remove_cgroup(path)
+    return None
+
+
+#: what the kernel and everything it starts may hold in memory together, page cache of its tmpfs and
+#: kernel objects (its files) included, where a memory cgroup can be made
+MEMORY_CGROUP_LIMIT = 6 * 2**30
+
+
+def _own_cgroup(controller: str) -> str | None:
+    """This process's cgroup path in the hierarchy of ``controller`` ("" for the unified one)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, names, path = line.rstrip("\n").split(":", 2)
+                if controller in names.split(",") if controller else names == "":
+                    return path
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _make_memory_cgroup(limit: int) -> str | None:
+    """A fresh memory cgroup below this process's own, capped at ``limit`` bytes, or None where this
+    process may not make one (cgroup v1 ``memory``, or v2 with the controller delegated)."""
+    for root, controller, knob in (("/sys/fs/cgroup/memory", "memory", "memory.limit_in_bytes"),
+                                   ("/sys/fs/cgroup", "", "memory.max")):
+        own = _own_cgroup(controller)
+        base = os.path.normpath(root + own) if own is not None else None
+        if base is None or not os.path.isfile(os.path.join(base, "cgroup.procs")) or not os.access(base, os.W_OK):
+            continue
+        _remove_stale_cgroups(base)
+        try:
+            path = tempfile.mkdtemp(prefix="minillm-grade-", dir=base)
+        except OSError:
+            continue
+        try:
+            _write(os.path.join(path, knob), str(limit))
             return path
         except OSError:
             _remove_cgroup(path)
@@ -206,7 +263,7 @@ class Kernel:
         self._buf = b""
         self.isolated = False
         self.jail = jail if jail is not None else jails.Jail("none", "no jail was asked for")
-        self.cgroup: str | None = None
+        self.cgroups: list[str] = []
         self._prepared = False
 
     # --- life cycle -------------------------------------------------------------------------
@@ -228,7 +285,7 @@ class Kernel:
                 env[key] = os.environ[key]
         remaining = max(1, int(self.ends_at - time.monotonic()) + 2)
         nproc = _user_tasks() + (EXTRA_PROCESSES if os.getuid() != 0 else 4 * EXTRA_PROCESSES)
-        self.cgroup = _make_task_cgroup(EXTRA_PROCESSES)
+        self.cgroups = [c for c in (_make_task_cgroup(EXTRA_PROCESSES), _make_memory_cgroup(MEMORY_CGROUP_LIMIT)) if c]
         argv = jails.command(self.jail, os.path.realpath(self.scratch), ["-I", "-B", "-X", "utf8"])
         unjailed_view = None if self.jail.isolated else os.path.realpath(self.scratch)
         try:
@@ -236,7 +293,7 @@ class Kernel:
                 argv, cwd=self.scratch, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(cmd_r, rep_w), start_new_session=True,
-                preexec_fn=_limits(remaining, nproc, unjailed_view, self.cgroup), close_fds=True)
+                preexec_fn=_limits(remaining, nproc, unjailed_view, tuple(self.cgroups)), close_fds=True)
         finally:
             os.close(cmd_r)
             os.close(rep_w)
@@ -284,8 +341,9 @@ class Kernel:
             except (OSError, AttributeError):
                 pass
             self.proc = None
-        _remove_cgroup(self.cgroup)
-        self.cgroup = None
+        for cgroup in self.cgroups:
+            _remove_cgroup(cgroup)
+        self.cgroups = []
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def __enter__(self) -> "Kernel":
