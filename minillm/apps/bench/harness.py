@@ -136,11 +136,14 @@ def _sampling_params(llm):
     return importlib.import_module(type(llm).__module__.split(".")[0]).SamplingParams
 
 
-def minillm_run(llm, prompts: list[list[int]], max_tokens: list[int]) -> tuple[float, list[list[int]], list[float]]:
+def minillm_run(llm, prompts: list[list[int]], max_tokens: list[int],
+                collect: bool = True) -> tuple[float, list[list[int]], list[float]]:
     """Queue every request at once, step until all are done. Returns (seconds, tokens per
-    request, time of each step's end relative to the start)."""
+    request, time of each step's end relative to the start). ``collect``: a ``gc.collect()``
+    first, outside the timed part (a caller timing CPU around this call collects before it)."""
     SamplingParams = _sampling_params(llm)
-    gc.collect()
+    if collect:
+        gc.collect()
     sync(llm.device)
     t0 = time.perf_counter()
     reqs = [llm.add_request(prompt_token_ids=p, params=SamplingParams(max_tokens=n, temperature=0.0,
@@ -157,10 +160,11 @@ def minillm_run(llm, prompts: list[list[int]], max_tokens: list[int]) -> tuple[f
     return elapsed, out, marks
 
 
-def minillm_latency(llm, prompt: list[int], new_tokens: int) -> tuple[float, float, list[int]]:
+def minillm_latency(llm, prompt: list[int], new_tokens: int,
+                    collect: bool = True) -> tuple[float, float, list[int]]:
     """Batch-1 latency: (TTFT, TPOT, tokens). TTFT runs from add_request to the end of the
     step that produced the first token; TPOT is the mean gap between later tokens."""
-    elapsed, out, marks = minillm_run(llm, [prompt], [new_tokens])
+    elapsed, out, marks = minillm_run(llm, [prompt], [new_tokens], collect)
     ttft = marks[0]
     tpot = (marks[-1] - marks[0]) / (len(marks) - 1) if len(marks) > 1 else None
     return ttft, tpot, out[0]
