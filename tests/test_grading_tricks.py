@@ -162,3 +162,8 @@ def test_c12_kinds_of_wording(exercise, answer, score):
 def test_an_idea_said_only_by_denying_its_opposite_goes_to_a_person():
     r = check("task2_kv_explain", "KV cache does NOT reduce memory; it reduces compute.")
     assert r.needs_human_review and "said only by denying its opposite" in r.flags
+
+
+def test_a_negator_that_is_part_of_the_idea_is_not_a_hedge():
+    r = check("quiz5_debug_by_request", ("B", "每个请求释放前都占着 KV 块，看看谁结束了却没有归还"))
+    assert r.score == 2 and "negation near an idea" not in r.flags

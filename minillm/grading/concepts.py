@@ -515,7 +515,9 @@ def _doubts(text: str, ideas, r: Reading) -> list:
         for _, clause in clauses(text):
             if i._in_clause(clause) != "present":
                 continue
-            negators = len({m.start() for rx in (_NEG_NEAR, _NEG_WIDE) for m in rx.finditer(clause)}
+            spans = [m.span() for p in i.standalone for m in p.finditer(clause)]  # "没有归还" may *be* the idea
+            negators = len({m.start() for rx in (_NEG_NEAR, _NEG_WIDE) for m in rx.finditer(clause)
+                            if not any(a <= m.start() < b for a, b in spans)}
                            - {m.start() + 1 for m in re.finditer("无[需须]", clause)})  # one negator, counted once
             said_by_negation = any(p.search(clause) for p in i.inverted)  # "avoids recomputing": one is expected
             if negators > (1 if said_by_negation else 0):
