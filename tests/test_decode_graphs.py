@@ -297,6 +297,25 @@ def test_int8_weights_in_decode_graphs_give_the_eager_int8_tokens(tiny_llama):
     assert graphed.runner.graphs.compiles >= 1
 
 
+def test_cpu_graphs_run_torch_on_one_thread_and_the_kernel_on_the_rest():
+    from minillm.fast import gemv
+    from minillm.fast.decode_graphs import kernel_threads_only
+
+    if not gemv.op_available():
+        pytest.skip("the gemv operator is unavailable here")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with kernel_threads_only(True):
+            assert torch.get_num_threads() == 1
+            assert gemv.set_op_threads(2) == 2  # (set to what torch had; setting it again returns that)
+        assert torch.get_num_threads() == 2 and gemv.set_op_threads(None) is None  # both restored
+        with kernel_threads_only(False):
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_int8_decode_graphs_without_the_kernel_are_refused(tiny_llama, monkeypatch):
     monkeypatch.setenv("MINILLM_GEMV", "0")
     with pytest.raises(ValueError, match="int8 weights needs the streaming kernel.*MINILLM_GEMV=0"):

@@ -220,6 +220,24 @@ def test_traced_int8_decode_rows_call_the_int8_operator():
     assert any("minillm_gemv.linear_int8" in t for t in seen[0]), seen[0]
 
 
+def test_operator_threads_can_be_set_apart_from_torch():
+    """``set_op_threads``: the operators' thread count without torch's (a CPU decode graph runs
+    torch's kernels on one thread); results do not depend on it."""
+    if not gemv.op_available():
+        pytest.skip(f"operator unavailable: {gemv.op_unavailable_reason()}")
+    g = torch.Generator().manual_seed(3)
+    w, x = torch.randn(4100, 96, generator=g), torch.randn(2, 96, generator=g)
+    one = torch.ops.minillm_gemv.linear(x, w, gemv.NO_BIAS)
+    assert gemv.set_op_threads(2) is None
+    try:
+        assert torch.equal(torch.ops.minillm_gemv.linear(x, w, gemv.NO_BIAS), one)
+    finally:
+        assert gemv.set_op_threads(None) == 2
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="threads"):
+            gemv.set_op_threads(bad)
+
+
 def test_decode_steps_give_the_threads_to_the_kernel(model_factory):
     """With 2 threads a decode step runs torch's ops on one thread and the kernel on two (torch's
     OpenMP team collapses on a shared machine); prefills keep torch's threads; all restored after."""

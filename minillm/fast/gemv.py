@@ -218,6 +218,31 @@ def _build_op() -> str:
     return cpu_kernel.build_torch_op("gemv_op", FLAGS, SOURCES[1], OP_SOURCE, [*SOURCES, OP_SOURCE])
 
 
+_op_lib = None  # the operator library through ctypes (the same loaded copy torch calls)
+
+
+def _op_library() -> str:
+    global _op_lib
+    path = _build_op()
+    _op_lib = ctypes.CDLL(path)  # (dlopen of a loaded path: the same copy, the same pool)
+    _op_lib.minillm_gemv_set_op_threads.argtypes = [ctypes.c_int]
+    _op_lib.minillm_gemv_set_op_threads.restype = ctypes.c_int
+    return path
+
+
+def set_op_threads(threads: int | None) -> int | None:
+    """Threads the operators (``torch.ops.minillm_gemv.*``, inside compiled graphs) use: None for
+    torch's intra-op count at each call (the default). Returns the previous setting. A CPU decode
+    graph runs torch's own kernels on one thread and gives the projections this many."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be None or an int >= 1, got {threads!r}")
+    if not op_available():
+        raise RuntimeError(f"the gemv operators are unavailable: {_op_error}")
+    if _op_lib is None:
+        _op_library()
+    return _op_lib.minillm_gemv_set_op_threads(threads or 0) or None
+
+
 @torch.compiler.assume_constant_result  # called while tracing: run it then, a constant in the graph
 def op_available() -> bool:
     """Whether ``torch.ops.minillm_gemv.linear`` / ``linear_int8`` are built and loaded (builds
@@ -226,7 +251,7 @@ def op_available() -> bool:
     if not _op_loaded and _op_error is None:
         try:
             if not hasattr(torch.ops.minillm_gemv, "linear"):
-                torch.ops.load_library(_build_op())
+                torch.ops.load_library(_op_library())
                 torch.library.register_fake("minillm_gemv::linear")(_linear_shape)
                 torch.library.register_fake("minillm_gemv::linear_int8")(_linear_int8_shape)
             _op_loaded = True

@@ -439,6 +439,22 @@ int minillm_gemv_set_spin_us(int us)
     return old;
 }
 
+/* The thread count the torch operators of gemv_op.cpp pass (0: torch's intra-op count). A compiled
+ * decode graph on the CPU runs torch's own kernels on one thread, since their OpenMP regions
+ * competed with this pool's workers for the cores (the shipped model's graph step went from 0.95
+ * to 1.33 ms on two threads), while the projections keep several. Returns the old value. */
+static _Atomic int op_threads = 0;
+
+int minillm_gemv_set_op_threads(int n)
+{
+    return atomic_exchange(&op_threads, n > 0 ? n : 0);
+}
+
+int minillm_gemv_op_threads(void)
+{
+    return atomic_load(&op_threads);
+}
+
 /* Workers started so far (for tests and benchmarks). */
 int minillm_gemv_workers(void)
 {

@@ -4,7 +4,8 @@
  * wrapper) calls an operator through torch's dispatcher without coming back to Python, while
  * a ctypes call cannot be traced. Built with torch's header-only stable ABI, linked with
  * gemv.c into one library, loaded with torch.ops.load_library; the shape functions (for
- * tracing) are registered from Python (minillm/fast/gemv.py). Threads: torch's intra-op count.
+ * tracing) are registered from Python (minillm/fast/gemv.py). Threads: minillm_gemv_set_op_threads'
+ * count where one is set (a CPU decode graph sets it), else torch's intra-op count.
  */
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
@@ -18,7 +19,15 @@ extern "C" int minillm_gemv_i8(const float *x, int64_t m, int64_t ldx, const int
                                int64_t n, int64_t k, int64_t ldw, const float *bias, float *y, int64_t ldy,
                                int threads);
 
+extern "C" int minillm_gemv_op_threads(void);
+
 using torch::headeronly::ScalarType;
+
+static int op_threads()
+{
+    const int set = minillm_gemv_op_threads();
+    return set > 0 ? set : static_cast<int>(torch::stable::get_num_threads());
+}
 using torch::stable::Tensor;
 
 static void check_common(const Tensor &x, const Tensor &w, const Tensor &bias, const char *name)
@@ -45,7 +54,7 @@ Tensor linear(Tensor x, Tensor weight, Tensor bias)
     const int status = minillm_gemv_f32(
         static_cast<const float *>(x.data_ptr()), m, k, static_cast<const float *>(weight.data_ptr()), n, k,
         n == 1 ? k : weight.stride(0), bias.numel() ? static_cast<const float *>(bias.data_ptr()) : nullptr,
-        static_cast<float *>(out.data_ptr()), n, static_cast<int>(torch::stable::get_num_threads()));
+        static_cast<float *>(out.data_ptr()), n, op_threads());
     STD_TORCH_CHECK(status == 0, "minillm_gemv::linear: the kernel refused its sizes");
     return out;
 }
@@ -64,7 +73,7 @@ Tensor linear_int8(Tensor x, Tensor q, Tensor scale, Tensor bias)
         static_cast<const float *>(x.data_ptr()), m, k, static_cast<const int8_t *>(q.data_ptr()),
         static_cast<const float *>(scale.data_ptr()), n, k, n == 1 ? k : q.stride(0),
         bias.numel() ? static_cast<const float *>(bias.data_ptr()) : nullptr, static_cast<float *>(out.data_ptr()),
-        n, static_cast<int>(torch::stable::get_num_threads()));
+        n, op_threads());
     STD_TORCH_CHECK(status == 0, "minillm_gemv::linear_int8: the kernel refused its sizes");
     return out;
 }
