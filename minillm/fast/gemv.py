@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -63,9 +62,7 @@ def _load():
     global _lib, _error
     if _lib is None and _error is None:
         try:
-            cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-            if cc is None:
-                raise RuntimeError("no C compiler (cc/gcc) on PATH")
+            cc = cpu_kernel.find_compiler("CC", ("cc", "gcc"), "C")
             lib = ctypes.CDLL(cpu_kernel._compile("gemv", cc, [*FLAGS, str(SOURCES[1])], SOURCES))
             i64, ptr, cint = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
             lib.minillm_gemv_f32.argtypes = [ptr, i64, i64, ptr, i64, i64, i64, ptr, ptr, i64, cint]
