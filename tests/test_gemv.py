@@ -273,3 +273,14 @@ def test_the_plain_c_copy_computes_the_same(tmp_path):
     env = dict(os.environ, MINILLM_GEMV_ISA="plain")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
     assert gemv.isa() in ("avx512", "avx2", "plain")
+
+
+def test_op_available_carries_the_mark_torchs_decorator_sets():
+    """gemv marks ``op_available`` as a tracing-time constant itself (torch's decorator imports
+    torch._dynamo in every process); it must still be exactly what the decorator does."""
+    def probe():
+        return True
+
+    marked = torch.compiler.assume_constant_result(probe)
+    assert marked is probe and vars(probe) == {"_dynamo_marked_constant": True}
+    assert {k: v for k, v in vars(gemv.op_available).items() if not k.startswith("__")} == vars(probe)

@@ -139,7 +139,7 @@ def available() -> bool:
 
 def has_fast_path(head_dim: int, group: int) -> bool:
     """Whether this build runs heads of ``head_dim`` with ``group`` query heads per KV head on
-    its vectorised path (AVX-512, head size 64 or 128, 1-8 query heads per KV head); other
+    its vectorised path (AVX-512 or AVX2 + FMA, head size 64 or 128, 1-8 query heads per KV head); other
     shapes run a plain C loop, correct but not measured faster than the gather."""
     fn = _load()
     return fn is not None and bool(fn.fast_path(head_dim, group))

@@ -240,7 +240,15 @@ def set_op_threads(threads: int | None) -> int | None:
     return _op_lib.minillm_gemv_set_op_threads(threads or 0) or None
 
 
-@torch.compiler.assume_constant_result  # called while tracing: run it then, a constant in the graph
+def _constant_while_tracing(fn):
+    """``torch.compiler.assume_constant_result(fn)`` without its import of torch._dynamo (~1.4 CPU-s
+    in every process that loads a model, and most never compile): the same mark on the function,
+    which tests/test_gemv.py checks is still all that torch's decorator sets."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@_constant_while_tracing  # called while tracing: run it then, a constant in the graph
 def op_available() -> bool:
     """Whether ``torch.ops.minillm_gemv.linear`` / ``linear_int8`` are built and loaded (builds
     them on first call: a few seconds)."""
