@@ -32,6 +32,12 @@ MAX_LOGPROBS = 20
 #: Largest |bias| ``logit_bias`` may add to a logit (OpenAI's range: -100 bans a token, 100
 #: all but forces it).
 MAX_LOGIT_BIAS = 100.0
+#: Most stop strings, longest stop string (characters) and most stop token ids a request may
+#: carry: every step looks for each stop string in the new text and each sampled token in the
+#: ids, so a megabyte of them (100,000 stop strings) made every other request 25x slower.
+MAX_STOP_STRINGS = 64
+MAX_STOP_CHARS = 1024
+MAX_STOP_TOKEN_IDS = 1024
 
 _MUTATION_HINT = ("SamplingParams is immutable once built; make a changed copy with "
                   "params.replace({name}=...) (or dataclasses.replace(params, {name}=...))")
@@ -74,6 +80,7 @@ class SamplingParams:
     Ranges: max_tokens int >= 1; temperature float in [0, 3.4e38]; top_k int >= -1;
     top_p in (0, 1]; min_p in [0, 1]; repetition_penalty in [1e-4, 1e4] (1 = off);
     presence_penalty and frequency_penalty finite in float32 (|x| <= 3.4e38, 0 = off);
+    stop at most 64 strings of at most 1024 characters, stop_token_ids at most 1024 ids;
     seed any int (reduced modulo 2**64 for the generator) or None; logprobs None or an int
     in [0, 20]; logit_bias a dict {token id (int >= 0): bias in [-100, 100]} or None, stored
     as sorted ``(token_id, bias)`` pairs (``dict(params.logit_bias)`` gives the dict back; the
@@ -187,9 +194,14 @@ class SamplingParams:
             return ()
         items = [stop] if isinstance(stop, str) else stop
         if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) for s in items):
-            raise ValueError(f"stop must be a string or a list of non-empty strings, got {stop!r}")
+            raise ValueError(f"stop must be a string or a list of non-empty strings, got {_short(stop)}")
         if any(s == "" for s in items):
             raise ValueError("stop must not contain an empty string (it would match everywhere)")
+        if len(items) > MAX_STOP_STRINGS:
+            raise ValueError(f"stop must hold at most {MAX_STOP_STRINGS} strings, got {len(items)}")
+        longest = max((len(s) for s in items), default=0)
+        if longest > MAX_STOP_CHARS:
+            raise ValueError(f"stop strings must be at most {MAX_STOP_CHARS} characters long, got one of {longest}")
         return tuple(items)
 
     @staticmethod
@@ -217,7 +229,9 @@ class SamplingParams:
         if ids is None:
             return ()
         if not isinstance(ids, (list, tuple)) or not all(_is_int(t) and t >= 0 for t in ids):
-            raise ValueError(f"stop_token_ids must be a list of ints >= 0, got {ids!r}")
+            raise ValueError(f"stop_token_ids must be a list of ints >= 0, got {_short(ids)}")
+        if len(ids) > MAX_STOP_TOKEN_IDS:
+            raise ValueError(f"stop_token_ids must hold at most {MAX_STOP_TOKEN_IDS} ids, got {len(ids)}")
         return tuple(int(t) for t in ids)
 
     # --- derived -------------------------------------------------------------------------

@@ -127,7 +127,7 @@ def test_an_engine_on_the_kernel_gives_the_reference_tokens_through_preemption(m
     folder = request.getfixturevalue(model)
     fast = model == "heads_of_64"
     if fast and not cpu_kernel.has_fast_path(64, 2):
-        pytest.skip("this CPU has no AVX-512: the kernel has no vectorised path here")
+        pytest.skip("this CPU has neither AVX-512 nor AVX2 + FMA: the kernel has no vectorised path here")
     assert not cpu_kernel.has_fast_path(16, 2)
     runs = {}
     for backend in ("gather", "kernel", "auto"):
@@ -150,7 +150,7 @@ def test_an_engine_on_the_kernel_gives_the_reference_tokens_through_preemption(m
 
 def test_the_shipped_model_runs_the_kernel_by_default():
     if not cpu_kernel.has_fast_path(64, 2):
-        pytest.skip("this CPU has no AVX-512: the kernel has no vectorised path here")
+        pytest.skip("this CPU has neither AVX-512 nor AVX2 + FMA: the kernel has no vectorised path here")
     llm = LLM(num_kv_blocks=16)
     assert llm.attention_backend == "kernel" and llm.runner.attention.name == "kernel"
     assert not cpu_kernel.has_fast_path(48, 2) and not cpu_kernel.has_fast_path(64, 9)

@@ -178,3 +178,66 @@ def test_minillms_own_folder_left_group_writable_is_tightened_and_its_files_stil
     with pytest.warns(kernel_cache.UntrustedLibrary, match=f"belongs to user id {OTHER_UID}"):
         name = kernel_cache.cached_library("answer-iiii", _compile(tmp_path, 21))
     assert _answer(name) == 21 and (folder.stat().st_mode & 0o777) == 0o700
+
+
+@pytest.mark.parametrize("attack", ["made-by-another-user", "world-writable", "symlink", "configured-and-shared"])
+def test_torchs_inductor_cache_folder_is_ours_before_anything_is_compiled(cache, tmp_path, monkeypatch, attack):
+    """torch keeps compiled code and pickled graphs in ``$TMPDIR/torchinductor_<user>`` and loads
+    a file already there under the name it expects: a folder someone else made first (or can
+    write) would run their code. Both compile paths point torch at a folder of ours first."""
+    import torch
+    from torch._inductor.runtime import cache_dir_utils
+
+    from minillm.fast.compiled import CompiledModel
+
+    if attack == "made-by-another-user" and os.geteuid() != 0:
+        pytest.skip("needs root to give a folder to another user")
+    shared = tmp_path / "torchinductor_me"
+    shared.mkdir()
+    if attack == "made-by-another-user":
+        os.chown(shared, OTHER_UID, OTHER_UID)
+    elif attack in ("world-writable", "configured-and-shared"):
+        os.chmod(shared, 0o777)
+    else:
+        os.rename(shared, tmp_path / "elsewhere")
+        os.symlink(tmp_path / "elsewhere", shared)
+    if attack == "configured-and-shared":
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
+    else:
+        monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+        monkeypatch.setattr(cache_dir_utils, "default_cache_dir", lambda: str(shared))
+    model = torch.nn.Linear(1, 1)
+    with pytest.warns(kernel_cache.UntrustedLibrary, match="inductor cache"):
+        CompiledModel(model)  # torch.compile is lazy: nothing is built here
+    used = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    assert used == str(cache / "inductor") and cache_dir_utils.cache_dir() == used, used
+    assert (os.stat(used).st_mode & 0o777) == 0o700 and model.compiled
+
+
+def test_an_inductor_cache_folder_of_our_own_is_kept(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert kernel_cache.private_inductor_cache() == str(tmp_path / "mine")
+    assert (os.stat(tmp_path / "mine").st_mode & 0o777) == 0o700
+
+
+def test_a_build_never_runs_tools_planted_in_the_current_folder(cache, tmp_path, monkeypatch):
+    """``PATH=":/usr/bin"`` (an empty entry is the current folder): the compiler ran an ``as``
+    planted where the process started. The build looks the tools up on absolute entries only."""
+    from minillm.fast import cpu_kernel
+
+    planted = tmp_path / "course"
+    planted.mkdir()
+    marker = tmp_path / "planted-tool-ran"
+    for tool in ("cc", "gcc", "as", "ld"):
+        (planted / tool).write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+        (planted / tool).chmod(0o755)
+    real = os.path.dirname(os.path.realpath(CC))
+    monkeypatch.chdir(planted)
+    monkeypatch.setenv("PATH", os.pathsep.join(["", ".", "bin", real, "/usr/bin", "/bin"]))
+    monkeypatch.delenv("CC", raising=False)
+    cc = cpu_kernel.find_compiler("CC", ("cc", "gcc"), "C")
+    assert os.path.isabs(cc) and not cc.startswith(str(planted)), cc
+    src = tmp_path / "answer.c"
+    src.write_text("int answer(void) { return 9; }\n")
+    name = cpu_kernel._compile("answer", cc, ["-shared", "-fPIC", str(src)], [src])
+    assert _answer(name) == 9 and not marker.exists()

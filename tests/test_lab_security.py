@@ -80,6 +80,26 @@ def test_the_contents_manager_refuses_reads_and_writes_through_any_traversal(cou
     assert listing == {"notebooks", "exercises"}, listing
 
 
+def test_copies_checkpoints_links_and_other_spellings_never_reach_tests(course):
+    root, cm = course
+    os.symlink(root / SOLVED, root / "exercises" / "link.ipynb")  # a file link into tests/
+    for path in ("TESTS/solved", "Tests", "tests\x00/solved", "notebooks/..%00/tests", "exercises/link.ipynb"):
+        assert _status(cm.get(path)) == 404, path
+    # copying the root (or a folder holding links into tests/) with shutil.copytree put the
+    # answers in a visible folder and copied the copy into itself until the path was too long
+    assert _status(cm.copy("/", "exercises")) == 400 and _status(cm.copy("/", "")) == 400
+    copied = run_in_thread(cm.copy("notebooks", "exercises"))["path"]
+    assert sorted(p.name for p in (root / copied).rglob("*")) == ["README.md", "a.md", "ch04"]
+    # a folder holding such a link is still listed, without the link
+    assert {m["name"] for m in run_in_thread(cm.get("exercises"))["content"]} == {"ex.md", "notebooks"}
+    for call in (cm.list_checkpoints(SOLVED), cm.create_checkpoint("notebooks/../" + SOLVED),
+                 cm.delete_checkpoint("checkpoint", SOLVED), cm.restore_checkpoint("checkpoint", SOLVED)):
+        assert _status(call) == 404
+    assert sorted(p.name for p in (root / "tests").rglob("*")) == ["answers.ipynb", "solved"]
+    hits = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and p.read_text() == "the answers"]
+    assert hits == [root / SOLVED], hits
+
+
 class _Recorder(http.server.BaseHTTPRequestHandler):
     seen: list = []
 

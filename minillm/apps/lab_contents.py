@@ -20,8 +20,12 @@ Imported only inside the JupyterLab server process (``--ServerApp.contents_manag
 
 from __future__ import annotations
 
+import contextvars
+import errno
 import os
 import posixpath
+import shutil
+import unicodedata
 import urllib.parse
 
 from jupyter_server.files.handlers import FilesHandler
@@ -31,6 +35,9 @@ from traitlets import default
 
 #: Top-level folders of the served root that the lab neither lists nor serves.
 HIDDEN_FOLDERS = ("tests",)
+#: True while a folder is being listed: an entry leading into a hidden folder is then skipped
+#: (jupyter_server skips entries whose ``get`` raises EACCES) instead of failing the listing.
+_LISTING = contextvars.ContextVar("minillm_lab_listing", default=False)
 
 
 def normal_api_path(path: str) -> str:
@@ -51,7 +58,9 @@ def is_course_hidden(path: str) -> bool:
     """True for ``tests``, ``tests/solved/x.ipynb``, ``/tests/``, ``notebooks/../tests``,
     ``notebooks/%2e%2e/tests``: anything in a hidden folder, or outside the served root."""
     parts = [p for p in normal_api_path(path).split("/") if p not in ("", ".")]
-    return bool(parts) and (parts[0] in HIDDEN_FOLDERS or parts[0] == "..")
+    # compared as a case- and normalisation-insensitive file system would (macOS, Windows)
+    first = unicodedata.normalize("NFC", parts[0]).casefold() if parts else ""
+    return bool(parts) and (first in HIDDEN_FOLDERS or first == "..")
 
 
 class CourseContentsManager(AsyncLargeFileManager):
@@ -74,10 +83,55 @@ class CourseContentsManager(AsyncLargeFileManager):
         if is_course_hidden(path):
             raise web.HTTPError(404, f"No such file or directory: {path}")
         os_path = super()._get_os_path(path)  # 404 for anything outside the root
-        rel = os.path.relpath(os.path.realpath(os_path), os.path.realpath(self.root_dir)).replace(os.sep, "/")
-        if not rel.startswith("../") and is_course_hidden(rel):
+        if self._leads_into_hidden(os_path):
             raise web.HTTPError(404, f"No such file or directory: {path}")
         return os_path
+
+    def _leads_into_hidden(self, os_path: str) -> bool:
+        """True when ``os_path``, symlinks followed, is a hidden folder or inside one: by its
+        name, and by the folder itself (device and inode of each parent up to the root), so
+        that ``TESTS`` on a case-insensitive file system is ``tests`` too."""
+        real, root = os.path.realpath(os_path), os.path.realpath(self.root_dir)
+        rel = os.path.relpath(real, root).replace(os.sep, "/")
+        if rel.startswith("../") or rel == "..":
+            return False  # a link of the owner's to a folder outside the root: theirs to follow
+        if is_course_hidden(rel):
+            return True
+        hidden = set()
+        for name in HIDDEN_FOLDERS:
+            try:
+                st = os.stat(os.path.join(root, name))
+                hidden.add((st.st_dev, st.st_ino))
+            except OSError:
+                pass
+        while hidden and real != root and real.startswith(root + os.sep):
+            try:
+                st = os.stat(real)
+            except OSError:
+                st = None
+            if st is not None and (st.st_dev, st.st_ino) in hidden:
+                return True
+            real = os.path.dirname(real)
+        return False
+
+    async def _copy_dir(self, from_path, to_path_original, to_name, to_path):
+        # jupyter_server copies a folder with shutil.copytree, which follows symlinks and took
+        # the root's tests/ along (copying "/" put the answers in a visible folder, and copied
+        # the copy into itself until the path was too long): hidden entries are left out, and
+        # a folder is never copied into itself.
+        os_from = self._get_os_path(from_path.strip("/"))
+        os_parent = self._get_os_path(to_path_original.strip("/"))
+        real_from, real_parent = os.path.realpath(os_from), os.path.realpath(os_parent)
+        if real_parent == real_from or real_parent.startswith(real_from + os.sep):
+            raise web.HTTPError(400, f"Can't copy '{from_path}' into itself")
+        try:
+            shutil.copytree(os_from, os.path.join(os_parent, to_name), ignore=self._hidden_entries)
+        except OSError as err:
+            raise web.HTTPError(400, f"Can't copy '{from_path}' into '{to_path}': {err}") from None
+        return await self.get(to_path, content=False)
+
+    def _hidden_entries(self, folder: str, names: list[str]) -> set[str]:
+        return {n for n in names if self._leads_into_hidden(os.path.join(folder, n))}
 
     def should_list(self, name):
         # A folder listing asks by name only; a "tests" folder deeper down is left out of the
@@ -90,7 +144,37 @@ class CourseContentsManager(AsyncLargeFileManager):
     async def get(self, path, content=True, type=None, format=None, require_hash=False):
         if is_course_hidden(path):
             raise web.HTTPError(404, f"No such file or directory: {path}")
-        return await super().get(path, content=content, type=type, format=format, require_hash=require_hash)
+        try:
+            return await super().get(path, content=content, type=type, format=format, require_hash=require_hash)
+        except web.HTTPError as exc:
+            if _LISTING.get() and exc.status_code == 404:
+                raise OSError(errno.EACCES, "hidden") from None  # a link into tests/: not listed
+            raise
+
+    # Checkpoints are found by their own path arithmetic (listing one made a folder inside
+    # tests/): the same check first.
+    async def create_checkpoint(self, path):
+        self._get_os_path(path)
+        return await super().create_checkpoint(path)
+
+    async def list_checkpoints(self, path):
+        self._get_os_path(path)
+        return await super().list_checkpoints(path)
+
+    async def restore_checkpoint(self, checkpoint_id, path):
+        self._get_os_path(path)
+        return await super().restore_checkpoint(checkpoint_id, path)
+
+    async def delete_checkpoint(self, checkpoint_id, path):
+        self._get_os_path(path)
+        return await super().delete_checkpoint(checkpoint_id, path)
+
+    async def _dir_model(self, path, content=True):
+        token = _LISTING.set(True)
+        try:
+            return await super()._dir_model(path, content=content)
+        finally:
+            _LISTING.reset(token)
 
     async def file_exists(self, path):
         try:

@@ -31,6 +31,7 @@ import threading
 import torch
 
 from ..models.llama import AttentionBatch
+from . import kernel_cache
 
 #: graphs one engine compiles: one serves every step (see the module docstring); torch raises
 #: past it (``recompile_limit`` with ``fullgraph``) instead of silently running eager
@@ -98,6 +99,7 @@ class CompiledModel:
         # the inputs' guards stay. So the weights must not change layout from now on:
         # ``use_decode_layout`` refuses (``model.compiled``), int8 is refused by the options
         model.compiled = True
+        kernel_cache.private_inductor_cache()  # inductor loads what it finds in its cache folder
         self._forward = torch.compile(model.forward, backend=self._inductor, dynamic=True, fullgraph=True,
                                       recompile_limit=MAX_COMPILES, isolate_recompiles=True,
                                       options={"guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})

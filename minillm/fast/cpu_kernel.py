@@ -51,16 +51,39 @@ def _cpu_id() -> str:
         return platform.processor()
 
 
+def trusted_path() -> str:
+    """``PATH`` without its relative entries (an empty one, ``.``, ``bin``): the compiler looks up
+    ``as`` and ``ld`` on ``PATH``, and with ``PATH=":/usr/bin"`` an ``as`` planted in the folder the
+    process started in ran while the kernel was built."""
+    entries = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    return os.pathsep.join(p for p in entries if os.path.isabs(p))
+
+
+def find_compiler(env_name: str, names: tuple[str, ...], what: str) -> str:
+    """``$CC``/``$CXX`` when set (the user's own choice), else the first of ``names`` on the
+    absolute entries of ``PATH``; ``RuntimeError`` when there is none."""
+    chosen = os.environ.get(env_name)
+    if chosen:
+        return chosen
+    for name in names:
+        found = shutil.which(name, path=trusted_path())
+        if found:
+            return found
+    raise RuntimeError(f"no {what} compiler ({'/'.join(names)}) on PATH")
+
+
 def _compile(name: str, compiler: str, args: list[str], sources: list[Path]) -> str:
     """Build ``sources`` with ``compiler`` and ``args`` into the private kernel cache (once per
     source text, flags, compiler version and CPU) and return a verified name to load it by
     (see ``kernel_cache``: owner, mode and recorded SHA-256 checked on the file loaded)."""
-    version = subprocess.run([compiler, "--version"], check=False, capture_output=True, text=True).stdout
+    env = {**os.environ, "PATH": trusted_path()}
+    version = subprocess.run([compiler, "--version"], check=False, capture_output=True, text=True, env=env).stdout
     key = hashlib.sha256("\0".join([*(s.read_text() for s in sources), " ".join(args), version, _cpu_id(),
                                     platform.machine()]).encode()).hexdigest()[:16]
 
     def build(out: Path) -> None:
-        proc = subprocess.run([compiler, *args, "-o", str(out)], check=False, capture_output=True, text=True)
+        proc = subprocess.run([compiler, *args, "-o", str(out)], check=False, capture_output=True, text=True,
+                              env=env)
         if proc.returncode != 0:
             raise RuntimeError(f"building {sources[-1].name} failed:\n{proc.stderr[-2000:]}")
 
@@ -68,18 +91,14 @@ def _compile(name: str, compiler: str, args: list[str], sources: list[Path]) -> 
 
 
 def _build() -> str:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise RuntimeError("no C compiler (cc/gcc) on PATH")
+    cc = find_compiler("CC", ("cc", "gcc"), "C")
     return _compile("paged_decode", cc, [*FLAGS, str(SOURCE), "-lm"], [SOURCE])
 
 
 def build_torch_op(name: str, flags, c_source: Path, op_source: Path, sources, extra=()) -> str:
     """A torch operator library: ``c_source`` and its C++ registration ``op_source``, linked with
     libtorch, built into the checked cache (``_compile``) under ``name`` and this torch's version."""
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if cxx is None:
-        raise RuntimeError("no C++ compiler (c++/g++) on PATH")
+    cxx = find_compiler("CXX", ("c++", "g++"), "C++")
     from torch.utils.cpp_extension import include_paths, library_paths
 
     inc = [f"-I{p}" for p in include_paths()]
@@ -120,7 +139,7 @@ def available() -> bool:
 
 def has_fast_path(head_dim: int, group: int) -> bool:
     """Whether this build runs heads of ``head_dim`` with ``group`` query heads per KV head on
-    its vectorised path (AVX-512, head size 64 or 128, 1-8 query heads per KV head); other
+    its vectorised path (AVX-512 or AVX2 + FMA, head size 64 or 128, 1-8 query heads per KV head); other
     shapes run a plain C loop, correct but not measured faster than the gather."""
     fn = _load()
     return fn is not None and bool(fn.fast_path(head_dim, group))

@@ -45,7 +45,7 @@ import torch
 
 from contextlib import contextmanager
 
-from . import cpu_kernel
+from . import cpu_kernel, kernel_cache
 from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, PagedInPlace, PagedReductions
 from ..models.llama import AttentionBatch
 
@@ -323,6 +323,7 @@ class DecodeGraphs:
         compiling fails, the usual ``torch.compile`` (guarded, past ``MAX_COMPILES`` torch
         raises instead of silently running eager); ``self.compiler`` says which ran."""
         options = {"cpp_wrapper": True}
+        kernel_cache.private_inductor_cache()  # inductor loads what it finds in its cache folder
         if not self.aot:
             self.compiler = "jit"
         else:

@@ -128,6 +128,35 @@ def private_dir() -> tuple[Path, int]:
     return path, open_private_dir(path)
 
 
+def private_inductor_cache() -> str:
+    """Make sure torch's inductor cache (``TORCHINDUCTOR_CACHE_DIR``, by default
+    ``$TMPDIR/torchinductor_<user>``) is this user's alone before anything is compiled, and
+    return it. Inductor keeps generated code, compiled libraries and pickled graphs there and
+    loads what it finds under a predictable name (a file already present is not rewritten),
+    so a folder another user made first, or can write, would run their code as ours. Such a
+    folder is refused (``UntrustedLibrary`` warning naming why) and ``TORCHINDUCTOR_CACHE_DIR``
+    is pointed at ``inductor/`` inside the kernel cache folder instead."""
+    configured = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if configured:
+        path = Path(configured)
+    else:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        path = Path(default_cache_dir())
+    try:
+        os.close(open_private_dir(path.absolute()))
+    except (UnsafeCacheDir, OSError) as exc:
+        folder, dfd = private_dir()
+        os.close(dfd)
+        fallback = folder / "inductor"
+        os.close(open_private_dir(fallback))
+        warnings.warn(f"minillm: torch's inductor cache {path} is not safe ({exc}); using {fallback}",
+                      UntrustedLibrary, stacklevel=2)
+        path = fallback
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path.absolute())
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
 def sha256_fd(fd: int) -> str:
     h = hashlib.sha256()
     offset = 0

@@ -27,6 +27,7 @@ class Chapter:
     diagram_file: str  # where the notebook's diagram editor saves its drawing, next to the notebook
     diagram_notes: dict[str, tuple[str, ...]]  # lang -> the editor's choices for what a state holds
     forbidden: dict[str, tuple[str, ...]] = field(default_factory=dict)  # answer name -> engine functions
+    neighbours_file: str = ""  # the second reader's labelled n-grams (neighbours.py); "" = no second reader
 
 
 _CHAPTER: list[Chapter] = []

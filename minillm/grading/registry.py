@@ -236,6 +236,7 @@ def grade(ex: Exercise, answer: Any, lang: str | None = None) -> Result:
             from .calibration import near_the_line
 
             near_the_line(ex.id, answer, marks, ex.max_score)
+            _second_opinion(ex, answer, marks)
         score = min(max(marks.score, 0.0), ex.max_score)
         bonus = min(max(marks.bonus, 0.0), ex.bonus_max)
         confidence = marks.confidence
@@ -269,6 +270,17 @@ def close_to_model(exercise_id: str, text: str) -> bool:
     except KeyError:
         return False
     return len(text) >= 30 and any(fuzz.token_set_ratio(text.lower(), model.lower()) >= 88 for model in models)
+
+
+def _second_opinion(ex: Exercise, answer: Any, marks: Marks) -> None:
+    """The instructor's scores of the most similar labelled answers (:mod:`neighbours`): where they
+    differ from the rules' score, a person looks. They never change the score."""
+    try:
+        from .neighbours import second_opinion
+
+        second_opinion(ex.id, answer, marks)
+    except Exception:  # a missing or unreadable data file costs the second opinion, never the grade
+        pass
 
 
 HIDDEN_DOUBT = 0.35  # invisible or look-alike characters in a written answer: someone may be hiding a word

@@ -203,7 +203,13 @@ def parse_chat(body: dict, max_model_len: int, encode) -> ParsedRequest:
         raise BadRequest(str(exc), "messages") from None
     if body.get("max_tokens") is None and "max_tokens" not in overrides:
         overrides["max_tokens"] = max(max_model_len - len(ids), 1)
-    params = _sampling_params(body, overrides)
+    try:
+        params = _sampling_params(body, overrides)
+    except BadRequest as exc:  # the field the client sent is the one to name
+        if exc.param == "max_tokens" and body.get("max_tokens") is None and "max_completion_tokens" in body:
+            raise BadRequest(str(exc).replace("max_tokens", "max_completion_tokens", 1),
+                             "max_completion_tokens") from None
+        raise
     stream, include_usage = _stream_flags(body)
     return ParsedRequest(None, ids, params, stream, include_usage, (top or 0) if logprobs else None)
 

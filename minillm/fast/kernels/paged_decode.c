@@ -14,8 +14,9 @@
  * Each key and value vector is read once for all the query heads that share it. Two passes
  * over the context (scores, then the weighted sum of values) with the softmax between them,
  * all in float32; the scores (query heads x context floats) are a task's only scratch. Two
- * versions: attend_fixed, vectorised (AVX-512) for the common head shapes, one KV head at a
- * time with its queries and accumulators in registers; attend_generic, plain loops, any shape.
+ * versions: attend_fixed, vectorised (AVX-512, or AVX2 + FMA) for the common head shapes, one
+ * KV head at a time with its queries and accumulators in registers; attend_generic, plain
+ * loops, any shape.
  *
  * Returns 0, or -1 when a block id lies outside the pool or a row has fewer blocks than its
  * context needs (nothing is read then), -2 when scratch memory could not be had, or -3 when an
@@ -27,7 +28,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -96,55 +97,116 @@ static int attend_generic(const float *q, int64_t q_head, const float *k_pool, c
     return 0;
 }
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define HAVE_VECTOR_PATH 1
+/* One vector of LANES floats and the few operations the fast path needs, so the fast path below
+ * is written once: 16 lanes with AVX-512, 8 with AVX2 + FMA (as -march=native compiled it). */
 #if defined(__AVX512F__)
-/* exp(x) for x <= 0, 16 lanes: exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln 2 / 2,
- * exp(r) by its Taylor polynomial to r^7 (relative error ~1e-7, float32's own rounding). */
-static inline __m512 exp512(__m512 x)
+#define LANES 16
+typedef __m512 vec;
+#define v_load _mm512_loadu_ps
+#define v_store _mm512_storeu_ps
+#define v_set1 _mm512_set1_ps
+#define v_zero _mm512_setzero_ps
+#define v_add _mm512_add_ps
+#define v_sub _mm512_sub_ps
+#define v_mul _mm512_mul_ps
+#define v_max _mm512_max_ps
+#define v_fmadd _mm512_fmadd_ps
+#define v_fnmadd _mm512_fnmadd_ps
+#define v_sum _mm512_reduce_add_ps
+#define v_top _mm512_reduce_max_ps
+#define v_round(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define v_times_pow2 _mm512_scalef_ps                 /* p * 2^n, n integral */
+#else
+#define LANES 8
+typedef __m256 vec;
+#define v_load _mm256_loadu_ps
+#define v_store _mm256_storeu_ps
+#define v_set1 _mm256_set1_ps
+#define v_zero _mm256_setzero_ps
+#define v_add _mm256_add_ps
+#define v_sub _mm256_sub_ps
+#define v_mul _mm256_mul_ps
+#define v_max _mm256_max_ps
+#define v_fmadd _mm256_fmadd_ps
+#define v_fnmadd _mm256_fnmadd_ps
+#define v_round(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+static inline float v_sum(__m256 x)
 {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);   /* ln 2, split */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+static inline float v_top(__m256 x)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+/* p * 2^n for integral n in [-126, 127]: n added to the float's exponent field */
+static inline __m256 v_times_pow2(__m256 p, __m256 n)
+{
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+#endif
+
+/* exp(x) for x <= 0, a vector at a time: exp(x) = 2^n * exp(r), n = round(x / ln 2),
+ * |r| <= ln 2 / 2, exp(r) by its Taylor polynomial to r^7 (relative error ~1e-7, float32's own
+ * rounding). */
+static inline vec v_exp(vec x)
+{
+    x = v_max(x, v_set1(-87.0f));
+    const vec n = v_round(v_mul(x, v_set1(1.44269504089f)));
+    vec r = v_fnmadd(n, v_set1(0.693145751953125f), x);   /* ln 2, split */
+    r = v_fnmadd(n, v_set1(1.428606765330187e-06f), r);
+    vec p = v_set1(1.0f / 5040);
+    p = v_fmadd(p, r, v_set1(1.0f / 720));
+    p = v_fmadd(p, r, v_set1(1.0f / 120));
+    p = v_fmadd(p, r, v_set1(1.0f / 24));
+    p = v_fmadd(p, r, v_set1(1.0f / 6));
+    p = v_fmadd(p, r, v_set1(0.5f));
+    p = v_fmadd(p, r, v_set1(1.0f));
+    p = v_fmadd(p, r, v_set1(1.0f));
+    return v_times_pow2(p, n);
 }
 
-/* softmax_numerators, 16 lanes at a time */
-static float softmax_numerators512(float *s, int64_t len)
+/* softmax_numerators, a vector at a time; the last partial vector goes through a padded copy,
+ * so every score gets the same exp */
+static float softmax_numerators_vec(float *s, int64_t len)
 {
     int64_t t = 0;
-    __m512 top = _mm512_set1_ps(s[0]);
-    for (; t + 16 <= len; t += 16)
-        top = _mm512_max_ps(top, _mm512_loadu_ps(s + t));
-    float m = _mm512_reduce_max_ps(top);
+    vec top = v_set1(s[0]);
+    for (; t + LANES <= len; t += LANES)
+        top = v_max(top, v_load(s + t));
+    float m = v_top(top);
     for (; t < len; t++)
         m = s[t] > m ? s[t] : m;
-    const __m512 mv = _mm512_set1_ps(m);
-    __m512 sum = _mm512_setzero_ps();
-    for (t = 0; t + 16 <= len; t += 16) {
-        const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + t), mv));
-        _mm512_storeu_ps(s + t, e);
-        sum = _mm512_add_ps(sum, e);
+    const vec mv = v_set1(m);
+    vec sum = v_zero();
+    for (t = 0; t + LANES <= len; t += LANES) {
+        const vec e = v_exp(v_sub(v_load(s + t), mv));
+        v_store(s + t, e);
+        sum = v_add(sum, e);
     }
+    float total = v_sum(sum);
     if (t < len) {
-        const __mmask16 tail = (__mmask16)((1u << (len - t)) - 1);
-        const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + t), mv));
-        _mm512_mask_storeu_ps(s + t, tail, e);
-        sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(tail, e));
+        float tail[LANES];
+        for (int i = 0; i < LANES; i++)
+            tail[i] = t + i < len ? s[t + i] : m;
+        v_store(tail, v_exp(v_sub(v_load(tail), mv)));
+        for (int i = 0; t + i < len; i++) {
+            s[t + i] = tail[i];
+            total += tail[i];
+        }
     }
-    return _mm512_reduce_add_ps(sum);
+    return total;
 }
 
 /* One (row, KV head) task with G query heads of D floats (D a multiple of 16), G and D
- * constants after inlining: the G queries and the G x D accumulators live in registers.
+ * constants after inlining: the G queries and the G x D accumulators live in registers (or,
+ * for the larger shapes with AVX2's 16 registers, in L1 beside them).
  * Block by block (no division per token); while a block is read, the same head's piece of the
  * next block is prefetched (the hardware prefetcher cannot guess the jump between blocks:
  * measured 1.2-1.4x, and at 2 threads the pool is then read at about the machine's bandwidth). */
@@ -153,36 +215,37 @@ attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v
              const int64_t *table, int64_t len, float *o, int64_t kh, int64_t kv_heads,
              int64_t block_size, float scale, const int G, const int D)
 {
+    const int C = D / LANES;                            /* vectors per head */
     const int64_t token_stride = kv_heads * D, block_stride = block_size * token_stride;
     float *scores = malloc(sizeof(float) * G * len);
     if (scores == NULL)
         return -2;
-    __m512 qv[G][D / 16], acc[G][D / 16];
+    vec qv[G][C], acc[G][C];
     for (int g = 0; g < G; g++)
-        for (int c = 0; c < D / 16; c++)
-            qv[g][c] = _mm512_mul_ps(_mm512_loadu_ps(q + g * q_head + 16 * c), _mm512_set1_ps(scale));
+        for (int c = 0; c < C; c++)
+            qv[g][c] = v_mul(v_load(q + g * q_head + LANES * c), v_set1(scale));
     for (int64_t t0 = 0, j = 0; t0 < len; t0 += block_size, j++) {   /* pass 1: scores */
         const float *kb = k_pool + table[j] * block_stride + kh * D;
         const int64_t ntok = t0 + block_size <= len ? block_size : len - t0;
         const float *kn = t0 + block_size < len ? k_pool + table[j + 1] * block_stride + kh * D : kb;
         for (int64_t i = 0; i < ntok; i++) {
             const float *kt = kb + i * token_stride;
-            for (int c = 0; c < D / 16; c++)
+            for (int c = 0; c < D / 16; c++)              /* one prefetch per 64-byte line */
                 _mm_prefetch((const char *)(kn + i * token_stride + 16 * c), _MM_HINT_T0);
             for (int g = 0; g < G; g++) {
-                __m512 a = _mm512_mul_ps(qv[g][0], _mm512_loadu_ps(kt));
-                for (int c = 1; c < D / 16; c++)
-                    a = _mm512_fmadd_ps(qv[g][c], _mm512_loadu_ps(kt + 16 * c), a);
-                scores[g * len + t0 + i] = _mm512_reduce_add_ps(a);
+                vec a = v_mul(qv[g][0], v_load(kt));
+                for (int c = 1; c < C; c++)
+                    a = v_fmadd(qv[g][c], v_load(kt + LANES * c), a);
+                scores[g * len + t0 + i] = v_sum(a);
             }
         }
     }
     float inv[G];
     for (int g = 0; g < G; g++)
-        inv[g] = 1.0f / softmax_numerators512(scores + g * len, len);
+        inv[g] = 1.0f / softmax_numerators_vec(scores + g * len, len);
     for (int g = 0; g < G; g++)
-        for (int c = 0; c < D / 16; c++)
-            acc[g][c] = _mm512_setzero_ps();
+        for (int c = 0; c < C; c++)
+            acc[g][c] = v_zero();
     for (int64_t t0 = 0, j = 0; t0 < len; t0 += block_size, j++) {   /* pass 2: weighted values */
         const float *vb = v_pool + table[j] * block_stride + kh * D;
         const int64_t ntok = t0 + block_size <= len ? block_size : len - t0;
@@ -191,19 +254,19 @@ attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v
             const float *vt = vb + i * token_stride;
             for (int c = 0; c < D / 16; c++)
                 _mm_prefetch((const char *)(vn + i * token_stride + 16 * c), _MM_HINT_T0);
-            __m512 v[D / 16];
-            for (int c = 0; c < D / 16; c++)
-                v[c] = _mm512_loadu_ps(vt + 16 * c);
+            vec v[C];
+            for (int c = 0; c < C; c++)
+                v[c] = v_load(vt + LANES * c);
             for (int g = 0; g < G; g++) {
-                const __m512 p = _mm512_set1_ps(scores[g * len + t0 + i]);
-                for (int c = 0; c < D / 16; c++)
-                    acc[g][c] = _mm512_fmadd_ps(p, v[c], acc[g][c]);
+                const vec p = v_set1(scores[g * len + t0 + i]);
+                for (int c = 0; c < C; c++)
+                    acc[g][c] = v_fmadd(p, v[c], acc[g][c]);
             }
         }
     }
     for (int g = 0; g < G; g++)
-        for (int c = 0; c < D / 16; c++)
-            _mm512_storeu_ps(o + g * D + 16 * c, _mm512_mul_ps(acc[g][c], _mm512_set1_ps(inv[g])));
+        for (int c = 0; c < C; c++)
+            v_store(o + g * D + LANES * c, v_mul(acc[g][c], v_set1(inv[g])));
     free(scores);
     return 0;
 }
@@ -249,7 +312,7 @@ static int attend_row(const float *q, int64_t q_head, const float *k_pool, const
     for (int64_t j = 0; j < nblocks; j++)
         if (table[j] < 0 || table[j] >= num_blocks)
             return -1;
-#if defined(__AVX512F__)
+#if defined(HAVE_VECTOR_PATH)
     int rc = 0;
     for (int64_t kh = kh0; kh < kh1 && rc == 0; kh++)
         rc = attend_fast(q + kh * group * q_head, q_head, k_pool, v_pool, table, len,
@@ -266,7 +329,7 @@ static int attend_row(const float *q, int64_t q_head, const float *k_pool, const
  * than gathering and SDPA), else 0. */
 int paged_decode_fast_path(int64_t dim, int64_t group)
 {
-#if defined(__AVX512F__)
+#if defined(HAVE_VECTOR_PATH)
     return (dim == 64 || dim == 128) && group >= 1 && group <= 8;
 #else
     (void)dim;

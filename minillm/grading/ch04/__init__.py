@@ -17,6 +17,8 @@ package registers all of it with the machinery in :mod:`minillm.grading` (see ``
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .. import chapter
 from . import messages as _messages  # noqa: F401  (the chapter's feedback lines join the table)
 from . import lifecycle as _lifecycle  # noqa: F401  (registers task 1)
@@ -50,6 +52,7 @@ def idea_labels() -> list[str]:
 chapter.use(chapter.Chapter(
     name="ch04", order=ORDER, model_answer=model_answer, model_texts=model_texts, shown_modules=SHOWN_MODULES,
     idea_labels=idea_labels, pattern_modules=(f"{__name__}.ideas", f"{__name__}.texts"), prepare=prepare, forbidden=FORBIDDEN,
-    diagram_exercise="task1_diagram", diagram_file="ch04_task1_diagram.json", diagram_notes=RESOURCE_NOTES))
+    diagram_exercise="task1_diagram", diagram_file="ch04_task1_diagram.json", diagram_notes=RESOURCE_NOTES,
+    neighbours_file=str(Path(__file__).with_name("neighbours.json.gz"))))
 
 __all__ = ["ORDER", "PRESSURE_SCENARIOS", "show_scenarios"]
