@@ -199,7 +199,7 @@ class SamplingParams:
             raise ValueError("stop must not contain an empty string (it would match everywhere)")
         if len(items) > MAX_STOP_STRINGS:
             raise ValueError(f"stop must hold at most {MAX_STOP_STRINGS} strings, got {len(items)}")
-        longest = max(len(s) for s in items)
+        longest = max((len(s) for s in items), default=0)
         if longest > MAX_STOP_CHARS:
             raise ValueError(f"stop strings must be at most {MAX_STOP_CHARS} characters long, got one of {longest}")
         return tuple(items)

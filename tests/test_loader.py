@@ -268,6 +268,10 @@ def test_huge_max_position_embeddings_loads_in_little_memory(tiny_llama, tmp_pat
         llm = LLM({str(d)!r}, block_size=4, num_kv_blocks=16)
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         assert llm.max_model_len == 10**7, llm.max_model_len
+        # nor does loading import what it has no use for (each ~1.5 CPU-s per kernel or server)
+        import sys
+        extra = {{"torch._dynamo", "transformers.models.llama.configuration_llama"}} & set(sys.modules)
+        assert not extra, f"loading a model imported {{extra}}"
         print((after - before) // 1024)
     """)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -295,6 +299,53 @@ def test_weights_are_cast_without_a_float32_copy(tiny_llama):
     assert {p.dtype for p in m.parameters()} == {torch.bfloat16}
     assert not any(t.is_meta for t in list(m.parameters()) + list(m.buffers()))
     assert m.rotary.cos.dtype == torch.float32
+
+
+@pytest.mark.parametrize("model_type, generic", [("llama", True), ("qwen3", True), ("qwen2", False)])
+def test_the_loaders_tokenizer_is_the_one_autotokenizer_builds(tiny_llama, tmp_path, model_type, generic):
+    """The loader builds transformers' generic fast tokenizer itself where AutoTokenizer would pick
+    it (its AutoConfig imports cost ~2 CPU-s a process): the same class, ids, special tokens and
+    chat template. A Qwen2 folder (a type AutoTokenizer maps to a tokenizer of its own) is left to
+    AutoTokenizer. If a transformers release changes its choice, this fails."""
+    from transformers import AutoTokenizer
+
+    from minillm.models.loader import _generic_tokenizer_class, load_tokenizer
+
+    d = tmp_path / model_type
+    d.mkdir()
+    for f in Path(tiny_llama[0]).iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, d / f.name)
+    (d / "config.json").write_text(json.dumps({"model_type": model_type, "vocab_size": 336}))
+    assert (_generic_tokenizer_class(d) is not None) is generic
+    ours, auto = load_tokenizer(d, 336), AutoTokenizer.from_pretrained(str(d), local_files_only=True)
+    assert type(ours) is type(auto)
+    for text in ("Once upon a time", "从前有一只小狐狸，它", "<s>a fox</s> ran\n"):
+        assert ours(text) == auto(text) and ours.decode(ours(text)["input_ids"]) == auto.decode(auto(text)["input_ids"])
+    assert ours.special_tokens_map == auto.special_tokens_map and ours.chat_template == auto.chat_template
+
+
+def test_the_shipped_models_tokenizer_is_the_one_autotokenizer_builds():
+    from transformers import AutoTokenizer
+
+    from minillm.models.loader import DEFAULT_MODEL_DIR, _generic_tokenizer_class, load_tokenizer
+
+    assert _generic_tokenizer_class(DEFAULT_MODEL_DIR) is not None
+    ours, auto = load_tokenizer(DEFAULT_MODEL_DIR), AutoTokenizer.from_pretrained(str(DEFAULT_MODEL_DIR))
+    assert type(ours) is type(auto) and ours.get_vocab() == auto.get_vocab()
+    for text in ("Once upon a time", "从前有一只小狐狸，它", "<|bos|>Tom<|endoftext|>"):
+        assert ours(text) == auto(text)
+    assert ours.special_tokens_map == auto.special_tokens_map and ours.chat_template == auto.chat_template
+
+
+def test_a_model_built_off_the_meta_device_is_initialised(tiny_llama):
+    """Only the loader's meta build skips the embedding's init and the rotary tables; a model made on
+    a real device (scripts/train_default_model.py) has both."""
+    from minillm.models.llama import LlamaForCausalLM
+
+    m = LlamaForCausalLM(load_config(Path(tiny_llama[0])), 64)
+    assert 0.5 < m.model.embed_tokens.weight.std().item() < 2  # nn.Embedding's N(0, 1)
+    assert m.rotary.cos.shape[0] == 64 and torch.isfinite(m.rotary.sin).all()
 
 
 # --- generation_config.json -----------------------------------------------------------------

@@ -57,6 +57,10 @@ def test_value_semantics_copy_and_hash():
     assert {p: 1}[p.replace()] == 1
 
 
+def test_an_empty_stop_list_is_no_stop_strings():
+    assert SamplingParams(stop=[]).stop_strings == [] and SamplingParams(stop=(), stop_token_ids=[]).stop_token_ids == ()
+
+
 def test_containers_are_not_shared_with_the_caller():
     stops, ids = ["END"], [5]
     p = SamplingParams(stop=stops, stop_token_ids=ids)

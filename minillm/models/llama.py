@@ -107,7 +107,13 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, config: ModelConfig, max_positions: int):
         super().__init__()
         self.config, self.max_positions = config, max_positions
-        self.reset(None)
+        if torch.empty(0).is_meta:
+            # the loader builds the model on the meta device and calls reset(device) after: tables made
+            # here would go through torch's reference ops, whose import of torch._dynamo costs ~1.7 CPU-s
+            for name in ("inv_freq", "cos", "sin"):
+                self.register_buffer(name, None, persistent=False)
+        else:
+            self.reset(None)
 
     def reset(self, device) -> None:
         """(Re)build in float32 on ``device`` (None: the current default device)."""
@@ -238,7 +244,11 @@ class DecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # the loader builds this on the meta device, where there is nothing to initialise: giving the
+        # (meta) weight skips Embedding's normal_, whose meta version imports torch._dynamo (~1.7 CPU-s
+        # in every process that loads a model); on a real device the usual random init stays
+        weight = torch.empty(config.vocab_size, config.hidden_size)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=weight if weight.is_meta else None)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 

@@ -271,6 +271,33 @@ def check_tokenizer(tokenizer, vocab_size: int, source: str) -> None:
                          f"vocab_size is {vocab_size} (ids must be < vocab_size)")
 
 
+# AutoTokenizer builds transformers' generic fast tokenizer for a folder whose tokenizer_config.json names
+# one of these classes (and no remote code), when config.json's model_type is one of these (a type it
+# does not map to a class of its own): tests/test_loader.py checks that it still does
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+GENERIC_TOKENIZER_MODEL_TYPES = ("llama", "qwen3")
+
+
+def _generic_tokenizer_class(path: Path):
+    """transformers' generic fast tokenizer class where AutoTokenizer would pick it too, else None.
+    Going to it directly skips AutoConfig, whose import of the model family's config module (it pulls
+    in torch.distributed) costs about 2 CPU-seconds in every process that loads a model: each
+    notebook kernel, each ``minillm serve`` start."""
+    try:
+        tok_cfg = json.loads((path / "tokenizer_config.json").read_text())
+        model_type = json.loads((path / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(tok_cfg, dict) or "auto_map" in tok_cfg or model_type not in GENERIC_TOKENIZER_MODEL_TYPES \
+            or tok_cfg.get("tokenizer_class") not in GENERIC_TOKENIZER_CLASSES:
+        return None
+    try:
+        from transformers import TokenizersBackend
+    except ImportError:  # an older transformers: AutoTokenizer decides
+        return None
+    return TokenizersBackend
+
+
 def load_tokenizer(path: Path, vocab_size: int | None = None):
     """The folder's tokenizer (or the GGUF's), checked against the model's ``vocab_size``
     (read from config.json when not given)."""
@@ -287,7 +314,11 @@ def load_tokenizer(path: Path, vocab_size: int | None = None):
             if (path / name).exists() or (path / name).is_symlink():
                 inside(path, name, str(path / name))
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+            generic = _generic_tokenizer_class(path)
+            if generic is not None:
+                tokenizer = generic.from_pretrained(str(path), local_files_only=True)
+            else:
+                tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
         except Exception as exc:  # noqa: BLE001 - tokenizer parsers raise many kinds; name the folder
             raise ValueError(f"{path}: the tokenizer files could not be read ({type(exc).__name__}: {exc})") from None
     if vocab_size is None:
