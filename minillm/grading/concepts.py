@@ -220,6 +220,7 @@ class Idea:
     inverted_by: re.Pattern | None = None  # verbs that negate an inverted phrase ("spares … recomputing")
     polar: bool = True  # False: a negation does not turn the idea around ("won't keep turn 1" still names it)
     opposite: bool = False  # True: ``inverted`` denies the idea's opposite ("doesn't save memory"), a weaker way to say it
+    across: tuple = ()  # phrases that run from one clause into the next, whose subject stays in the first
 
     def find(self, text: str) -> str:
         """'present', 'negated', 'weak' or 'absent'."""
@@ -246,9 +247,10 @@ class Idea:
 
     def _in_clause(self, clause: str, prev: str = "") -> str:
         said = [not self._negated(clause, m) for pattern in self.standalone for m in pattern.finditer(clause)]
-        if not said and prev and _LIST_PAIR.search(prev + "，" + clause):  # "有的刚进来、有的快结束", "some …, some …"
+        if not said and prev:  # "有的刚进来、有的快结束", "some …, some …"; "缓存放显存里，聊得越久越多"
             joined = prev + "，" + clause
-            said = [not self._negated(joined, m) for pattern in self.standalone for m in pattern.finditer(joined)
+            patterns = self.across + (self.standalone if _LIST_PAIR.search(joined) else ())
+            said = [not self._negated(joined, m) for pattern in patterns for m in pattern.finditer(joined)
                     if m.start() < len(prev) < m.end()]
         if said:  # "only computes the new token instead of reusing …": one plain mention is enough
             return "present" if any(said) else "negated"
@@ -290,7 +292,7 @@ def _contrast(clause: str, m: re.Match) -> bool:
 
 
 _NO_OBJECT = re.compile(r"\b(no|zero)\s+$", re.IGNORECASE)
-_LIST_PAIR = re.compile(r"有的[^。；]{0,16}有的|一些[^。；]{0,16}一些|\bsome\b[^.;]{0,40}\b(some|others?)\b", re.IGNORECASE)
+_LIST_PAIR = re.compile(r"有的[^。；]{0,16}有的|一些[^。；]{0,16}一些|既有[^。；]{0,24}(也有|又有|还有)|\bsome\b[^.;]{0,40}\b(some|others?)\b", re.IGNORECASE)
 _WITHOUT_ZH = r"(如果|若|要是|假如|假设)?(没有|不用|去掉|关掉)\s*(它|这个|缓存|KV|cache)"  # "没有 KV cache 的话"
 _COUNTERFACTUAL = re.compile(r"\bwould\b|\bwithout (it|the cache|a cache|caching|them)\b|\botherwise\b|否则|不然|"
                              r"要不然|" + _WITHOUT_ZH, re.IGNORECASE)
@@ -319,12 +321,12 @@ def double_negative(clause: str, m: re.Match) -> bool:
 
 
 def idea(key, label_en, label_zh, parts=(), inverted=(), standalone=(), weak=(), inverted_by=(), polar=True,
-         opposite=False) -> Idea:
+         opposite=False, across=()) -> Idea:
     """``parts``: a list of groups, each a list of alternative patterns (the last group is the
-    predicate); ``inverted``, ``standalone``, ``weak``, ``inverted_by``: lists of patterns."""
+    predicate); ``inverted``, ``standalone``, ``weak``, ``inverted_by``, ``across``: lists of patterns."""
     return Idea(key, tuple((_rx(g),) for g in parts), tuple(_rx([p]) for p in inverted),
                 tuple(_rx([p]) for p in standalone), tuple(_rx([p]) for p in weak), label_en, label_zh,
-                _rx(inverted_by) if inverted_by else None, polar, opposite)
+                _rx(inverted_by) if inverted_by else None, polar, opposite, tuple(_rx([p]) for p in across))
 
 
 @dataclass(frozen=True)
@@ -539,10 +541,14 @@ OPPOSITE_DOUBT = 0.35  # "it does NOT reduce memory": the cost is implied, not s
 
 
 def _only_inverted(i: Idea, text: str) -> bool:
-    """The idea is present only where its opposite is denied (no clause says it outright)."""
+    """The idea is present only where its opposite is denied (no clause, or pair of clauses, says it outright)."""
+    prev = ""
     for _, clause in clauses(text):
         if i._parts_state(clause) == "present" or any(p.search(clause) for p in i.standalone):
             return False
+        if prev and any(m.start() < len(prev) < m.end() for p in i.across for m in p.finditer(prev + "，" + clause)):
+            return False
+        prev = clause
     return True
 
 
