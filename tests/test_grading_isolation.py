@@ -174,6 +174,32 @@ except OSError as exc:
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_the_grader_users_keyrings_are_out_of_reach(tmp_path, mode, monkeypatch):
+    """Keyrings are not namespaced: the jail's user is the grader's, so keyctl / add_key would reach
+    the grader user's keys (tokens, credentials). A seccomp filter refuses them (EPERM) and
+    /proc/keys shows nothing."""
+    import platform
+
+    if not jails.keyring_filter() or platform.machine() != "x86_64":
+        pytest.skip("the keyring filter's numbers are checked here for x86_64")
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
+    cell = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+got = []
+for call in ((250, 0, -4, 0), (248, b"user", b"stolen", b"x", 1, -4)):  # keyctl(GET_KEYRING_ID), add_key
+    got.append((libc.syscall(*call), ctypes.get_errno()))
+try:
+    keys = open('/proc/keys').read()
+except OSError:
+    keys = ''
+task2_kv_explain = repr((got, keys, libc.syscall(39) > 0))
+"""
+    rc, report = grade(write_notebook(tmp_path, cell))
+    assert rc == 0 and answer(report) == repr(([(-1, 1), (-1, 1)], "", True)), answer(report)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_signals_from_the_kernel_reach_neither_the_grader_nor_other_processes(tmp_path, mode, monkeypatch):
     monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)

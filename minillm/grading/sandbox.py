@@ -293,17 +293,20 @@ class Kernel:
         remaining = max(1, int(self.ends_at - time.monotonic()) + 2)
         nproc = _user_tasks() + (EXTRA_PROCESSES if os.getuid() != 0 else 4 * EXTRA_PROCESSES)
         self.cgroups = [c for c in (_make_task_cgroup(EXTRA_PROCESSES), _make_memory_cgroup(MEMORY_CGROUP_LIMIT)) if c]
-        argv = jails.command(self.jail, os.path.realpath(self.scratch), ["-I", "-B", "-X", "utf8"])
+        seccomp = jails.seccomp_pipe() if self.jail.mode == "bwrap" else None
+        argv = jails.command(self.jail, os.path.realpath(self.scratch), ["-I", "-B", "-X", "utf8"], seccomp)
         unjailed_view = None if self.jail.isolated else os.path.realpath(self.scratch)
         try:
             self.proc = subprocess.Popen(
                 argv, cwd=self.scratch, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(cmd_r, rep_w, clean_r, clean_rep_w), start_new_session=True,
-                preexec_fn=_limits(remaining, nproc, unjailed_view, tuple(self.cgroups)), close_fds=True)
+                pass_fds=tuple(fd for fd in (cmd_r, rep_w, clean_r, clean_rep_w, seccomp) if fd is not None),
+                start_new_session=True, close_fds=True,
+                preexec_fn=_limits(remaining, nproc, unjailed_view, tuple(self.cgroups)))
         finally:
-            for fd in (cmd_r, rep_w, clean_r, clean_rep_w):
-                os.close(fd)
+            for fd in (cmd_r, rep_w, clean_r, clean_rep_w, seccomp):
+                if fd is not None:
+                    os.close(fd)
         self._cmd = os.fdopen(cmd_w, "wb")
         self._rep = rep_r
         os.set_blocking(self._rep, False)
