@@ -55,7 +55,10 @@ def _clean_room(rfd: int, wfd: int) -> None:
     grader on this room's own pipe. It ends when the grader closes the pipe."""
     import ctypes
 
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the kernel cannot read or trace us
+    try:
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the kernel cannot read or trace us
+    except (AttributeError, OSError):  # not Linux: the jail (Linux only) is not there either
+        pass
     from . import export, wire
     from .engine_guard import clean_room_call, prepare
 
