@@ -3,6 +3,8 @@
     bash scripts/test.sh -p tests.suite_cpu                 # writes $MINILLM_SUITE_CPU (default
                                                       #   $MINILLM_ARTIFACTS/suite-cpu)/<pid>.jsonl
     python tests/suite_cpu.py /tmp/minillm-artifacts/suite-cpu   # the table, by file, heaviest first
+    python tests/suite_cpu.py DIR --save-costs    # ... and write them to tests/suite_costs.json, the
+                                                  #   order tests/suite_order.py hands the files out in
 
 Wall time on a shared machine says little; CPU time does not depend on who else is running.
 For each test this records the CPU seconds of the pytest process and of everything it started
@@ -157,5 +159,31 @@ def table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def save_costs(folder: Path, costs_file: Path) -> dict[str, float]:
+    """Write the CPU seconds per unit (a file, or tests/browser) that tests/suite_order.py hands out
+    heaviest first; units under 1 s are left out (they count 0.1 s per test there)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from suite_order import scope_of
+
+    units: dict = defaultdict(float)
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if row.get("kind") == "test":
+                units[scope_of(row["nodeid"])] += row["cpu"]
+    if not units:
+        raise SystemExit(f"no test records under {folder}")
+    costs = {k: round(v, 1) for k, v in sorted(units.items(), key=lambda kv: -kv[1]) if v >= 1}
+    note = ("CPU seconds per file (tests/browser/ is one unit), from `python tests/suite_cpu.py DIR --save-costs`"
+            f" on a whole-suite record ({time.strftime('%Y-%m-%d', time.gmtime())}); only their order matters")
+    costs_file.write_text(json.dumps({"note": note, "cpu_s": costs}, indent=1, ensure_ascii=False) + "\n")
+    return costs
+
+
 if __name__ == "__main__":
-    print(table(Path(sys.argv[1]) if len(sys.argv) > 1 else _out_dir()))
+    args = [a for a in sys.argv[1:] if a != "--save-costs"]
+    folder = Path(args[0]) if args else _out_dir()
+    print(table(folder))
+    if "--save-costs" in sys.argv:
+        target = Path(__file__).resolve().parent / "suite_costs.json"
+        print(f"wrote {len(save_costs(folder, target))} costs to {target}")

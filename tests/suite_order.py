@@ -7,45 +7,24 @@ running a 3-minute notebook file while the other has nothing to do. Handing out 
 files first (longest-processing-time scheduling) lets the many small files fill in at the end,
 so the two workers finish together.
 
-The costs below are CPU seconds per file, measured on 2026-12-03 with ``-p tests.suite_cpu``
-(tests/suite_cpu.py) on a loaded 2-core machine; only their order matters. A file that is not
-listed counts 0.1 s per test. ``tests/browser/`` is one unit: its three files share one
-JupyterLab and one Chromium per worker, so splitting them would start both twice.
+The costs are CPU seconds per file from a record of ``-p tests.suite_cpu`` (tests/suite_cpu.py),
+kept in tests/suite_costs.json: ``python tests/suite_cpu.py DIR --save-costs`` rewrites it from a
+whole-suite record. Only their order matters. A file that is not listed counts 0.1 s per test.
+``tests/browser/`` is one unit: its three files share one JupyterLab and one Chromium per
+worker, so splitting them would start both twice.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from xdist.scheduler import LoadFileScheduling
 
-#: CPU seconds per file (loaded machine), the files above ~5 s; tests/browser/ is one unit
-COST = {
-    "tests/test_notebooks_rerun_zh.py": 282,
-    "tests/test_notebooks_rerun.py": 261,
-    "tests/browser": 130,
-    "tests/test_build_it.py": 75,
-    "tests/test_gpu_check.py": 52,
-    "tests/test_gguf.py": 39,
-    "tests/test_decode_graphs.py": 38,
-    "tests/test_serve.py": 37,
-    "tests/test_grading_isolation.py": 34,
-    "tests/test_default_model.py": 31,
-    "tests/test_lab.py": 26,
-    "tests/test_parity.py": 25,
-    "tests/test_bench.py": 23,
-    "tests/test_grading_notebook.py": 22,  # + the grader's kernels, which the measurement misses
-    "tests/test_interrupt.py": 19,
-    "tests/test_story_corpus_zh.py": 14,
-    "tests/test_grading_attacks.py": 12,  # mostly waiting for its deadlines to pass
-    "tests/test_viz_plots.py": 12,
-    "tests/test_chat.py": 12,
-    "tests/test_grading_i18n.py": 10,
-    "tests/test_serve_hardening.py": 10,
-    "tests/test_linear_paths.py": 9,
-    "tests/test_cpu_kernel.py": 8,
-    "tests/test_viz_widgets.py": 6,
-    "exercises/ch04_exercises.ipynb": 6,
-    "tests/test_loader.py": 5.5,
-}
+REPO = Path(__file__).resolve().parent.parent
+COSTS_FILE = REPO / "tests" / "suite_costs.json"
+#: CPU seconds per file (or tests/browser), heaviest first
+COST: dict[str, float] = json.loads(COSTS_FILE.read_text())["cpu_s"] if COSTS_FILE.is_file() else {}
 PER_TEST = 0.1
 
 

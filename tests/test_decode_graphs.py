@@ -144,6 +144,30 @@ def test_every_stop_reason_through_graphs():
     assert r.stop_reason == StopReason.CONTEXT_FULL and len(r.output_token_ids) == 12 - 3
 
 
+def test_plainly_greedy_graph_steps_take_the_graphs_argmax(pair, monkeypatch):
+    """A graph step whose rows are all plainly greedy takes the argmax made inside the graph:
+    the batched sampler is not called; with log-probabilities it is, every step. Same tokens."""
+    from minillm.fast.sampler import BatchedSampler
+
+    eager, graphed = pair
+    ref, _ = run(eager, (7, 19), max_tokens=12)
+    real, calls = BatchedSampler.__call__, []
+
+    def counting(self, logits, requests):
+        calls.append(len(requests))
+        return real(self, logits, requests)
+
+    monkeypatch.setattr(BatchedSampler, "__call__", counting)
+    before = graphed.step_count
+    got, steps = run(graphed, (7, 19), max_tokens=12)
+    assert got == ref and steps == 11
+    assert len(calls) == graphed.step_count - before - steps == 1  # the prefill step's only
+    calls.clear()
+    got, steps = run(graphed, (7, 19), max_tokens=12, params_for=lambda i: SamplingParams(
+        max_tokens=12, temperature=0.0, ignore_eos=True, logprobs=2))
+    assert got == ref and len(calls) == steps + 1
+
+
 def test_cancel_mid_decode(pair):
     eager, graphed = pair
     ref, _ = run(eager, (10, 20, 30), cancel_at=(6, 1))
@@ -265,6 +289,8 @@ def test_compiled_buckets_on_the_cpu(pair):
     # warmup() makes one graph per batch bucket before any request, and leaves nothing behind
     assert compiled.warmup() == 3 == g.compiles
     assert g.compiler == "aot", g.aot_error  # called without dynamo's per-call entry
+    # and straight through inductor's entry with each bucket's recorded inputs (``graph_call``)
+    assert g.direct_error is None and all(x._direct is not None for x in g.graphs.values() if x.runs)
     assert compiled.requests == {} and compiled.cache_stats().used_blocks == 0
     ref, _ = run(eager, (9, 40), max_tokens=20)
     got, steps = run(compiled, (9, 40), max_tokens=20)

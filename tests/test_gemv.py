@@ -117,6 +117,23 @@ def test_stream_linear_keeps_parameters_and_falls_back_outside_decode():
     assert type(lin) is nn.Linear
 
 
+def test_a_wide_product_of_many_rows_runs_in_slices_equal_to_one_call(monkeypatch):
+    """An lm head over a large vocabulary (at least WIDE_OUT outputs) with more than MAX_ROWS
+    rows is computed slice by slice; the result equals one F.linear up to float32 rounding, the
+    slices' edges included, and a bias is sliced with its rows."""
+    monkeypatch.setattr(gemv, "WIDE_OUT", 96)  # small enough for a test, the slices kept uneven
+    monkeypatch.setattr(gemv, "WIDE_CHUNK", 40)
+    lin = gemv.stream(nn.Linear(24, 100))
+    calls = []
+    monkeypatch.setattr(gemv, "_wide", lambda *a, _w=gemv._wide: calls.append(1) or _w(*a))
+    x = torch.randn(12, 24)
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        assert calls, "a wide product of more than MAX_ROWS rows went to one F.linear"
+        narrow = gemv.stream(nn.Linear(24, 60))
+        assert torch.equal(narrow(x), F.linear(x, narrow.weight, narrow.bias)) and len(calls) == 1
+
+
 def _tokens(llm, prompts, n=16):
     reqs = [llm.add_request(prompt_token_ids=p, params=SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
             for p in prompts]

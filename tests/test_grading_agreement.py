@@ -33,13 +33,13 @@ ROWS = split.rows()
 ORDINARY = {"ordinary", "format"}
 
 # measured on the last change (README, grading section); each is a floor (or a ceiling), not a target
-FLOORS = {  # measured (1826 answers, with c9-c13, and the second reader built from the tune part): tune 98.8 % (ordinary
-    # 99.0, adversarial 98.6; zh 99.0, en 98.7), 0.8 % (5/635) not-full→full, 13 of 14 disagreements flagged, 33 % of answers
-    # flagged; held out 90.7 % (90.7 / 90.8; zh 89.6, en 91.7), 1.9 % (6/316) not-full→full, 46 of 57 flagged, 39 % flagged
-    "tune": {"agreement": 0.98, "ordinary": 0.98, "adversarial": 0.98, "wrong_full": 0.01, "flagged": 0.92,
+FLOORS = {  # measured (2050 answers, with c9-c16, the second reader built from the tune part): tune 98.7 % (ordinary 98.8,
+    # adversarial 98.7; zh 98.8, en 98.7), 0.7 % (5/711) not-full→full, 16 of 17 disagreements flagged, 33 % of answers
+    # flagged; held out 90.9 % (91.0 / 90.7; zh 90.1, en 91.8), 2.0 % (7/356) not-full→full, 52 of 63 flagged, 41 % flagged
+    "tune": {"agreement": 0.98, "ordinary": 0.98, "adversarial": 0.98, "wrong_full": 0.01, "flagged": 0.94,
              "zh_en_gap": 0.01, "load": 0.34},
-    "holdout": {"agreement": 0.90, "ordinary": 0.90, "adversarial": 0.90, "wrong_full": 0.02, "flagged": 0.80,
-                "zh_en_gap": 0.03, "load": 0.40},
+    "holdout": {"agreement": 0.90, "ordinary": 0.91, "adversarial": 0.90, "wrong_full": 0.021, "flagged": 0.82,
+                "zh_en_gap": 0.02, "load": 0.42},
 }
 
 
@@ -79,7 +79,7 @@ def measure(rows) -> dict:
 
 
 def test_the_answer_set_is_large_and_varied():
-    assert len(ROWS) >= 1800
+    assert len(ROWS) >= 2000
     tags = {row["tag"] for row in ROWS}
     assert {"negation", "salad", "typo", "mixed", "copied", "overlength", "other_names", "misconception",
             "invisible"} <= tags

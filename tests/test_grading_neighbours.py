@@ -75,3 +75,5 @@ def test_a_quiz_neighbour_counts_only_with_the_same_letter():
     assert r.opinion("quiz2_kv_tradeoff", ("D", "省计算但占显存")).score == 2
     assert r.opinion("quiz2_kv_tradeoff", ("A", "省计算但占显存")) is None
     assert r.opinion("task3_pressure", [("long context", "x")]) is None
+    far = r.opinion("quiz2_kv_tradeoff", ("D", "because the scheduler is fair to everyone"))
+    assert far.score is None and far.similarity < neighbours.NOVEL_BELOW  # nothing close: no vote, a small doubt

@@ -78,10 +78,12 @@ def bucket_for(n: int, sizes: list[int]) -> int | None:
 
 
 def decode_forward(model, kv_cache, ids, positions, slots, block_tables, context_lens,
-                   attention: AttentionBackend = _PAGED) -> torch.Tensor:
-    """The model's forward over B decode rows at fixed shapes: logits [B, vocab]. Pure tensor
-    work (no host reads), so it can be captured or compiled for a (B, W) bucket. ``attention``
-    reads ``DecodeMeta`` (the padding mask is made only for one that ``uses_mask``)."""
+                   attention: AttentionBackend = _PAGED) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's forward over B decode rows at fixed shapes: logits [B, vocab] and each row's
+    argmax [B] (a greedy row's token, made inside the graph: ``FastRunner.sample`` takes it when
+    every row is plainly greedy). Pure tensor work (no host reads), so it can be captured or
+    compiled for a (B, W) bucket. ``attention`` reads ``DecodeMeta`` (the padding mask is made
+    only for one that ``uses_mask``)."""
     B, W = block_tables.shape
     mask = None
     if attention.uses_mask:
@@ -92,20 +94,31 @@ def decode_forward(model, kv_cache, ids, positions, slots, block_tables, context
     meta = DecodeMeta(block_tables, context_lens, slots, W, mask)
     batch = AttentionBatch(positions=positions, slot_mapping=slots, num_decode=B, attention=attention,
                            decode_meta=meta)
-    return model(ids, batch, kv_cache)
+    logits = model(ids, batch, kv_cache)
+    return logits, logits.argmax(dim=-1)
 
 
 class DecodeInputs:
-    """The persistent input buffers of one (B, W) bucket, on the device; made as padding rows
-    (token 0 at position 0 writing to ``scratch_slot``, a one-slot context), so a graph can be
-    made before any request fills them."""
+    """The persistent input buffers of one (B, W) bucket, on the device: views of one flat
+    buffer (ids, positions, slots, context lengths, then the block tables row by row), so that
+    a step fills them all with one copy (``values`` lays out a step's integers that way). Made
+    as padding rows (token 0 at position 0 writing to ``scratch_slot``, a one-slot context), so
+    a graph can be made before any request fills them."""
 
     def __init__(self, batch: int, width: int, device: torch.device, scratch_slot: int = 0):
-        self.ids = torch.zeros(batch, dtype=torch.long, device=device)
-        self.positions = torch.zeros(batch, dtype=torch.long, device=device)
-        self.slots = torch.full((batch,), scratch_slot, dtype=torch.long, device=device)
-        self.context_lens = torch.ones(batch, dtype=torch.long, device=device)
-        self.block_tables = torch.full((batch, width), NULL_BLOCK, dtype=torch.long, device=device)
+        self.batch, self.width = batch, width
+        # what padding rows hold, per column; sliced to the rows a step pads
+        self._pad = ([0] * batch, [0] * batch, [scratch_slot] * batch, [1] * batch, [NULL_BLOCK] * (batch * width))
+        self.flat = torch.tensor(self.values([], [], [], [], []), dtype=torch.long, device=device)
+        self.ids, self.positions, self.slots, self.context_lens = self.flat[:4 * batch].view(4, batch).unbind(0)
+        self.block_tables = self.flat[4 * batch:].view(batch, width)
+
+    def values(self, ids: list, positions: list, slots: list, context_lens: list, tables: list) -> list[int]:
+        """The flat buffer's contents for a step whose first rows hold these values (``tables``:
+        ``width`` block ids per row, ``NULL_BLOCK`` past a row's own) and padding after them."""
+        k = self.batch - len(ids)
+        z, _, s, one, null = self._pad
+        return ids + z[:k] + positions + z[:k] + slots + s[:k] + context_lens + one[:k] + tables + null[:k * self.width]
 
     def args(self):
         return self.ids, self.positions, self.slots, self.block_tables, self.context_lens
@@ -119,8 +132,10 @@ class DecodeGraph:
         self.inputs = DecodeInputs(batch, width, graphs.device, graphs.kv_cache.scratch_slot)
         self.runs = 0
         self._fn = None        # compile / eager: called with the buffers
-        self._graph = None     # cuda: the captured graph and its output buffer
+        self._graph = None     # cuda: the captured graph and its output buffers
         self._out = None
+        self._direct = None    # compile (ahead of time): inductor's entry with recorded inputs
+        self._recorded = False  # whether recording the inner call was tried (``graph_call``)
 
     def make(self) -> None:
         """Make the graph if it is not made yet: with the buffers as they are (a capture's
@@ -162,9 +177,10 @@ class DecodeGraph:
         self.graphs.captures += 1
 
     def __call__(self, n: int, table: torch.Tensor, rows: torch.Tensor, ids, positions, slots,
-                 context_lens) -> torch.Tensor:
-        """Fill the buffers (the first ``n`` rows real, the rest padding as uploaded), run, and
-        return the real rows' logits [n, vocab]."""
+                 context_lens) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fill the buffers from device tensors (the first ``n`` rows real, the rest padding as
+        uploaded; the block tables are rows ``rows`` of ``table``), run, and return the real
+        rows' logits [n, vocab] and argmax [n]."""
         buf = self.inputs
         buf.ids.copy_(ids)
         buf.positions.copy_(positions)
@@ -173,13 +189,40 @@ class DecodeGraph:
         buf.block_tables.fill_(NULL_BLOCK)
         w = min(self.width, table.shape[1])
         buf.block_tables[:n, :w].copy_(table.index_select(0, rows)[:, :w])
-        with kernel_threads_only(self.graphs.mode == "compile" and self.graphs.device.type == "cpu"):
-            self.make()
-            self.runs += 1
-            if self._graph is not None:  # (a capture records kernels without running them)
-                self._graph.replay()
-                return self._out[:n].clone()  # the output buffer is rewritten by the next replay
-            return self._fn(*buf.args())[:n]
+        return self.run(n)
+
+    def run_values(self, n: int, values: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fill the buffers with one copy of ``values`` (``DecodeInputs.values``: ``n`` real
+        rows, then padding), run, and return the real rows' logits and argmax."""
+        self.inputs.flat.copy_(torch.tensor(values, dtype=torch.long))
+        return self.run(n)
+
+    def run(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the graph on the buffers as they are: the first ``n`` rows' logits and argmax."""
+        if self.graphs.kernel_threads and torch.get_num_threads() > 1:
+            with kernel_threads_only(True):
+                logits, ids = self._forward()
+        else:
+            logits, ids = self._forward()
+        return (logits, ids) if n == self.batch else (logits[:n], ids[:n])
+
+    def _forward(self):
+        self.make()
+        self.runs += 1
+        if self._direct is not None:
+            return self._direct()
+        if self._graph is not None:  # (a capture records kernels without running them)
+            self._graph.replay()
+            return [t.clone() for t in self._out]  # the output buffers are rewritten by the next replay
+        g = self.graphs
+        if not self._recorded and g.direct and g.mode == "compile" and g.compiler == "aot":
+            from . import graph_call
+
+            self._recorded = True
+            out, self._direct, why = graph_call.record(self._fn, self.inputs.args())
+            g.direct_error = why or g.direct_error
+            return out
+        return self._fn(*self.inputs.args())
 
 
 @contextmanager
@@ -189,14 +232,11 @@ def kernel_threads_only(enabled: bool):
     the graph's OpenMP regions are tiny and competed with the kernel's workers for the cores (the
     shipped model's graph step went from 0.95 ms on one thread to 1.33 ms on two)."""
     threads = torch.get_num_threads()
-    if not enabled or threads == 1:
+    if not enabled or threads == 1 or not _kernel_op_usable():
         yield
         return
     from . import gemv
 
-    if not (gemv.enabled_by_env() and gemv.available() and gemv.op_available()):
-        yield
-        return
     old = gemv.set_op_threads(threads)
     torch.set_num_threads(1)
     try:
@@ -204,6 +244,13 @@ def kernel_threads_only(enabled: bool):
     finally:
         torch.set_num_threads(threads)
         gemv.set_op_threads(old)
+
+
+def _kernel_op_usable() -> bool:
+    """Whether compiled graphs call the streaming kernel's operator (``gemv``)."""
+    from . import gemv
+
+    return gemv.enabled_by_env() and gemv.available() and gemv.op_available()
 
 
 class DecodeGraphs:
@@ -244,6 +291,13 @@ class DecodeGraphs:
         self.aot = True  # compile ahead of time where torch can (False: always jit; for benchmarks)
         self.compiler: str | None = None  # "aot" or "jit": how they were made (``_compile``)
         self.aot_error: str | None = None  # why ahead-of-time compiling fell back, if it did
+        #: compiled graphs called through inductor's entry with recorded inputs (``graph_call``;
+        #: False: always through torch's wrappers, for benchmarks); why not, where it was refused
+        self.direct = True
+        self.direct_error: str | None = None
+        #: a compiled CPU graph runs torch's kernels on one thread and the streaming projections on
+        #: torch's threads (``kernel_threads_only``): decided here, once
+        self.kernel_threads = mode == "compile" and device.type == "cpu" and _kernel_op_usable()
         self._pool = None
         self.captures = 0  # CUDA graphs captured (after ``warm_up``, serving adds none)
         self.warmup: dict | None = None  # what ``warm_up`` made: {"graphs": n, "seconds": s}

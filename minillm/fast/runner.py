@@ -38,6 +38,7 @@ from ..models.llama import AttentionBatch, DecodeGroup, LlamaForCausalLM, Prefil
 from ..request import Request
 from ..runner import ModelRunner
 from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, make_backend
+from .sampler import BatchedSampler, plainly_greedy
 
 MAX_DECODE_GROUPS = 4
 # An extra decode group costs about as much per layer (two gathers, one attention call) as
@@ -218,6 +219,7 @@ class FastRunner(ModelRunner):
         # decode-only steps at fixed shapes, one graph per bucket (``minillm.fast.decode_graphs``);
         # None: every step eager
         self.graphs = None
+        self._argmax = None  # (logits, their argmax) of the last graph step, for ``sample``
 
     def forget(self, req: Request) -> None:
         """Drop what the runner keeps for ``req`` (its block-table row): call when it ends."""
@@ -295,6 +297,7 @@ class FastRunner(ModelRunner):
         Every index the step needs (token ids, positions, the slot each new K/V is written to,
         block tables, context lengths, the logits rows) is computed on the host from the block
         tables and sent to the device in one copy."""
+        self._argmax = None
         if prefill_chunks is None:
             prefill_chunks = [r.num_tokens - r.num_computed_tokens for r in prefills]
         if decodes and not prefills and self.graphs is not None:
@@ -375,7 +378,33 @@ class FastRunner(ModelRunner):
     def _run_graph(self, graph, decodes: list[Request]) -> torch.Tensor:
         """A decode-only step through its bucket's graph: the same integers as an eager step
         (rows in the scheduler's order: a fixed-shape batch needs no sorting), padded to the
-        bucket's rows, in one upload; the block tables from the persistent device table."""
+        bucket's rows. On the CPU the block tables are the requests' own lists and every
+        integer goes into the graph's buffers in one copy; on a GPU they are rows of the
+        persistent device table and the rest comes in one upload. The graph's argmax is kept
+        for ``sample``."""
+        if self.device.type == "cpu":
+            logits, argmax = graph.run_values(len(decodes), self._graph_values(graph, decodes))
+        else:
+            logits, argmax = self._run_graph_uploaded(graph, decodes)
+        self._argmax = (logits, argmax)
+        return logits
+
+    def _graph_values(self, graph, decodes: list[Request]) -> list[int]:
+        """The graph's buffers' contents for ``decodes`` (``DecodeInputs.values``)."""
+        bs, width = self.block_size, graph.width
+        ids, positions, slots, tables = [], [], [], []
+        for r in decodes:
+            out, table = r.output_token_ids, r.block_table
+            pos = len(r.prompt_token_ids) + len(out) - 1
+            ids.append(out[-1] if out else r.prompt_token_ids[-1])
+            positions.append(pos)
+            slots.append(table[pos // bs] * bs + pos % bs)
+            tables += table[:width]
+            if len(table) < width:
+                tables += [NULL_BLOCK] * (width - len(table))
+        return graph.inputs.values(ids, positions, slots, [pos + 1 for pos in positions], tables)
+
+    def _run_graph_uploaded(self, graph, decodes: list[Request]):
         n = len(decodes)
         upload = StepUpload()
         _, rows_part = self.block_rows.plan(decodes, n, upload)
@@ -386,3 +415,13 @@ class FastRunner(ModelRunner):
                  upload.add(slots + pad["slots"]), upload.add(ctx + pad["context_lens"])]
         dev = upload.send(self.device)
         return graph(n, self.block_rows.table, upload.view(dev, rows_part), *(upload.view(dev, p) for p in parts))
+
+    def sample(self, sampler, logits: torch.Tensor, reqs: list[Request], rng_states=()):
+        """``ModelRunner.sample``; after a graph step whose rows are all plainly greedy (no
+        penalty, bias or log-probabilities), the argmax the graph made is the batched
+        sampler's answer (its ``choose`` is then ``logits.argmax``), read back in one copy."""
+        kept, self._argmax = self._argmax, None
+        if (kept is not None and kept[0] is logits and isinstance(sampler, BatchedSampler)
+                and all(plainly_greedy(r.params) for r in reqs)):
+            return kept[1].tolist(), None, {}
+        return super().sample(sampler, logits, reqs, rng_states)

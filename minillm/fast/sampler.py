@@ -176,6 +176,13 @@ class SampleResult(tuple):
         return self
 
 
+def plainly_greedy(p) -> bool:
+    """Whether a row of these params gets the argmax of its logits as they are (greedy, no
+    penalty or bias, no log-probabilities): ``BatchedSampler.choose``'s shortcut."""
+    return (p.greedy and p.logprobs is None and not p.logit_bias and p.repetition_penalty == 1.0
+            and not p.presence_penalty and not p.frequency_penalty)
+
+
 class BatchedSampler:
     """Samples one token per row of a batch of logits, each row with its own request's
     params (and, when seeded, its own generator), in a fixed number of device operations: at most one host->device

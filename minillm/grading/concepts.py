@@ -220,6 +220,7 @@ class Idea:
     inverted_by: re.Pattern | None = None  # verbs that negate an inverted phrase ("spares … recomputing")
     polar: bool = True  # False: a negation does not turn the idea around ("won't keep turn 1" still names it)
     opposite: bool = False  # True: ``inverted`` denies the idea's opposite ("doesn't save memory"), a weaker way to say it
+    across: tuple = ()  # phrases that run from one clause into the next, whose subject stays in the first
 
     def find(self, text: str) -> str:
         """'present', 'negated', 'weak' or 'absent'."""
@@ -246,9 +247,10 @@ class Idea:
 
     def _in_clause(self, clause: str, prev: str = "") -> str:
         said = [not self._negated(clause, m) for pattern in self.standalone for m in pattern.finditer(clause)]
-        if not said and prev and _LIST_PAIR.search(prev + "，" + clause):  # "有的刚进来、有的快结束", "some …, some …"
+        if not said and prev:  # "有的刚进来、有的快结束", "some …, some …"; "缓存放显存里，聊得越久越多"
             joined = prev + "，" + clause
-            said = [not self._negated(joined, m) for pattern in self.standalone for m in pattern.finditer(joined)
+            patterns = self.across + (self.standalone if _LIST_PAIR.search(joined) else ())
+            said = [not self._negated(joined, m) for pattern in patterns for m in pattern.finditer(joined)
                     if m.start() < len(prev) < m.end()]
         if said:  # "only computes the new token instead of reusing …": one plain mention is enough
             return "present" if any(said) else "negated"
@@ -290,7 +292,7 @@ def _contrast(clause: str, m: re.Match) -> bool:
 
 
 _NO_OBJECT = re.compile(r"\b(no|zero)\s+$", re.IGNORECASE)
-_LIST_PAIR = re.compile(r"有的[^。；]{0,16}有的|一些[^。；]{0,16}一些|\bsome\b[^.;]{0,40}\b(some|others?)\b", re.IGNORECASE)
+_LIST_PAIR = re.compile(r"有的[^。；]{0,16}有的|一些[^。；]{0,16}一些|既有[^。；]{0,24}(也有|又有|还有)|\bsome\b[^.;]{0,40}\b(some|others?)\b", re.IGNORECASE)
 _WITHOUT_ZH = r"(如果|若|要是|假如|假设)?(没有|不用|去掉|关掉)\s*(它|这个|缓存|KV|cache)"  # "没有 KV cache 的话"
 _COUNTERFACTUAL = re.compile(r"\bwould\b|\bwithout (it|the cache|a cache|caching|them)\b|\botherwise\b|否则|不然|"
                              r"要不然|" + _WITHOUT_ZH, re.IGNORECASE)
@@ -319,12 +321,12 @@ def double_negative(clause: str, m: re.Match) -> bool:
 
 
 def idea(key, label_en, label_zh, parts=(), inverted=(), standalone=(), weak=(), inverted_by=(), polar=True,
-         opposite=False) -> Idea:
+         opposite=False, across=()) -> Idea:
     """``parts``: a list of groups, each a list of alternative patterns (the last group is the
-    predicate); ``inverted``, ``standalone``, ``weak``, ``inverted_by``: lists of patterns."""
+    predicate); ``inverted``, ``standalone``, ``weak``, ``inverted_by``, ``across``: lists of patterns."""
     return Idea(key, tuple((_rx(g),) for g in parts), tuple(_rx([p]) for p in inverted),
                 tuple(_rx([p]) for p in standalone), tuple(_rx([p]) for p in weak), label_en, label_zh,
-                _rx(inverted_by) if inverted_by else None, polar, opposite)
+                _rx(inverted_by) if inverted_by else None, polar, opposite, tuple(_rx([p]) for p in across))
 
 
 @dataclass(frozen=True)
@@ -400,6 +402,19 @@ def causal_arrow(text: str) -> bool:
     return bool(_ONE_ARROW.match(text.strip())) and text.count(">") <= 1
 
 
+_VO_PIECE = re.compile(f"^(节省|节约|减少|避免|省去|省掉|免去|增加|占用|消耗|降低|提高|加快|复用|重用|保存|需要|占|省|费|耗|换)"
+                       f"[{CJK}]{{2,}}")
+
+
+def verb_object_pieces(text: str) -> bool:
+    """Comma-chained Chinese pieces that each open with a verb and its object ("节省计算量，增加显存占用",
+    "省计算，费显存"): a sentence with its subject left out. Enumeration marks and semicolons still make a list."""
+    if LIST_MARKS.search(text) or re.search(r"[；;]", text):
+        return False
+    pieces = [p.strip(" .。!！") for p in re.split(r"[，,]", text) if p.strip(" .。!！")]
+    return len(pieces) >= 2 and all(_VO_PIECE.match(p) for p in pieces)
+
+
 def clause_marked(text: str) -> bool:
     """Chinese pieces that carry a clause marker and no list marks ("存K和V，下次不用算了，占内存")."""
     return not LIST_MARKS.search(text) and bool(CLAUSE_ZH.search(_ZH_TERMS.sub("", text)))
@@ -415,7 +430,7 @@ def keyword_run(text: str) -> bool:
     words_each, cjk_each = (3, 6) if len(segments) >= 3 else (2, 4)  # two pieces: both must be bare terms
     short = all(len(latin_words(s)) <= words_each and cjk_chars(s) <= cjk_each for s in segments)
     linked = (any(w in _LINK_EN for w in latin_words(t)) or bool(_LINK_ZH.search(_ZH_TERMS.sub("", t))) or clause_marked(t)
-              or predicates(segments) or causal_arrow(t))
+              or predicates(segments) or causal_arrow(t) or verb_object_pieces(t))
     return short and not linked
 
 
@@ -431,7 +446,7 @@ def is_salad(text: str) -> bool:
     zh = "".join(_CJK_RE.findall(_ZH_TERMS.sub("", t)))
     if zh and _GLUE_ZH.search(zh):
         return False
-    if _VERB_ZH.search(t):
+    if _VERB_ZH.search(t) or verb_object_pieces(t):
         return False  # "输出长度决定步数": a verb between two nouns is a statement
     return len(en) + (len(re.findall(f"[{CJK}]+", t))) >= 2
 
@@ -480,8 +495,14 @@ _ABBREVIATIONS = [(re.compile(p, _I), w) for p, w in (
     (r"\btok\b", "token"), (r"\bprev\b", "previous"), (r"\brecomp\b", "recompute"), (r"\s&\s", " and "))]
 
 
+# Chinese input-method slips (a homophone typed for the word meant) that carry no other meaning in an answer
+_ZH_SLIPS = [(re.compile(p), w) for p, w in (
+    (r"从新(?=[^，。；,;]{0,2}(计算|算|生成|处理|跑|做|来|投影|编码))", "重新"), (r"站用", "占用"), (r"上下问", "上下文"),
+    (r"线存", "显存"), (r"显村", "显存"))]
+
+
 def expand_abbreviations(text: str) -> str:
-    for rx, word in _ABBREVIATIONS:
+    for rx, word in _ABBREVIATIONS + _ZH_SLIPS:
         text = rx.sub(word, text)
     return text
 
@@ -539,10 +560,14 @@ OPPOSITE_DOUBT = 0.35  # "it does NOT reduce memory": the cost is implied, not s
 
 
 def _only_inverted(i: Idea, text: str) -> bool:
-    """The idea is present only where its opposite is denied (no clause says it outright)."""
+    """The idea is present only where its opposite is denied (no clause, or pair of clauses, says it outright)."""
+    prev = ""
     for _, clause in clauses(text):
         if i._parts_state(clause) == "present" or any(p.search(clause) for p in i.standalone):
             return False
+        if prev and any(m.start() < len(prev) < m.end() for p in i.across for m in p.finditer(prev + "，" + clause)):
+            return False
+        prev = clause
     return True
 
 

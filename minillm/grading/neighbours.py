@@ -5,8 +5,9 @@ paraphrase no pattern has seen, and the rules then disagree with the instructor 
 it. This module is a different kind of reader with different blind spots: it compares an answer's
 character and word n-grams (Chinese characters one to three at a time, English words and word
 pairs) with those of answers an instructor has already scored, and says what the nearest ones got.
-Where it and the rules disagree, the grade goes to a person (:func:`second_opinion`); it never
-changes a score by itself, so a learner cannot earn a point by writing like a labelled answer.
+Where it and the rules disagree, the grade goes to a person (:func:`second_opinion`); where no
+labelled answer is close, the confidence drops a little (new wording is where rules miss most). It
+never changes a score, so a learner cannot earn a point by writing like a labelled answer.
 
 The labelled answers are not shipped: ``scripts/build_neighbours.py`` turns the tuning part of
 ``tests/grading_data/answers.jsonl`` (never its held-out third) into hashed n-gram sets, one per
@@ -31,6 +32,8 @@ K = 5  # neighbours that vote
 MIN_SIMILARITY = 0.4  # the nearest answer must be at least this close (cosine of tf-idf vectors) to count
 DISAGREE_BY = 0.75  # |nearest answers' weighted score - rule score|, in points, that raises a doubt
 SECOND_OPINION_DOUBT = 0.35  # enough, alone, to flag (registry.REVIEW_BELOW)
+NOVEL_BELOW = 0.25  # no labelled answer this close: wording the rules have probably not seen either
+NOVEL_DOUBT = 0.15  # flags only with another doubt (e.g. partial credit)
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]+|[a-z0-9]+(?:[/'][a-z0-9]+)*")
@@ -87,8 +90,8 @@ def written(answer: Any) -> str:
 
 @dataclass(frozen=True)
 class Opinion:
-    score: float  # the neighbours' similarity-weighted mean score
-    similarity: float  # cosine similarity of the nearest one
+    score: float | None  # the close neighbours' similarity-weighted mean score; None: none is close enough
+    similarity: float  # cosine similarity of the nearest labelled answer (0: nothing in common)
     n: int  # how many voted
 
 
@@ -125,11 +128,10 @@ class Reader:
         if not v:
             return None
         sims = sorted(((sum(w * u.get(i, 0.0) for i, w in v.items()), s) for s, u in group), reverse=True)[:K]
-        sims = [(sim, s) for sim, s in sims if sim >= MIN_SIMILARITY]
-        if not sims:
-            return None
-        total = sum(sim * sim for sim, _ in sims)
-        return Opinion(sum(sim * sim * s for sim, s in sims) / total, sims[0][0], len(sims))
+        close = [(sim, s) for sim, s in sims if sim >= MIN_SIMILARITY]
+        total = sum(sim * sim for sim, _ in close)
+        score = sum(sim * sim * s for sim, s in close) / total if total > 0 else None
+        return Opinion(score, sims[0][0] if sims else 0.0, len(close))
 
 
 def data_file() -> Path | None:
@@ -149,8 +151,13 @@ def reader() -> Reader | None:
 
 def second_opinion(ex_id: str, answer: Any, marks) -> None:
     """Doubt the rule's score where the instructor's scores of the nearest labelled answers differ
-    from it by :data:`DISAGREE_BY` points or more: the answer goes to a person, the score stays."""
+    from it by :data:`DISAGREE_BY` points or more, or where no labelled answer is even close (new
+    wording, where the rules miss most): the answer may go to a person; the score stays."""
     r = reader()
     op = r.opinion(ex_id, answer) if r is not None else None
-    if op is not None and abs(op.score - marks.score) >= DISAGREE_BY:
+    if op is None:
+        return
+    if op.score is not None and abs(op.score - marks.score) >= DISAGREE_BY:
         marks.doubt("similar labelled answers scored differently", SECOND_OPINION_DOUBT)
+    elif op.similarity < NOVEL_BELOW:
+        marks.doubt("unlike every labelled answer", NOVEL_DOUBT)

@@ -13,7 +13,7 @@ _COMPUTE = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bcomput\w*", r"\bcalcula
 _AVOID = [r"\bavoid\w*", r"\bskip\w*", r"\bsav(e|es|ed|ing)\b", r"\bspar\w*", r"\beliminat\w*", r"\bprevent\w*",
           r"\breduc\w*", r"\bcut\w*", r"\bless\b", r"\bfewer\b", r"\bsidestep\w*", r"\bbypass\w*", r"\bspare\w*",
           r"\bomit\w*", r"\bdrop\w*", r"少(了)?(?=算|计算|重算|重复)", r"省去", r"避免", r"减少", r"节省", r"节约", r"免去", r"省掉", r"省了", r"(?<![节])省", r"跳过", r"免得", r"以免", r"省得",
-          r"降低", r"变少", r"(?<!不)少了", r"更少", r"变小", r"减小", r"下降"]
+          r"降低", r"变少", r"(?<!不)少了", r"更少", r"变小", r"减小", r"下降", r"(降|减)(到|为|至)"]
 _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r"\bredid\b", r"\bre-?run\w*",
            r"\bre-?process\w*", r"\bre-?encod\w*",
            r"\b(comput|calculat|process|encod|run|work|produc|generat|creat|build|rebuil)\w*\s+(\w+\s+){0,6}?(again|twice|from scratch|each time|"
@@ -28,7 +28,9 @@ _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r
            # "no need to compute (it) again": the plain verb under a need-negator is the idea ("下次不用算了")
            r"(不用|不必|无需|无须|不需要|用不着)(再|重新|重复)?(去)?(算|计算)",
            r"(计算|运算)\s*[:：]?\s*(不|没有|无需|不用)\s*(重复|重新|再)",  # "计算：不重复"
-           r"\b(no need to|don't (have|need) to|doesn't (have|need) to|needn't)\s+(re-?)?(comput|calculat)\w*"]
+           r"\b(no need to|don't (have|need) to|doesn't (have|need) to|needn't)\s+(re-?)?(comput|calculat)\w*",
+           # the cost of recomputing, named by its growth: "without it, decode would be quadratic"
+           r"\bquadratic\b", r"平方级|平方复杂度"]
 _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|取)",
           # memory traded for *compute* names the saving; for speed or time it names only the effect (labelled 1)
           r"\btrad\w*\s+(\w+\s+){0,2}?(memory|space|vram|storage)\s+for\s+(\w+\s+)?(compute|computation|flops)",
@@ -38,6 +40,7 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
           r"\b(work|compute|computation)\s+for\s+(one|a single|the new|the newest|the latest)\s+token\b",
           r"(计算|计算量|运算|算力)[^，。；,;]{0,16}只(跟|和|与)[^，。；,;]{0,4}(新|最新|当前)", r"\bonly\s+depends?\s+on\s+the\s+(new|newest|latest|current)\b",
           r"\bonly\s+(\w+\s+){0,2}?(one|a single)\s+new\b",
+
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
           r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
           r"(从|在)(KV ?)?缓存(里|中)?(直接)?(读|取|拿)", r"(算|计算)一次就(存|保存|缓存)",
@@ -78,7 +81,10 @@ MEMORY = idea(
                 r"额外(的)?(显存|内存|存储)|显存开销|(显存|内存)[^，。；,;]{0,10}(有关|相关|成正比)", r"爆显存|显存(不够|不足|溢出|耗尽)",
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
                 r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多|成正比|正比|线性)",
-                r"(缓存|KV)[^，。；,;]{0,8}(非常|很|特别|超|巨|极)大", r"(显存|内存)(大户|杀手|黑洞)"],
+                r"(缓存|KV)[^，。；,;]{0,8}(非常|很|特别|超|巨|极)大", r"(显存|内存)(大户|杀手|黑洞)",
+                r"(显存|内存)[^，。；,;]{0,6}(吃紧|扛不住|撑不住|放不下)"],
+    # the predicate in the next clause, its subject left out: "缓存要放显存里，聊得越久越多", "…留显存，长文本时很吃紧"
+    across=[r"(缓存|KV|显存|内存)[^，。；,;]{0,16}，\s*[^，。；,;]{0,10}(越[^，。；,;]{1,4}越(多|大)|吃紧|紧张|扛不住|撑不住|放不下|不够用?)"],
     weak=_MEM)
 
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
@@ -97,7 +103,7 @@ _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprom
 TOKEN_TO_HISTORY = idea(
     "token_to_history", "the sampled token is appended to the request's history", "采样出的 token 会加入请求的历史（上下文）",
     parts=[_HIST, _JOIN],  # the subject is often in the clause before ("… 不会被丢弃，而是追加到历史里")
-    standalone=[r"\b(output|token|result|sample)s?\b\s+(\w+\s+){0,4}?(is|becomes|serves as|used as)\s+(\w+\s+){0,2}?input\b",
+    standalone=[r"\b(output|token|result|sample)s?\b\s+(\w+\s+){0,4}?(is|becomes|serves as|used as)\s+([\w']+\s+){0,3}?input\b",
                 r"\b(token|it|choice|sample)('s|\s+(is|gets|was))\s+(then\s+)?(appended|fed back|added back|concatenated)\b",
                 r"(作为|成为|当作|当成)[^，。；]{0,8}(输入|条件|依据)",
                 # the token changes what later steps see: it is in their context
@@ -108,6 +114,8 @@ TOKEN_TO_HISTORY = idea(
                 r"(接|拼|加|放|追加|附)(在|到)[^，。；,;]{0,4}(后面|末尾|最后|尾部)", r"(喂|送|输|传)(给|回|进)[^，。；,;]{0,4}模型", r"回到[^，。；,;]{0,2}模型",
                 r"(就是|便是|变成|成了)[^，。；,;]{0,8}的?输入", r"(?<!不)(是|为)[^，。；,;]{0,12}的输入", r"\b(added|appended|tacked)\s+(on\s+)?to\s+the\s+end\b",
                 r"\bfe(d|eds?)\s+(back\s+)?(in)?to\s+the\s+model\b",
+                r"(包含|含有|带着|带上|加上)[^，。；,;]{0,6}(token|它|这个词|这个字)[^，。；,;]{0,3}的(上下文|序列|历史|输入)",
+                r"\b(context|history|sequence|input)\s+(that\s+|which\s+)?(now\s+)?(contains?|includ\w+|with)\s+(it|that token|the (sampled|chosen|picked) token)\b",
                 # it goes into the later computation itself
                 r"(进|进入|进到|加入|用于|参与)[^，。；,;]{0,2}(后续|之后|后面|下一步)的?(计算|生成|步骤|decode|前向)",
                 r"\b(goes|fed|feeds|enters?)\s+(back\s+)?into\s+(the\s+)?(next|later|following|subsequent)\b"],
@@ -237,7 +245,7 @@ MIXED_STATES = idea(
                 r"\bsome\b[^.;]{0,40}\b(others?|some)\b", r"\bchanging\s+(\w+\s+)?states?\b", r"一些[^。；]{0,16}一些",
                 r"\b(join|leave|enter|finish)\w*\b[^.;]{0,30}\bdifferent\s+(times?|moments?|points?)\b",
                 r"\bbatch\w*\s+(\w+\s+){0,2}?(keeps?\s+)?chang\w*",
-                r"(加入|离开|进出|进进出出)", r"混合", r"(每一?步|随时)[^，。；]{0,16}(变|改变|不同)", r"谁(在|该|要)?[^。；]{0,10}谁(在|该|要)",
+                r"(加入|离开|进出|进进出出)", r"混合", r"既有[^。；]{0,24}(也有|又有|还有)", r"(每一?步|随时)[^，。；]{0,16}(变|改变|不同)", r"谁(在|该|要)?[^。；]{0,10}谁(在|该|要)",
                 # who runs is decided again at every step: the batch changes
                 r"每一?(步|轮|次)[^，。；]{0,8}(重新)?(决定|选择|安排|挑选?)[^，。；]{0,4}(谁|哪些|哪个)",
                 r"\b(every|each)\s+step\b[^.;]{0,40}\b(decid\w*|choos\w*|pick\w*|select\w*)\s+(again\s+)?(who|which)\b"])
