@@ -167,3 +167,24 @@ def test_an_idea_said_only_by_denying_its_opposite_goes_to_a_person():
 def test_a_negator_that_is_part_of_the_idea_is_not_a_hedge():
     r = check("quiz5_debug_by_request", ("B", "每个请求释放前都占着 KV 块，看看谁结束了却没有归还"))
     assert r.score == 2 and "negation near an idea" not in r.flags
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # a predicate carried into the next clause, its subject left in the first
+    ("task2_kv_explain", "旧 token 的 K/V 不用再算；只是这些缓存占显存，对话越长越多", 2),
+    ("task2_kv_explain", "旧 token 的 K/V 不用再算；缓存都放在显存里，用户一多就很吃紧", 2),
+    ("task2_kv_explain", "旧 token 的 K/V 不用再算；缓存放在显存里，但聊得越久也不会越多", 1),  # the growth denied
+    ("task2_kv_explain", "每步的计算量从整个序列降到一个 token，代价是显存随长度增长", 2),
+    ("task2_kv_explain", "Without a KV cache, decoding would be quadratic; with it, memory grows per token.", 2),
+    ("task4_sampling", "后面的每一步都在包含这个 token 的序列上计算", 2),
+    ("quiz4_states_before_batching", ("D", "一个批里既有在 prefill 的，也有在 decode 的，还有刚结束的"), 2),
+    # comma-chained verb-object pieces are a sentence; enumeration marks and semicolons still make a list
+    ("task2_kv_explain", "避免重复计算，占用更多显存", 2),
+    ("task2_kv_explain", "避免重复计算、占用更多显存", 0),
+    ("task2_kv_explain", "避免重算，增加显存，长上下文", 0),
+    # input-method slips read as the word meant
+    ("task2_kv_explain", "不用从新计算之前的 K/V，但显存站用随长度增长", 2),
+    ("task4_sampling", "because each step's output is the next step's input", 2),
+])
+def test_c15_c16_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score

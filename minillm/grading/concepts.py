@@ -402,6 +402,19 @@ def causal_arrow(text: str) -> bool:
     return bool(_ONE_ARROW.match(text.strip())) and text.count(">") <= 1
 
 
+_VO_PIECE = re.compile(f"^(节省|节约|减少|避免|省去|省掉|免去|增加|占用|消耗|降低|提高|加快|复用|重用|保存|需要|占|省|费|耗|换)"
+                       f"[{CJK}]{{2,}}")
+
+
+def verb_object_pieces(text: str) -> bool:
+    """Comma-chained Chinese pieces that each open with a verb and its object ("节省计算量，增加显存占用",
+    "省计算，费显存"): a sentence with its subject left out. Enumeration marks and semicolons still make a list."""
+    if LIST_MARKS.search(text) or re.search(r"[；;]", text):
+        return False
+    pieces = [p.strip(" .。!！") for p in re.split(r"[，,]", text) if p.strip(" .。!！")]
+    return len(pieces) >= 2 and all(_VO_PIECE.match(p) for p in pieces)
+
+
 def clause_marked(text: str) -> bool:
     """Chinese pieces that carry a clause marker and no list marks ("存K和V，下次不用算了，占内存")."""
     return not LIST_MARKS.search(text) and bool(CLAUSE_ZH.search(_ZH_TERMS.sub("", text)))
@@ -417,7 +430,7 @@ def keyword_run(text: str) -> bool:
     words_each, cjk_each = (3, 6) if len(segments) >= 3 else (2, 4)  # two pieces: both must be bare terms
     short = all(len(latin_words(s)) <= words_each and cjk_chars(s) <= cjk_each for s in segments)
     linked = (any(w in _LINK_EN for w in latin_words(t)) or bool(_LINK_ZH.search(_ZH_TERMS.sub("", t))) or clause_marked(t)
-              or predicates(segments) or causal_arrow(t))
+              or predicates(segments) or causal_arrow(t) or verb_object_pieces(t))
     return short and not linked
 
 
@@ -433,7 +446,7 @@ def is_salad(text: str) -> bool:
     zh = "".join(_CJK_RE.findall(_ZH_TERMS.sub("", t)))
     if zh and _GLUE_ZH.search(zh):
         return False
-    if _VERB_ZH.search(t):
+    if _VERB_ZH.search(t) or verb_object_pieces(t):
         return False  # "输出长度决定步数": a verb between two nouns is a statement
     return len(en) + (len(re.findall(f"[{CJK}]+", t))) >= 2
 
@@ -482,8 +495,14 @@ _ABBREVIATIONS = [(re.compile(p, _I), w) for p, w in (
     (r"\btok\b", "token"), (r"\bprev\b", "previous"), (r"\brecomp\b", "recompute"), (r"\s&\s", " and "))]
 
 
+# Chinese input-method slips (a homophone typed for the word meant) that carry no other meaning in an answer
+_ZH_SLIPS = [(re.compile(p), w) for p, w in (
+    (r"从新(?=[^，。；,;]{0,2}(计算|算|生成|处理|跑|做|来|投影|编码))", "重新"), (r"站用", "占用"), (r"上下问", "上下文"),
+    (r"线存", "显存"), (r"显村", "显存"))]
+
+
 def expand_abbreviations(text: str) -> str:
-    for rx, word in _ABBREVIATIONS:
+    for rx, word in _ABBREVIATIONS + _ZH_SLIPS:
         text = rx.sub(word, text)
     return text
 

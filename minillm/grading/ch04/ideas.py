@@ -103,7 +103,7 @@ _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprom
 TOKEN_TO_HISTORY = idea(
     "token_to_history", "the sampled token is appended to the request's history", "采样出的 token 会加入请求的历史（上下文）",
     parts=[_HIST, _JOIN],  # the subject is often in the clause before ("… 不会被丢弃，而是追加到历史里")
-    standalone=[r"\b(output|token|result|sample)s?\b\s+(\w+\s+){0,4}?(is|becomes|serves as|used as)\s+(\w+\s+){0,2}?input\b",
+    standalone=[r"\b(output|token|result|sample)s?\b\s+(\w+\s+){0,4}?(is|becomes|serves as|used as)\s+([\w']+\s+){0,3}?input\b",
                 r"\b(token|it|choice|sample)('s|\s+(is|gets|was))\s+(then\s+)?(appended|fed back|added back|concatenated)\b",
                 r"(作为|成为|当作|当成)[^，。；]{0,8}(输入|条件|依据)",
                 # the token changes what later steps see: it is in their context
