@@ -174,6 +174,32 @@ except OSError as exc:
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_the_grader_users_keyrings_are_out_of_reach(tmp_path, mode, monkeypatch):
+    """Keyrings are not namespaced: the jail's user is the grader's, so keyctl / add_key would reach
+    the grader user's keys (tokens, credentials). A seccomp filter refuses them (EPERM) and
+    /proc/keys shows nothing."""
+    import platform
+
+    if not jails.keyring_filter() or platform.machine() != "x86_64":
+        pytest.skip("the keyring filter's numbers are checked here for x86_64")
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
+    cell = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+got = []
+for call in ((250, 0, -4, 0), (248, b"user", b"stolen", b"x", 1, -4)):  # keyctl(GET_KEYRING_ID), add_key
+    got.append((libc.syscall(*call), ctypes.get_errno()))
+try:
+    keys = open('/proc/keys').read()
+except OSError:
+    keys = ''
+task2_kv_explain = repr((got, keys, libc.syscall(39) > 0))
+"""
+    rc, report = grade(write_notebook(tmp_path, cell))
+    assert rc == 0 and answer(report) == repr(([(-1, 1), (-1, 1)], "", True)), answer(report)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_signals_from_the_kernel_reach_neither_the_grader_nor_other_processes(tmp_path, mode, monkeypatch):
     monkeypatch.setenv("MINILLM_GRADE_JAIL", mode)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
@@ -613,12 +639,84 @@ def my_top_p_filter(logits, top_p):
 
 
 def test_a_notebook_that_switches_the_guard_off_scores_nothing_for_its_functions(tmp_path):
-    """The guard runs in the submission's own process, so a cell can switch it off; the notebook's
-    code then names (or assembles) the guard, and its functions score 0 until a person reads them."""
+    """A cell can switch off the guard in its own process; the graded call runs in the clean room,
+    where the engine's function still refuses to answer, and a person reads the notebook."""
     rc, report = grade(write_notebook(tmp_path, TAMPER), *([] if JAIL else ["--unjailed"]))
     r = report["exercises"]["code_top_p"]
     assert rc == 0 and r["score"] == 0 and r["needs_human_review"], r
-    assert any("guard" in f for f in r["feedback"])
+    assert any("engine's own" in f for f in r["feedback"]), r["feedback"]
+
+
+UNNAMED_TAMPER = [
+    # a cell that switches the guard off without naming it (the text is hidden from the grader's reading)
+    "exec(bytes.fromhex({!r}).decode())".format(
+        "import contextlib, importlib\n"
+        "g = importlib.import_module('minillm.grading.engine_guard')\n"
+        "g.swapped = lambda specs: contextlib.nullcontext({})\n"
+        "g.watched = lambda originals, others_idle=False: contextlib.nullcontext([])\n"
+        "g.unavailable = lambda specs: contextlib.nullcontext([])\n"
+        "_f = getattr(importlib.import_module('minillm.sampler'), 'top_p_filter')\n".encode().hex()),
+    "def my_top_p_filter(logits, top_p):\n    return _f(logits, top_p)",
+    # during the call: the profiler's own state emptied through its closure, then the engine
+    """def my_kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes):
+    import sys, importlib
+    for c in getattr(sys.getprofile(), '__closure__', None) or ():
+        try:
+            v = c.cell_contents
+        except ValueError:
+            continue
+        if type(v) is list and not v:
+            v.append(0)
+    m = importlib.import_module(bytes.fromhex('6d696e696c6c6d2e6b765f6361636865').decode())
+    return getattr(m, 'kv_bytes_per_' + 'token')(num_layers, num_kv_heads, head_dim, dtype_bytes)""",
+    # during the call: the garbage collector's list of every object, to find the engine's function
+    """def max_requests(num_layers, num_kv_heads, head_dim, num_params, card_gb, context_tokens, kv_dtype_bytes=2):
+    import gc
+    return len([o for o in gc.get_objects() if getattr(o, '__name__', '') == 'capa' + 'city'])""",
+]
+
+
+def test_graded_calls_run_where_no_cell_ran_so_an_unnamed_guard_switch_earns_nothing(tmp_path):
+    """The guard used to run where the cells ran, so a cell could switch it off without naming it, or
+    a call could empty its state. Graded calls now run in the clean room (``export``): forked before
+    any cell, its function rebuilt from the notebook's own ``def``, refusing the calls that reach the
+    guard, other processes or files. The honest function beside the attacks keeps its points."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests" / "solved"))
+    from answers import SOLVED_ANSWERS
+
+    cells = [*UNNAMED_TAMPER, SOLVED_ANSWERS["code_stop_check"]]
+    rc, report = grade(write_notebook(tmp_path, *cells), *([] if JAIL else ["--unjailed"]))
+    assert rc == 0, report
+    ex = report["exercises"]
+    for ex_id in ("code_top_p", "code_kv_bytes", "task6_gpu_capacity"):
+        assert ex[ex_id]["score"] == 0 and ex[ex_id]["needs_human_review"], ex[ex_id]
+    assert ex["code_stop_check"]["score"] == 3, ex["code_stop_check"]
+
+
+def test_only_code_a_cell_defines_is_rebuilt_in_the_clean_room():
+    """The clean room takes bytecode only from its own compile of the notebook's cells: code the
+    kernel made up (which could read or write any memory) is refused; a cell's function, its helper
+    and its library references come back."""
+    import types
+
+    from minillm.grading import export
+
+    cell = "import math\nSCALE = 2\ndef helper(x):\n    return math.sqrt(x)\ndef f(x, k=3):\n    return helper(x) * SCALE + k"
+    ns: dict = {}
+    exec(compile(cell, "<cell>", "exec", dont_inherit=True), ns)
+    payload = json.loads(json.dumps(export.export(ns["f"], ns)))
+    rebuilt = export.rebuild(payload, export.trusted_code([cell]))
+    assert rebuilt(16.0) == ns["f"](16.0) == 11.0 and rebuilt is not ns["f"]
+    made_up = types.FunctionType(ns["f"].__code__.replace(co_consts=(None, 99)), ns, "f")
+    with pytest.raises(export.Unexportable, match="not code a cell"):
+        export.rebuild(export.export(made_up, ns), export.trusted_code([cell]))
+    with pytest.raises(export.Unexportable):
+        export.export(lambda x: x, ns)  # not the notebook's namespace
+    ns["SCALE"] = object()
+    with pytest.raises(export.Unexportable, match="made by the notebook"):
+        export.export(ns["f"], ns)
 
 
 def _can_make_memory_cgroup() -> bool:

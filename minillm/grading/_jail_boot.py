@@ -55,6 +55,21 @@ def _drop_capabilities():
         raise OSError(ctypes.get_errno(), "no_new_privs")
 
 
+def _refuse_keyrings(hex_prog):
+    """Install the grader's seccomp program (keyring calls fail with EPERM; see ``jail.keyring_filter``)."""
+    prog = bytes.fromhex(hex_prog)
+    if not prog:
+        return
+    buf = ctypes.create_string_buffer(prog, len(prog))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Fprog(len(prog) // 8, ctypes.addressof(buf))
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "seccomp")
+
+
 def _scratch_in(root, cfg):
     """The jail's /scratch: a tmpfs of bounded size and file count holding a copy of the files the
     grader put in the scratch folder (so filling it fills no disk that others need)."""
@@ -93,6 +108,9 @@ def build_unshare_jail(cfg):
     _scratch_in(root, cfg)
     os.makedirs(root + "/proc", exist_ok=True)
     _mount("/proc", root + "/proc", None, MS_BIND | MS_REC)
+    for name in ("keys", "key-users"):  # the keyrings are not namespaced: the grader user's would show
+        if os.path.exists(root + "/proc/" + name):
+            _mount("/dev/null", root + "/proc/" + name, None, MS_BIND)
     os.makedirs(root + "/tmp", exist_ok=True)
     sizes = cfg["sizes"]
     _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={sizes['tmp']},nr_inodes={sizes['files']}")
@@ -102,6 +120,7 @@ def build_unshare_jail(cfg):
     os.chroot(".")
     os.chdir("/scratch")
     _drop_capabilities()
+    _refuse_keyrings(cfg.get("seccomp", ""))
     try:
         os.setsid()  # as bubblewrap's --new-session: a signal to "my process group" stays in the jail
     except OSError:

@@ -89,12 +89,14 @@ class CaseRun:
         self.problems: list[str] = []  # in the cases' order: what feedback shows first
         self.failed: dict[str, str] = {}  # case label -> why its call did not return
         self.engine_used = False  # a call reached the engine's own answer: a person reads it
+        self.unverified: str | None = None  # why a call could not be made in the clean room: a person reads it
 
     def __iter__(self) -> Iterator[Returned]:
         for i, case in enumerate(self.cases):
             label, args = self.label(case), self.args(case)
             self._current = case
             out = safecall.call(self.fn, *args, forbid=self.forbid, **self.kwargs(case))
+            self.unverified = self.unverified or out.unverified
             if i == 0 and out.not_implemented:
                 raise NotAttempted.key("code.stub", name=self.name)
             if out.ok:
@@ -128,6 +130,8 @@ class CaseRun:
         ``some_right`` and the first ``show`` problems. True when every case passed."""
         if self.engine_used:
             m.flag(why="the engine's own answer")
+        if self.unverified:  # the guard in the notebook's own process is all that watched it
+            m.flag(why=f"not run apart from the notebook ({self.unverified})")
         if self.looked_up:  # a lookup of the printed cases earns nothing; a person reads it
             m.wrong(m.t("code.fresh_only", n=self.misses[True]))
             m.flag(why="right only on the printed cases")

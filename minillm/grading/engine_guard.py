@@ -23,6 +23,7 @@ notebook to a person (:func:`peeking.engine_references`).
 
 from __future__ import annotations
 
+import builtins
 import dis
 import importlib
 import os
@@ -159,6 +160,132 @@ def _spawners() -> frozenset:
     names = ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "execv", "execve", "execvp", "execvpe")
     found = {getattr(os, n) for n in names if hasattr(os, n)}
     return frozenset(found | {_thread.start_new_thread, _posixsubprocess.fork_exec})
+
+
+# --- the clean room's stricter watch -----------------------------------------------------------
+#: C functions a graded call in the clean room may not call: reaching the guard (the profiler,
+#: frames, the garbage collector's lists), any other process or file (the kernel could answer
+#: through one), or code made at run time. By module, then by name.
+DENIED_C_MODULES = frozenset({"gc", "posix", "nt", "_io", "io", "_socket", "socket", "_ctypes", "_signal", "signal",
+                              "select", "mmap", "marshal", "_pickle", "faulthandler", "resource", "fcntl",
+                              "_posixsubprocess", "_thread", "termios", "_multiprocessing", "_posixshmem"})
+DENIED_C_NAMES = frozenset({"exec", "eval", "compile", "open", "breakpoint", "setattr", "delattr", "__import__",
+                            "input", "_getframe", "_current_frames", "getprofile", "setprofile", "gettrace",
+                            "settrace", "setrecursionlimit", "setswitchinterval", "addaudithook"})
+#: Python files of the standard library a graded call may not run (their functions reach threads,
+#: processes, files, sockets, signals, frames or C memory)
+DENIED_STDLIB = ("threading.py", "socket.py", "subprocess.py", "os.py", "signal.py", "shutil.py", "tempfile.py",
+                 "inspect.py", "pickle.py", "selectors.py", "pty.py", "ctypes" + os.sep, "multiprocessing" + os.sep,
+                 "concurrent" + os.sep, "asyncio" + os.sep, "importlib" + os.sep + "__init__.py")
+
+
+def _denied_c(fn) -> bool:
+    """Is the C function ``fn`` one a clean-room call may not call?"""
+    module = getattr(fn, "__module__", None)
+    if module in DENIED_C_MODULES:
+        return True
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType):
+        kind = type(owner)
+        if kind.__module__ in DENIED_C_MODULES or kind in (types.CodeType, types.FrameType):
+            return True
+    name = getattr(fn, "__name__", "")
+    return name in DENIED_C_NAMES and (module in ("builtins", "sys") or owner is sys or owner is builtins)
+
+
+def _watched_state() -> tuple:
+    """Identities of everything the guard and the clean room look up at run time: a graded call
+    that changed one (an attribute set on a module needs no call the profiler would see) did so to
+    blind the guard."""
+    import dis
+
+    from . import export
+
+    mods = (sys.modules[__name__], export, builtins, dis, types, threading)
+    out = [(id(m), k, id(v)) for m in mods for k, v in list(vars(m).items())]
+    out += [(id(sys), k, id(getattr(sys, k, None))) for k in ("setprofile", "getprofile", "modules", "_getframe")]
+    for m in mods[:2]:
+        out += [(id(f), "__code__", id(f.__code__)) for f in list(vars(m).values()) if isinstance(f, types.FunctionType)]
+    return tuple(out)
+
+
+def _private_owner(eng: "_Engine"):
+    """``eng.owner`` from copies held only here: a graded call cannot reach them without a call the
+    clean room's watch refuses (the module-level engine object it could simply change)."""
+    root, allowed, prints, seen = eng.root, eng.allowed, dict(eng.prints()), {}
+    fp, min_bytes = fingerprint, MIN_COPY_BYTES
+
+    def owner(code: types.CodeType) -> str | None:
+        name = code.co_filename
+        if name.startswith(root):
+            if name.startswith(allowed) or code.co_name == "<module>":
+                return None
+            return f"minillm.{name[len(root):-3].replace(os.sep, '.')}.{code.co_qualname.split('.<locals>')[0]}"
+        if len(code.co_code) < min_bytes:
+            return None
+        if code not in seen:
+            seen[code] = prints.get(fp(code), "")
+        return f"{seen[code]} (copied)" if seen[code] else None
+
+    return owner
+
+
+@contextmanager
+def clean_room_call(specs, emit):
+    """The clean room's guard for one graded call (also while its function is rebuilt and its value
+    encoded): :func:`swapped` and a watch that also refuses the calls in ``DENIED_*``, checks
+    :func:`_watched_state` after the call, and sends each finding at once through ``emit(text)`` (a
+    write to the grader's pipe: what was sent cannot be taken back by what the call does next).
+    Yields the list of findings."""
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    denied_py = tuple(stdlib + d for d in DENIED_STDLIB)
+    with swapped(specs) as originals:
+        owner = _private_owner(engine())
+        spawners = _spawners()
+        reached: list = []
+
+        def note(what: str) -> None:
+            if what not in reached and len(reached) < 3:
+                reached.append(what)
+                emit(what)
+
+        me = sys._getframe().f_code  # this guard's own calls (installing, checking) are not the learner's
+        check, check_code = _watched_state, _watched_state.__code__
+        getprofile, setprofile, set_threads = sys.getprofile, sys.setprofile, threading.setprofile
+
+        def watch(frame, event, arg):
+            if frame.f_code is me or (event == "call" and frame.f_back is not None and frame.f_back.f_code is me):
+                return
+            if event == "call":
+                code = frame.f_code
+                if code in originals:
+                    note(originals[code])
+                elif code.co_filename.startswith(denied_py):
+                    note(f"the grader's clean room refuses {code.co_filename[len(stdlib):]} ({code.co_name})")
+                else:
+                    found = owner(code)
+                    if found:
+                        note(found)
+            elif event == "c_call":
+                if arg in spawners:
+                    note(f"code, or hides it in a new thread or process ({getattr(arg, '__name__', '?')})")
+                elif _denied_c(arg):
+                    note(f"the grader's clean room refuses {getattr(arg, '__module__', None) or ''}."
+                         f"{getattr(arg, '__name__', '?')} during a graded call")
+
+        state = check()
+        setprofile(watch)
+        set_threads(watch)
+        try:
+            yield reached
+        finally:
+            removed = getprofile() is not watch
+            setprofile(None)
+            set_threads(None)
+            if removed:
+                note("(the grader's profiler was removed)")
+            if check.__code__ is not check_code or check() != state:
+                note("(the grader's guard was changed during the call)")
 
 
 # --- the guard ------------------------------------------------------------------------------

@@ -168,7 +168,7 @@ def _bwrap_writable(scratch: str, bwrap: str) -> list[str]:
     return argv
 
 
-def _bwrap_argv(scratch: str, bwrap: str) -> list[str]:
+def _bwrap_argv(scratch: str, bwrap: str, seccomp_fd: int | None = None) -> list[str]:
     argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--hostname", "sandbox", "--tmpfs", "/", "--proc", "/proc", "--dev", "/dev"]
     for path in _SYSTEM:
@@ -189,8 +189,43 @@ def _bwrap_argv(scratch: str, bwrap: str) -> list[str]:
     for path in folders:
         argv += ["--tmpfs", path, "--remount-ro", path]
     argv += _bwrap_writable(scratch, bwrap)
+    argv += ["--ro-bind", "/dev/null", "/proc/keys", "--ro-bind", "/dev/null", "/proc/key-users"]
     argv += ["--chdir", JAIL_SCRATCH, "--remount-ro", "/"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     return argv + ["--"]
+
+
+# --- keyrings: not namespaced, so the jail's calls to them are refused ------------------------
+#: (audit arch, syscall numbers of add_key, request_key, keyctl) per architecture the filter knows
+_KEY_SYSCALLS = {"x86_64": ((0xC000003E, (248, 249, 250)), (0x40000003, (286, 287, 288))),
+                 "aarch64": ((0xC00000B7, (217, 218, 219)),)}
+_EPERM = 1
+
+
+def keyring_filter() -> bytes:
+    """A seccomp (classic BPF) program that makes add_key, request_key and keyctl fail with EPERM:
+    the kernel's keyrings are not namespaced, so in the jail they would be the grader user's own.
+    Empty on an architecture it does not know. (What ``bwrap --seccomp`` reads, and what
+    :mod:`_jail_boot` installs for the unshare jail.)"""
+    import platform
+    import struct
+
+    def ins(code, jt, jf, k):
+        return struct.pack("=HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | _EPERM
+    prog = []
+    for arch, nrs in _KEY_SYSCALLS.get(platform.machine(), ()):
+        block = [ins(ld, 0, 0, 0)]  # the syscall number
+        for i, nr in enumerate(nrs):
+            block.append(ins(jeq, len(nrs) - i + (arch == 0xC000003E), 0, nr))  # -> deny
+        if arch == 0xC000003E:  # x32 calls (the number with bit 30 set) are refused as a whole
+            block.append(ins(jge, 1, 0, 0x40000000))
+        block += [ins(ret, 0, 0, allow), ins(ret, 0, 0, deny)]
+        prog += [ins(ld, 0, 0, 4), ins(jeq, 0, len(block), arch)] + block  # arch differs: next arch
+    return b"".join(prog + [ins(ret, 0, 0, allow)]) if prog else b""
 
 
 def _unshare_argv(unshare: str) -> list[str]:
@@ -207,17 +242,31 @@ def boot_config(scratch: str, mode: str) -> dict:
         cfg.update({"package": pkg, "blind": str(_BLIND), "blinded": files, "hidden": folders,
                     "scratch": scratch, "sizes": {"scratch": SCRATCH_BYTES, "tmp": TMP_BYTES, "files": MAX_FILES},
                     "keep": sorted(set(_python_roots()) | {pkg, scratch})})
+        cfg["seccomp"] = keyring_filter().hex()
     elif mode == "bwrap":
         cfg["scratch"] = JAIL_SCRATCH
     return cfg
 
 
-def command(jail: Jail, scratch: str, python_args: list[str]) -> list[str]:
-    """The argv that starts ``python python_args…`` in ``jail``, booted by :mod:`_jail_boot`."""
+def seccomp_pipe() -> int | None:
+    """A descriptor to read :func:`keyring_filter` from (for ``bwrap --seccomp``; pass it to the
+    child, then close it), or None where there is no filter for this architecture."""
+    prog = keyring_filter()
+    if not prog:
+        return None
+    r, w = os.pipe()
+    os.write(w, prog)  # a few dozen bytes: far below a pipe's buffer
+    os.close(w)
+    return r
+
+
+def command(jail: Jail, scratch: str, python_args: list[str], seccomp_fd: int | None = None) -> list[str]:
+    """The argv that starts ``python python_args…`` in ``jail``, booted by :mod:`_jail_boot`
+    (``seccomp_fd``: :func:`seccomp_pipe`'s descriptor, for bubblewrap)."""
     boot = ["-c", _BOOT.read_text(encoding="utf-8"), json.dumps(boot_config(scratch, jail.mode))]
     py = [sys.executable, *python_args, *boot]
     if jail.mode == "bwrap":
-        return _bwrap_argv(scratch, shutil.which("bwrap") or "bwrap") + py
+        return _bwrap_argv(scratch, shutil.which("bwrap") or "bwrap", seccomp_fd) + py
     if jail.mode == "unshare":
         return _unshare_argv(shutil.which("unshare") or "unshare") + py
     return py

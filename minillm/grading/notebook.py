@@ -128,6 +128,7 @@ class Session:
 
         while time.monotonic() < self.ends_at - 1:
             k = Kernel(self.ends_at - time.monotonic(), self.cell_timeout, self.files, jail=self.jail)
+            k.sources = [src for _, src in self.cells]
             try:
                 k.start()
             except KernelDied as exc:

@@ -36,6 +36,7 @@ class Outcome:
     timed_out: bool = False
     error_zh: str | None = None  # the same, in Chinese, where the grader wrote it (not the student's exception)
     engine_used: bool = False  # the call reached the engine's own answer (engine_guard)
+    unverified: str | None = None  # why the call could not be made in the clean room (see export)
 
     @classmethod
     def failed(cls, key: str, *, timed_out: bool = False, exc_type: type | None = None, **fields) -> "Outcome":
@@ -141,6 +142,11 @@ _EXC_BY_NAME = {"NotImplementedError": NotImplementedError, "TypeError": TypeErr
 
 def remote_outcome(kind: str, payload) -> Outcome:
     """An :class:`Outcome` from what the kernel sent back."""
+    if kind == "unverified":  # made in the notebook's own kernel: its outcome, and why
+        inner_kind, inner, why = payload
+        out = remote_outcome(inner_kind, inner)
+        out.unverified = str(why)
+        return out
     if kind == "returned":
         return Outcome(value=payload)
     if kind == "engine_used":

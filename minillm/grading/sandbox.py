@@ -30,6 +30,7 @@ import time
 
 from . import jail as jails
 from . import wire
+from .engine_guard import ALLOW, WHOLE_ENGINE
 
 MAX_REPLY = 32 * 2**20
 MEMORY_LIMIT = 4 * 2**30
@@ -265,6 +266,10 @@ class Kernel:
         self.jail = jail if jail is not None else jails.Jail("none", "no jail was asked for")
         self.cgroups: list[str] = []
         self._prepared = False
+        #: the notebook's code cells: the clean room compiles them itself (see :mod:`export`)
+        self.sources: list[str] = []
+        self._clean_ready = False
+        self._exports: dict[str, dict] = {}
 
     # --- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -272,6 +277,8 @@ class Kernel:
         self._known_children = set(_children_of(os.getpid()))
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
+        clean_r, clean_w = os.pipe()  # the clean room's own pair: the kernel closes its ends at once
+        clean_rep_r, clean_rep_w = os.pipe()
         inside = jails.JAIL_SCRATCH if self.jail.isolated else self.scratch
         os.makedirs(os.path.join(self.scratch, "home"), exist_ok=True)
         home = os.path.join(inside, "home")
@@ -279,27 +286,33 @@ class Kernel:
                "MPLCONFIGDIR": os.path.join(home, "mpl"), "MPLBACKEND": "Agg", "TQDM_DISABLE": "1",
                "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
-               "MINILLM_GRADER_FDS": f"{cmd_r},{rep_w}"}
+               "MINILLM_GRADER_FDS": f"{cmd_r},{rep_w}", "MINILLM_GRADER_CLEAN_FDS": f"{clean_r},{clean_rep_w}"}
         for key in ("MINILLM_MODEL", "MINILLM_DEVICE"):
             if key in os.environ:
                 env[key] = os.environ[key]
         remaining = max(1, int(self.ends_at - time.monotonic()) + 2)
         nproc = _user_tasks() + (EXTRA_PROCESSES if os.getuid() != 0 else 4 * EXTRA_PROCESSES)
         self.cgroups = [c for c in (_make_task_cgroup(EXTRA_PROCESSES), _make_memory_cgroup(MEMORY_CGROUP_LIMIT)) if c]
-        argv = jails.command(self.jail, os.path.realpath(self.scratch), ["-I", "-B", "-X", "utf8"])
+        seccomp = jails.seccomp_pipe() if self.jail.mode == "bwrap" else None
+        argv = jails.command(self.jail, os.path.realpath(self.scratch), ["-I", "-B", "-X", "utf8"], seccomp)
         unjailed_view = None if self.jail.isolated else os.path.realpath(self.scratch)
         try:
             self.proc = subprocess.Popen(
                 argv, cwd=self.scratch, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(cmd_r, rep_w), start_new_session=True,
-                preexec_fn=_limits(remaining, nproc, unjailed_view, tuple(self.cgroups)), close_fds=True)
+                pass_fds=tuple(fd for fd in (cmd_r, rep_w, clean_r, clean_rep_w, seccomp) if fd is not None),
+                start_new_session=True, close_fds=True,
+                preexec_fn=_limits(remaining, nproc, unjailed_view, tuple(self.cgroups)))
         finally:
-            os.close(cmd_r)
-            os.close(rep_w)
+            for fd in (cmd_r, rep_w, clean_r, clean_rep_w, seccomp):
+                if fd is not None:
+                    os.close(fd)
         self._cmd = os.fdopen(cmd_w, "wb")
         self._rep = rep_r
         os.set_blocking(self._rep, False)
+        self._clean_cmd = os.fdopen(clean_w, "wb")
+        self._clean_rep, self._clean_buf = clean_rep_r, b""
+        os.set_blocking(self._clean_rep, False)
         self.isolated = bool(self._read(min(60.0, self.cell_timeout * 4), expect="ready").get("read_only"))
 
     def close(self) -> None:
@@ -331,15 +344,16 @@ class Kernel:
                     time.sleep(0.05)  # a last look: a grandchild may be being reparented right now
                     if not [p for p in _children_of(me) if p not in self._known_children and p != pgid]:
                         break
-            for f in (getattr(self, "_cmd", None),):
+            for f in (getattr(self, "_cmd", None), getattr(self, "_clean_cmd", None)):
                 try:
                     f and f.close()
                 except OSError:
                     pass
-            try:
-                os.close(self._rep)
-            except (OSError, AttributeError):
-                pass
+            for name in ("_rep", "_clean_rep"):
+                try:
+                    os.close(getattr(self, name))
+                except (OSError, AttributeError):
+                    pass
             self.proc = None
         for cgroup in self.cgroups:
             _remove_cgroup(cgroup)
@@ -358,42 +372,36 @@ class Kernel:
         return self.proc is not None and self.proc.poll() is None
 
     # --- protocol ---------------------------------------------------------------------------
-    def _send(self, obj: dict) -> None:
+    def _send(self, obj: dict, clean: bool = False) -> None:
         if not self.alive:
             raise KernelDied("the kernel is not running")
         try:
-            self._cmd.write((json.dumps(obj) + "\n").encode("utf-8"))
-            self._cmd.flush()
+            pipe = self._clean_cmd if clean else self._cmd
+            pipe.write((json.dumps(obj) + "\n").encode("utf-8"))
+            pipe.flush()
         except (BrokenPipeError, OSError):
             self.close()
             raise KernelDied("the kernel closed its pipe") from None
 
-    def _read(self, timeout: float, expect: str | None = None) -> dict:
+    def _read(self, timeout: float, expect: str | None = None, clean: bool = False) -> dict:
+        """The next reply line from the kernel (``clean``: from the clean room's own pipe)."""
+        buf = "_clean_buf" if clean else "_buf"
         until = min(time.monotonic() + timeout, self.ends_at)
         overall = until == self.ends_at
-        while b"\n" not in self._buf:
+        while b"\n" not in getattr(self, buf):
             left = until - time.monotonic()
             if left <= 0:
                 self.close()
                 raise Deadline("the whole run's time limit passed" if overall else f"no answer within {timeout:g} s")
-            ready, _, _ = select.select([self._rep], [], [], min(left, 0.5))
-            if not ready:
-                if self.proc is not None and self.proc.poll() is not None:
-                    self.close()
-                    raise KernelDied("the kernel exited")
+            chunk = self._chunk(self._clean_rep if clean else self._rep, left)
+            if chunk is None:
                 continue
-            try:
-                chunk = os.read(self._rep, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                self.close()
-                raise KernelDied("the kernel exited")
-            self._buf += chunk
-            if len(self._buf) > MAX_REPLY:
+            setattr(self, buf, getattr(self, buf) + chunk)
+            if len(getattr(self, buf)) > MAX_REPLY:
                 self.close()
                 raise KernelDied("the kernel sent too much data")
-        line, self._buf = self._buf.split(b"\n", 1)
+        line, rest = getattr(self, buf).split(b"\n", 1)
+        setattr(self, buf, rest)
         try:
             msg = json.loads(line)
         except (ValueError, RecursionError):  # not JSON, or nested deep enough to exhaust the parser
@@ -403,6 +411,23 @@ class Kernel:
             self.close()
             raise KernelDied("the kernel sent an unexpected reply")
         return msg
+
+    def _chunk(self, fd: int, left: float) -> bytes | None:
+        """What ``fd`` has now (None: nothing yet); :class:`KernelDied` when the kernel is gone."""
+        ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if not ready:
+            if self.proc is not None and self.proc.poll() is not None:
+                self.close()
+                raise KernelDied("the kernel exited")
+            return None
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return None
+        if not chunk:
+            self.close()
+            raise KernelDied("the kernel exited")
+        return chunk
 
     def run_cell(self, source: str) -> str | None:
         """Run one cell; its error as one line, or None. Raises :class:`Deadline` when it runs too long."""
@@ -421,13 +446,47 @@ class Kernel:
     def call(self, name: str, args: tuple, kwargs: dict, timeout: float, forbid: tuple = ()):
         """``("returned", value)``, ``("raised", (message, exception type name))``, or
         ``("engine_used", names)`` when it reached an engine function in ``forbid``."""
+        if WHOLE_ENGINE in forbid and not any(str(f).startswith(ALLOW) for f in forbid):
+            return self._clean_call(name, args, kwargs, timeout, forbid)
+        return self._kernel_call(name, args, kwargs, timeout, forbid)
+
+    def _clean_call(self, name: str, args: tuple, kwargs: dict, timeout: float, forbid: tuple):
+        """A call the engine must not answer, made in the clean room (see :mod:`export`). A function
+        that cannot leave the kernel is called there as before, and the answer says so ("unverified")."""
+        if not self._clean_ready:  # one-off work, outside any call's time limit
+            self._send({"op": "prepare", "sources": self.sources}, clean=True)
+            self._read(max(self.cell_timeout, 30.0), "prepared", clean=True)
+            self._clean_ready = True
+        if name not in self._exports:
+            self._send({"op": "export", "name": name})
+            self._exports[name] = self._read(self.cell_timeout, "exported")
+        exported = self._exports[name]
+        if "fn" not in exported:
+            kind, payload = self._kernel_call(name, args, kwargs, timeout, forbid)
+            return "unverified", (kind, payload, str(exported.get("error"))[:200])
+        self._send({"op": "call", "fn": exported["fn"], "args": [wire.encode(a) for a in args],
+                    "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}, "forbid": list(forbid)}, clean=True)
+        notes = []
+        while True:
+            msg = self._read(timeout, clean=True)
+            if msg.get("op") != "note":
+                break
+            notes.append(str(msg.get("what")))
+        if notes or msg.get("op") == "engine_used":
+            found = notes or [str(n) for n in msg.get("names", [])]
+            return "engine_used", ", ".join(found)[:200]
+        return self._answer(msg)
+
+    def _kernel_call(self, name: str, args: tuple, kwargs: dict, timeout: float, forbid: tuple):
         if forbid and not self._prepared:  # the guard's one-off work, outside any call's time limit
             self._send({"op": "prepare"})
             self._read(max(self.cell_timeout, 10.0), "prepared")
             self._prepared = True
         self._send({"op": "call", "name": name, "args": [wire.encode(a) for a in args],
                     "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}, "forbid": list(forbid)})
-        msg = self._read(timeout)
+        return self._answer(self._read(timeout))
+
+    def _answer(self, msg: dict):
         if msg.get("op") == "engine_used":
             return "engine_used", ", ".join(str(n) for n in msg.get("names", []))[:200]
         if msg.get("op") == "returned":

@@ -68,10 +68,13 @@ def encode(value, depth: int = 0):
                 raw = x.numpy().tobytes()
             return {"t": "tensor", "dtype": str(x.dtype).replace("torch.", ""), "shape": list(x.shape),
                     "data": base64.b64encode(raw).decode("ascii")}
-    if mod.startswith("minillm") and t.__name__ == "StopReason":
-        return {"t": "stop_reason", "v": value.name}
-    if mod.startswith("minillm") and t.__name__ == "SamplingParams":
-        return {"t": "sampling_params", "v": encode(_params_kwargs(value), depth + 1)}
+    if mod.startswith("minillm") and t.__name__ in ("StopReason", "SamplingParams"):
+        from minillm import SamplingParams, StopReason  # exact types: a look-alike class runs no code here
+
+        if t is StopReason:
+            return {"t": "stop_reason", "v": value.name}
+        if t is SamplingParams:
+            return {"t": "sampling_params", "v": encode(_params_kwargs(value), depth + 1)}
     return {"t": "other", "type": t.__name__}
 
 
