@@ -26,7 +26,8 @@ def _build_script():
 def test_the_shipped_data_is_what_the_script_builds_from_the_tune_part_alone():
     build = _build_script()
     shipped = gzip.decompress(neighbours.data_file().read_bytes()).decode("utf-8")
-    assert shipped == build.build(build.tune_rows()), "run scripts/build_neighbours.py"
+    assert shipped == build.build(build.tune_rows(), build.reference_rows()), "run scripts/build_neighbours.py"
+    assert len(build.reference_rows()) >= 20  # the solved notebooks' written answers, both languages
     data = json.loads(shipped)
     assert data["answers"] >= 1000 and "text" not in shipped  # n-gram ids and scores, never the answers
     held = [r for r in build.split.rows() if r["split"] == "holdout"]

@@ -158,14 +158,14 @@ def _compiled(text: str) -> list[types.CodeType]:
 
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # the kernel reported the cell's error
         return []
     units = [ast.Module(body=[node], type_ignores=[]) for node in tree.body] + [tree]
     out = []
     for unit in units:
         try:
             out.append(compile(unit, "<cell>", "exec", dont_inherit=True))
-        except (SyntaxError, ValueError, TypeError):
+        except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
             continue
     return out
 

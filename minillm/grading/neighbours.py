@@ -10,8 +10,8 @@ labelled answer is close, the confidence drops a little (new wording is where ru
 never changes a score, so a learner cannot earn a point by writing like a labelled answer.
 
 The labelled answers are not shipped: ``scripts/build_neighbours.py`` turns the tuning part of
-``tests/grading_data/answers.jsonl`` (never its held-out third) into hashed n-gram sets, one per
-answer, with its score (the chapter's ``neighbours.json.gz``). Hashes are CRC-32, so the file, and
+``tests/grading_data/answers.jsonl`` (never its held-out third), and the solved notebooks' answers at
+full marks, into hashed n-gram sets, one per answer, with its score (the chapter's ``neighbours.json.gz``). Hashes are CRC-32, so the file, and
 every opinion, is the same on every machine.
 """
 
