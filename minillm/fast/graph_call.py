@@ -11,10 +11,10 @@ the innermost call receives is recorded once, on the bucket's first call (``reco
 replayed from then on (``InnerCall``): one Python call into C++ per step.
 
 This leans on inductor's internals (``torch._inductor.output_code.CompiledFxGraph``), so it is
-only used after it has been checked: the recorded call must be the only one, return exactly the
-graph's outputs (no extra outputs a wrapper would copy back into mutated inputs) and, run again
-on the same buffers (a decode step writes the same keys and values to the same slots again), give
-the same results bit for bit. Anything else, and the graph stays on the wrapped call (the reason
+only used after it has been checked: the recorded call must be the only one, be given the
+bucket's own buffers, return exactly the graph's outputs (no extra outputs a wrapper would copy
+back into mutated inputs) and, run again on the same buffers (a decode step writes the same keys
+and values to the same slots again), give the same results bit for bit. Anything else, and the graph stays on the wrapped call (the reason
 is kept: ``DecodeGraphs.direct_error``).
 """
 
@@ -67,6 +67,8 @@ def record(fn, args: tuple):
     if len(calls) != 1:
         return out, None, f"the graph made {len(calls)} inner calls, not one"
     compiled, inputs = calls[0]
+    if not all(any(x is a for x in inputs) for a in args):  # (another thread's graph, say)
+        return out, None, "the inner call was not given the bucket's own buffers"
     if getattr(compiled, "current_callable", None) is None:
         return out, None, "inductor's graph has no current_callable"
     direct = InnerCall(compiled, inputs)
