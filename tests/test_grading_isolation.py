@@ -669,6 +669,10 @@ UNNAMED_TAMPER = [
             v.append(0)
     m = importlib.import_module(bytes.fromhex('6d696e696c6c6d2e6b765f6361636865').decode())
     return getattr(m, 'kv_bytes_per_' + 'token')(num_layers, num_kv_heads, head_dim, dtype_bytes)""",
+    # task 3's function is still called in the kernel (it may read llm.cache_stats()): the guard's
+    # state taken before any cell shows the rebinding above
+    "def scenario_kv_bytes(num_requests, prompt_tokens, output_tokens):\n    return 0\n"
+    "task3_kv_bytes = scenario_kv_bytes",
     # during the call: the garbage collector's list of every object, to find the engine's function
     """def max_requests(num_layers, num_kv_heads, head_dim, num_params, card_gb, context_tokens, kv_dtype_bytes=2):
     import gc
@@ -693,6 +697,7 @@ def test_graded_calls_run_where_no_cell_ran_so_an_unnamed_guard_switch_earns_not
     for ex_id in ("code_top_p", "code_kv_bytes", "task6_gpu_capacity"):
         assert ex[ex_id]["score"] == 0 and ex[ex_id]["needs_human_review"], ex[ex_id]
     assert ex["code_stop_check"]["score"] == 3, ex["code_stop_check"]
+    assert ex["task3_kv_bytes"]["needs_human_review"] and "changed the grader's guard" in str(ex["task3_kv_bytes"])
 
 
 def test_only_code_a_cell_defines_is_rebuilt_in_the_clean_room():

@@ -9,7 +9,8 @@ attention) is what the chapter reads. ``LLM()`` runs this layer instead, token f
 * ``attention``: the backends that read the paged pool for all decode rows at once (gather in
   groups, paged, the C kernel, FlexAttention);
 * ``sampler``: ``BatchedSampler``, the whole batch in a fixed number of device operations;
-* ``decode_graphs``, ``compiled``: fixed-shape graphs of decode steps, ``torch.compile`` of the forward;
+* ``decode_graphs``, ``graph_call``, ``compiled``: fixed-shape graphs of decode steps (called straight
+  through inductor's entry once checked), ``torch.compile`` of the forward;
 * ``cpu_kernel``, ``kernel_cache``, ``kernels/``: the C kernel and its checked build cache;
 * ``threaded``: projections split by output rows across persistent threads;
 * ``gemv``: decode's few-row projections (float32, int8) on a C kernel that streams each weight

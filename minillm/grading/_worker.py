@@ -122,8 +122,11 @@ def main(jailed: bool = False) -> None:
     from IPython.core.interactiveshell import InteractiveShell
 
     from . import wire
-    from .engine_guard import WHOLE_ENGINE, prepare, unavailable
+    from .engine_guard import WHOLE_ENGINE, guard_state, prepare, unavailable
     from .export import export
+
+    state_of, state_code = guard_state, guard_state.__code__
+    boot_state = state_of()  # before any cell
 
     shell = InteractiveShell.instance()
     ns = shell.user_ns
@@ -168,6 +171,9 @@ def main(jailed: bool = False) -> None:
                 forbid = [str(s) for s in msg.get("forbid", [])]
                 if jailed and WHOLE_ENGINE in forbid:
                     _end_helpers(clean_pid)
+                if forbid and (state_of.__code__ is not state_code or state_of() != boot_state):
+                    _reply(out, {"op": "engine_used", "names": ["(a cell changed the grader's guard)"]})
+                    continue
                 with unavailable(forbid) as reached:
                     value = fn(*args, **kwargs)
                 if reached:
