@@ -99,7 +99,7 @@ class Reader:
     """The labelled answers of one chapter, as tf-idf vectors per (exercise, context)."""
 
     def __init__(self, data: dict) -> None:
-        self.groups: dict[tuple[str, str], list[tuple[float, dict[int, float]]]] = {}
+        self.groups: dict[tuple[str, str], tuple[list[float], dict[int, list[tuple[int, float]]]]] = {}
         self.idf: dict[str, dict[int, float]] = {}
         for ex_id, by_context in data.get("exercises", {}).items():
             rows = [(float(s), g) for group in by_context.values() for s, g in group]
@@ -110,7 +110,12 @@ class Reader:
             n = len(rows)
             self.idf[ex_id] = {i: math.log((1 + n) / (1 + c)) + 1 for i, c in df.items()}
             for ctx, group in by_context.items():
-                self.groups[ex_id, ctx] = [(float(s), self._vector(ex_id, g)) for s, g in group]
+                scores = [float(s) for s, _ in group]
+                index: dict[int, list[tuple[int, float]]] = {}  # n-gram id -> (answer, weight): only shared n-grams cost time
+                for j, (_, g) in enumerate(group):
+                    for i, w in self._vector(ex_id, g).items():
+                        index.setdefault(i, []).append((j, w))
+                self.groups[ex_id, ctx] = (scores, index)
 
     def _vector(self, ex_id: str, gram_ids) -> dict[int, float]:
         idf = self.idf.get(ex_id, {})
@@ -127,7 +132,12 @@ class Reader:
         v = self._vector(ex_id, ids(written(answer)[:4000]))
         if not v:
             return None
-        sims = sorted(((sum(w * u.get(i, 0.0) for i, w in v.items()), s) for s, u in group), reverse=True)[:K]
+        scores, index = group
+        acc = [0.0] * len(scores)
+        for i, w in v.items():
+            for j, u in index.get(i, ()):
+                acc[j] += w * u
+        sims = sorted(zip(acc, scores), reverse=True)[:K]
         close = [(sim, s) for sim, s in sims if sim >= MIN_SIMILARITY]
         total = sum(sim * sim for sim, _ in close)
         score = sum(sim * sim * s for sim, s in close) / total if total > 0 else None
