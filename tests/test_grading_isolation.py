@@ -669,10 +669,6 @@ UNNAMED_TAMPER = [
             v.append(0)
     m = importlib.import_module(bytes.fromhex('6d696e696c6c6d2e6b765f6361636865').decode())
     return getattr(m, 'kv_bytes_per_' + 'token')(num_layers, num_kv_heads, head_dim, dtype_bytes)""",
-    # task 3's function is still called in the kernel (it may read llm.cache_stats()): the guard's
-    # state taken before any cell shows the rebinding above
-    "def scenario_kv_bytes(num_requests, prompt_tokens, output_tokens):\n    return 0\n"
-    "task3_kv_bytes = scenario_kv_bytes",
     # during the call: the garbage collector's list of every object, to find the engine's function
     """def max_requests(num_layers, num_kv_heads, head_dim, num_params, card_gb, context_tokens, kv_dtype_bytes=2):
     import gc
@@ -697,7 +693,37 @@ def test_graded_calls_run_where_no_cell_ran_so_an_unnamed_guard_switch_earns_not
     for ex_id in ("code_top_p", "code_kv_bytes", "task6_gpu_capacity"):
         assert ex[ex_id]["score"] == 0 and ex[ex_id]["needs_human_review"], ex[ex_id]
     assert ex["code_stop_check"]["score"] == 3, ex["code_stop_check"]
-    assert ex["task3_kv_bytes"]["needs_human_review"] and "changed the grader's guard" in str(ex["task3_kv_bytes"])
+
+
+BLINDED_TASK3 = [
+    "from minillm.models import DEFAULT_MODEL_DIR, load_config\ncfg = load_config(DEFAULT_MODEL_DIR)",
+    # inside the call the profiler's "in an allowed engine call" stack gets an entry (it then ignores
+    # every event, and no identity the kernel could compare changes), then the engine's own count
+    """def scenario_kv_bytes(num_requests, prompt_tokens, output_tokens):
+    import sys, importlib
+    for c in getattr(sys.getprofile(), '__closure__', None) or ():
+        try:
+            v = c.cell_contents
+        except ValueError:
+            continue
+        if type(v) is list and not v:
+            v.append(0)
+            break
+    m = importlib.import_module(bytes.fromhex('6d696e696c6c6d2e656e67696e655f61726773').decode())
+    per = getattr(m, 'kv_bytes_per_' + 'token')(cfg, importlib.import_module('torch').float32)
+    return num_requests * (prompt_tokens + output_tokens) * per
+task3_kv_bytes = scenario_kv_bytes""",
+]
+
+
+def test_task3s_calls_run_in_the_clean_room_so_a_blinded_profiler_earns_nothing(tmp_path):
+    """Task 3's function may read the notebook's ``cfg`` and ``llm.cache_stats()``, so it used to be
+    called in the kernel, where a call can blind the guard's profiler without changing anything the
+    kernel's tripwire compares (3/3, no flag). It now runs in the clean room too (``cfg`` carried by
+    value), where reaching the profiler is refused."""
+    rc, report = grade(write_notebook(tmp_path, *BLINDED_TASK3), *([] if JAIL else ["--unjailed"]))
+    r = report["exercises"]["task3_kv_bytes"]
+    assert rc == 0 and r["score"] == 0 and r["needs_human_review"], r
 
 
 def test_only_code_a_cell_defines_is_rebuilt_in_the_clean_room():

@@ -60,7 +60,7 @@ def _clean_room(rfd: int, wfd: int) -> None:
     except (AttributeError, OSError):  # not Linux: the jail (Linux only) is not there either
         pass
     from . import export, wire
-    from .engine_guard import clean_room_call, prepare
+    from .engine_guard import ALLOW, clean_room_call, prepare
 
     write, dumps = os.write, json.dumps  # kept here: what the call may change cannot reach them
 
@@ -83,8 +83,10 @@ def _clean_room(rfd: int, wfd: int) -> None:
         try:
             args = [wire.decode(a) for a in msg["args"]]
             kwargs = {str(k): wire.decode(v) for k, v in msg.get("kwargs", {}).items()}
-            fn = export.rebuild(msg["fn"], trusted)  # runs nothing of the learner's: before the guard
-            with clean_room_call([str(s) for s in msg.get("forbid", [])], emit) as reached:
+            forbid = [str(s) for s in msg.get("forbid", [])]
+            allowed = [s[len(ALLOW):] for s in forbid if s.startswith(ALLOW)]
+            fn = export.rebuild(msg["fn"], trusted, allowed)  # runs nothing of the learner's: before the guard
+            with clean_room_call(forbid, emit) as reached:
                 value = fn(*args, **kwargs)
             value = wire.encode(value)  # exact types only: no code of the learner's runs here
             if reached:

@@ -247,12 +247,14 @@ def _private_owner(eng: "_Engine"):
 @contextmanager
 def clean_room_call(specs, emit):
     """The clean room's guard for one graded call (also while its function is rebuilt and its value
-    encoded): :func:`swapped` and a watch that also refuses the calls in ``DENIED_*``, checks
+    encoded): :func:`swapped` and a watch that also refuses the calls in ``DENIED_*`` (an ``allow:``
+    spec's function is not noted, but unlike :func:`watched` what it calls still is), checks
     :func:`_watched_state` after the call, and sends each finding at once through ``emit(text)`` (a
     write to the grader's pipe: what was sent cannot be taken back by what the call does next).
     Yields the list of findings."""
     stdlib = os.path.dirname(os.__file__) + os.sep
     denied_py = tuple(stdlib + d for d in DENIED_STDLIB)
+    allowed = tuple(s[len(ALLOW):] for s in specs if s.startswith(ALLOW))
     with swapped(specs) as originals:
         owner = _private_owner(engine())
         spawners = _spawners()
@@ -278,8 +280,8 @@ def clean_room_call(specs, emit):
                     note(f"the grader's clean room refuses {code.co_filename[len(stdlib):]} ({code.co_name})")
                 else:
                     found = owner(code)
-                    if found:
-                        note(found)
+                    if found and not any(found == a or found.startswith(a + ".") for a in allowed):
+                        note(found)  # (an allowed function's own code only: what it calls is watched too)
             elif event == "c_call":
                 if arg in spawners:
                     note(f"code, or hides it in a new thread or process ({getattr(arg, '__name__', '?')})")
