@@ -60,7 +60,7 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
          r"\bbudget\b", r"\bspend\w*", r"\bprice\b", r"\btrad(e|es|ing)\b", r"\btrade-?off\b", r"\bhungry\b",
          r"\bintensive\b", r"\bdemand\w*", r"\bneed\w*", r"\brequir\w*", r"\bhog\w*", r"\baccumulat\w*",
          r"\bballoon\w*", r"\bswell\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
-         r"\brun\w*\s+out\b", r"\bloss\b", r"\bdownside\w*", r"\bdrawback\w*", r"\bpenalty\b", r"缺点|坏处|副作用|牺牲", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
+         r"\brun\w*\s+out\b", r"\bloss\b", r"\bdownside\w*", r"\bdrawback\w*", r"\bthe catch\b", r"\bpenalty\b", r"缺点|坏处|副作用|牺牲", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
          r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
          r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨",
          r"换", r"越多", r"越大", r"耗", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
@@ -135,7 +135,9 @@ _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcomin
          r"(后面|之后|接下来)[^，。；,;]{0,6}(顺着|沿着|跟着|接着)"]
 NEXT_STEP_DEPENDS = idea(
     "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",
-    standalone=_NEXT + [r"\b(comput|calculat|condition|predict|generat)\w*\s+(from|on)\s+(it|that|this|them)\b",
+    standalone=_NEXT + [r"\b(comput|calculat|condition|predict|generat|decod|continu)\w*\s+(from|on)\s+(it|that|this|them|there)\b",
+                        r"\b(every|each|all|any)\s+(\w+\s+)?(steps?|tokens?|decod\w*|iterations?|passes?|predictions?)\s+"
+                        r"(that\s+)?(after|following|follows?|comes? after)\b",
                         r"\b(continu\w*|carr(y|ies) on|goes on|builds?)\s+from\s+(it|that|this|there)\b", r"\bcontinu\w*\s+from\b",
                         r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(the\s+)?(\w+\s+){0,2}?(tokens?|samples?|choices?)\b",
                         r"\binput\s+(of|for|to)\s+(the\s+)?(next|following|later)\b", r"(下一步|后面|之后)[^，。；]{0,4}(的)?输入"])

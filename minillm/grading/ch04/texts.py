@@ -337,6 +337,7 @@ SCENARIO_KINDS = [
         r"clients|sequences|conversations|chats)", r"high\s+(traffic|load|qps|throughput)", r"(large|big)\s+batch",
         r"batch\s+size", rf"(lots of|thousands of|hundreds of|multiple|several|more)\s+{W}{{0,1}}(requests|users|sessions|"
         r"sequences|conversations)", r"simultaneous\w*", r"at the same time", r"peak\s+(traffic|load)",
+        rf"\b(all|everyone|everybody|\d+\s+{W}{{0,1}}(students|people|users|clients))\s+{W}{{0,2}}(at once|simultaneously|together)\b",
         r"batch[^。；;]{0,4}(很|太|特别|非常)?(大|多)|批(次|量)?[^。；;]{0,2}(很|太|特别)大",
         r"双十一|双11|秒杀|促销|抢购|大促|同一(时间|时刻)|\b(users|requests|clients|people)\s+at\s+once\b|\b\d{2,}\s+(users|requests|clients)\b",
         r"(请求|用户|会话)[^。；;]{0,4}同时|大量(请求|用户|会话)|高峰|高并发|并发|同时[^。；;]{0,6}(请求|用户|会话)|大批量|大 ?batch|多(个)?(用户|请求|会话)|请求[^。；;]{0,2}多|流量(高峰|大)|峰值",
