@@ -59,7 +59,7 @@ def _check_int8_graphs(model) -> None:
     from ..models.weights import Int8Linear
     from . import gemv
 
-    streamed = all(m._stream is not None for m in model.modules() if isinstance(m, Int8Linear))
+    streamed = all(m.streaming for m in model.modules() if isinstance(m, Int8Linear))
     why = None if streamed else (gemv.unavailable_reason() or f"{gemv.ENV_SWITCH}=0 turned it off")
     if why is None and not gemv.op_available():
         why = gemv.op_unavailable_reason()
