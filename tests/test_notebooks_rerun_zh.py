@@ -37,9 +37,12 @@ def program(source: str) -> str:
         tree = ast.parse(source)
     except SyntaxError:
         return source
-    specs = {id(n.format_spec) for n in ast.walk(tree) if isinstance(n, ast.FormattedValue) and n.format_spec}
+    specs = [n.format_spec for n in ast.walk(tree) if isinstance(n, ast.FormattedValue) and n.format_spec]
+    in_specs = {id(part) for spec in specs for part in ast.walk(spec)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.JoinedStr) and id(node) not in specs:  # keep its expressions, in order
+        if id(node) in in_specs:
+            continue
+        if isinstance(node, ast.JoinedStr):  # keep its expressions, in order
             node.values = [v for v in node.values if isinstance(v, ast.FormattedValue)]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             node.value = ""
