@@ -211,3 +211,22 @@ def test_c15_c16_kinds_of_wording(exercise, answer, score):
 ])
 def test_c17_kinds_of_wording(exercise, answer, score):
     assert check(exercise, answer).score == score
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # comma-chained verb-object pieces with more verbs (提升, 加速 …); bare verbs of speed are still only the effect
+    ("task2_kv_explain", "省掉重复的计算，提升生成速度", 1),
+    ("task2_kv_explain", "加速推理，提升速度", 0),
+    # computed once in one clause, used from then on in the next
+    ("task2_kv_explain", "K/V 只算一遍，之后每步直接拿来用；代价是显存越来越多", 2),
+    ("task2_kv_explain", "KV 算一次，后面不能再用", 0),
+    # fed to the model again: the next pass is computed from it
+    ("task4_sampling", "选中的 token 接到序列末尾，再喂给模型", 2),
+    # task 5: the early turn named by its place, kept or lost by a potential complement (留住 / 留不住)
+    ("task5_trim_policy", ("summary", "题目贴在一开始，摘要能保住它"), 2),
+    ("task5_trim_policy", ("summary", "只留最近几轮的话，前面的题目就留不住了"), 2),
+    ("task5_trim_policy", ("summary", "摘要留不住题目"), 1),
+    ("pitfall1_kv_not_hit_cache", (False, "里面是每个请求自己的中间计算结果"), 2),
+])
+def test_c18_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score

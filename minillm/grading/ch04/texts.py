@@ -1012,9 +1012,9 @@ TASK5_SCENARIO = Bi("A tutoring chat runs for 40 turns. In turn 1 the student pa
 
 _LAST_N = re.compile(r"最近|最后|\blast\b|\brecent\b|window|窗口|\bN\s*(轮|turns?)|last[_ -]?n", re.I)
 _SUMMARY = re.compile(r"摘要|总结|summar\w*", re.I)
-_LOSES = re.compile(r"丢|忘|截掉|删|扔|挤掉|挤出|裁掉|去掉|\blos[et]\w*|\bdrop\w*|\bforg[eo]t\w*|\bcut\w*|\bevict\w*", re.I)
+_LOSES = re.compile(r"(留|保|记)不住|存不下|丢|忘|截掉|删|扔|挤掉|挤出|裁掉|去掉|\blos[et]\w*|\bdrop\w*|\bforg[eo]t\w*|\bcut\w*|\bevict\w*", re.I)
 _KEEPS = re.compile(r"(保留|留住|留下|保住|\bkeep\w*|\bkept\b|\bretain\w*|\bpreserv\w*)\s*(\w+\s+)?"
-                    r"(第一轮|第 ?1 ?轮|最早|开头|题目|\bturn\s*(1|one)\b|\bfirst\b|\bexercise\b|\bproblem\b|\bit\b)", re.I)
+                    r"(第一轮|第 ?1 ?轮|最早|开头|题目|它|\bturn\s*(1|one)\b|\bfirst\b|\bexercise\b|\bproblem\b|\bit\b)", re.I)
 
 
 def _policy_claims(why: str) -> tuple[bool, bool]:
