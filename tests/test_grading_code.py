@@ -395,3 +395,37 @@ def test_a_byte_count_may_read_the_block_size_but_not_run_the_engine(scenario_en
     for cheat in (measured, ran):
         out = safecall.call(cheat, 2, 10, 5, forbid=forbid)
         assert not out.ok and out.engine_used, out
+
+
+def test_task3s_function_leaves_the_notebook_with_its_cfg_and_a_view_of_the_engine(scenario_engine):
+    """Task 3's calls run in the clean room: the notebook's ``cfg`` travels by value (built field by
+    field, nothing of it run) and ``llm`` as a view that answers ``cache_stats()`` where the task
+    allows it; a function that reads more of the engine stays in the notebook."""
+    import json
+
+    from minillm.grading import export
+    from minillm.grading.ch04.coding import FORBIDDEN
+    from minillm.grading.engine_guard import ALLOW, clean_room_call
+
+    cell = ("def scenario_kv_bytes(num_requests, prompt_tokens, output_tokens):\n"
+            "    block = llm.cache_stats().block_size\n"
+            "    per = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 4\n"
+            "    return num_requests * -(-(prompt_tokens + output_tokens) // block) * block * per\n"
+            "def runs_it(n):\n    return llm.generate([[1]], None)\n")
+    ns = {"llm": scenario_engine, "cfg": scenario_engine.model_config}
+    exec(compile(cell, "<cell>", "exec", dont_inherit=True), ns)
+    payload = json.loads(json.dumps(export.export(ns["scenario_kv_bytes"], ns)))
+    trusted = export.trusted_code([cell])
+    forbid = FORBIDDEN["scenario_kv_bytes"]
+    fn = export.rebuild(payload, trusted, [s[len(ALLOW):] for s in forbid if s.startswith(ALLOW)])
+    cfg = fn.__globals__["cfg"]
+    assert cfg == scenario_engine.model_config and cfg is not scenario_engine.model_config
+    notes: list = []
+    with clean_room_call(list(forbid), notes.append) as reached:
+        value = fn(3, 40, 9)
+    assert value == ns["scenario_kv_bytes"](3, 40, 9) and not reached and not notes, (reached, notes)
+    without = export.rebuild(payload, trusted)  # a task that does not allow reading the cache
+    with pytest.raises(AttributeError):
+        without(3, 40, 9)
+    with pytest.raises(export.Unexportable, match="generate"):
+        export.export(ns["runs_it"], ns)

@@ -669,10 +669,31 @@ UNNAMED_TAMPER = [
             v.append(0)
     m = importlib.import_module(bytes.fromhex('6d696e696c6c6d2e6b765f6361636865').decode())
     return getattr(m, 'kv_bytes_per_' + 'token')(num_layers, num_kv_heads, head_dim, dtype_bytes)""",
-    # task 3's function is still called in the kernel (it may read llm.cache_stats()): the guard's
-    # state taken before any cell shows the rebinding above
-    "def scenario_kv_bytes(num_requests, prompt_tokens, output_tokens):\n    return 0\n"
-    "task3_kv_bytes = scenario_kv_bytes",
+    # during the call: the profiler silenced with no event to see (a C trampoline), the clean room's own
+    # pipes found through the frames, and every later call answered with the grader's reference
+    """def chat_kv_bytes(turn, system_tokens, user_tokens, reply_tokens, bytes_per_token, keep_last=None):
+    import operator, sys, json, os, importlib
+    operator.methodcaller(bytes.fromhex('73657470726f66696c65').decode(), None)(sys)
+    c = importlib.import_module('minillm.grading.ch04.coding')
+    w = importlib.import_module('minillm.grading.wire')
+
+    def ans(a):
+        return c.expected_chat_tokens(c.ChatCase('x', a[0], a[1], a[2], a[3], a[5])) * a[4]
+    try:
+        raise ValueError
+    except ValueError as e:
+        f = e.__traceback__.tb_frame
+    while f is not None and 'cmd_in' not in f.f_locals:
+        f = f.f_back
+    cmd_in, out = f.f_locals['cmd_in'], f.f_locals['out']
+
+    def send(v):
+        out.write((json.dumps({'op': 'returned', 'value': w.encode(v)}) + '\\n').encode())
+        out.flush()
+    send(ans([turn, system_tokens, user_tokens, reply_tokens, bytes_per_token, keep_last]))
+    for line in cmd_in:
+        send(ans([w.decode(x) for x in json.loads(line)['args']]))
+    os._exit(0)""",
     # during the call: the garbage collector's list of every object, to find the engine's function
     """def max_requests(num_layers, num_kv_heads, head_dim, num_params, card_gb, context_tokens, kv_dtype_bytes=2):
     import gc
@@ -697,7 +718,130 @@ def test_graded_calls_run_where_no_cell_ran_so_an_unnamed_guard_switch_earns_not
     for ex_id in ("code_top_p", "code_kv_bytes", "task6_gpu_capacity"):
         assert ex[ex_id]["score"] == 0 and ex[ex_id]["needs_human_review"], ex[ex_id]
     assert ex["code_stop_check"]["score"] == 3, ex["code_stop_check"]
-    assert ex["task3_kv_bytes"]["needs_human_review"] and "changed the grader's guard" in str(ex["task3_kv_bytes"])
+    assert ex["code_chat_kv"]["score"] == 0, ex["code_chat_kv"]
+
+
+BLINDED_TASK3 = [
+    "from minillm.models import DEFAULT_MODEL_DIR, load_config\ncfg = load_config(DEFAULT_MODEL_DIR)",
+    # inside the call the profiler's "in an allowed engine call" stack gets an entry (it then ignores
+    # every event, and no identity the kernel could compare changes), then the engine's own count
+    """def scenario_kv_bytes(num_requests, prompt_tokens, output_tokens):
+    import sys, importlib
+    for c in getattr(sys.getprofile(), '__closure__', None) or ():
+        try:
+            v = c.cell_contents
+        except ValueError:
+            continue
+        if type(v) is list and not v:
+            v.append(0)
+            break
+    m = importlib.import_module(bytes.fromhex('6d696e696c6c6d2e656e67696e655f61726773').decode())
+    per = getattr(m, 'kv_bytes_per_' + 'token')(cfg, importlib.import_module('torch').float32)
+    return num_requests * (prompt_tokens + output_tokens) * per
+task3_kv_bytes = scenario_kv_bytes""",
+]
+
+
+def test_task3s_calls_run_in_the_clean_room_so_a_blinded_profiler_earns_nothing(tmp_path):
+    """Task 3's function may read the notebook's ``cfg`` and ``llm.cache_stats()``, so it used to be
+    called in the kernel, where a call can blind the guard's profiler without changing anything the
+    kernel's tripwire compares (3/3, no flag). It now runs in the clean room too (``cfg`` carried by
+    value), where reaching the profiler is refused."""
+    rc, report = grade(write_notebook(tmp_path, *BLINDED_TASK3), *([] if JAIL else ["--unjailed"]))
+    r = report["exercises"]["task3_kv_bytes"]
+    assert rc == 0 and r["score"] == 0 and r["needs_human_review"], r
+
+
+def test_a_graded_call_runs_in_a_process_of_its_own_with_no_files_programs_or_grader_pipes(tmp_path):
+    """Each clean-room call runs in a process forked for it (``_worker._call_apart``): the grader's
+    pipes are closed there, and a seccomp filter refuses files (the engine's sources), programs and
+    signals to other processes. Whatever the call does, its process's report is all that comes back,
+    and a process that ends without one is the call's error."""
+    import signal
+
+    from minillm.grading import _worker
+    from minillm.grading import jail as jail_mod
+
+    if not jail_mod.call_filter():
+        pytest.skip("no seccomp program for this machine")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("engine source")
+    r, w = os.pipe()
+
+    def attempts():
+        import operator
+
+        operator.methodcaller("set" + "profile", None)(sys)  # the watch silenced, with no event to see
+        found = []
+        for what, act in (("open", lambda: open(secret).read()), ("exec", lambda: os.execv("/bin/true", ["true"])),
+                          ("signal", lambda: os.kill(os.getppid(), signal.SIGSTOP)),
+                          ("grader pipe", lambda: os.write(w, b"forged")), ("socket", lambda: socket.socket())):
+            try:
+                act()
+                found.append(what)
+            except OSError:
+                pass
+        raise ValueError(f"reached: {found}")
+
+    try:
+        report = _worker._call_apart(attempts, (), {}, [], (w,))
+        assert report[-1]["op"] == "raised" and "reached: []" in report[-1]["error"], report  # every attempt failed
+        assert any("profiler was removed" in str(n.get("what")) for n in report[:-1]), report
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 10)  # nothing reached the "grader's" pipe
+    finally:
+        os.close(r)
+        os.close(w)
+    ended = _worker._call_apart(lambda: os._exit(0), (), {}, [], ())
+    assert ended[-1]["op"] == "raised" and "without returning" in ended[-1]["error"]
+    assert _worker._call_apart(lambda x: x * 2, (21,), {}, [], ()) == [{"op": "returned", "value": {"t": "int", "v": "42"}}]
+
+
+PASTED_AND_SILENCED = """
+import operator, sys, torch
+NEG_INF = float('-inf')
+def _tp(logits, top_p):  # the engine's top_p_filter, pasted under another name
+    p = torch.as_tensor(top_p, device=logits.device, dtype=torch.float32)
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.float().softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    remove_sorted = mass_before >= p.reshape(*p.shape, 1) if p.dim() else mass_before >= p
+    remove_sorted[..., 0] = False
+    remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
+    return logits.masked_fill(remove, NEG_INF)
+def my_top_p_filter(logits, top_p):  # the watch silenced around the copy and put back (no event either way)
+    w = operator.methodcaller(bytes.fromhex('67657470726f66696c65').decode())(sys)
+    operator.methodcaller(bytes.fromhex('73657470726f66696c65').decode(), None)(sys)
+    try:
+        return _tp(logits, top_p)
+    finally:
+        operator.methodcaller(bytes.fromhex('73657470726f66696c65').decode(), w)(sys)
+"""
+
+
+def test_a_pasted_copy_of_the_engine_is_seen_before_the_call_not_only_during_it():
+    """A call can silence its watch and put it back through C trampolines, so a pasted copy of the
+    engine's function ran unseen (3/3, no flag). The clean room now reads the rebuilt functions' code
+    for copies before calling (``engine_guard.copies_in``); an honest filter has none."""
+    import torch
+
+    from minillm.grading import _worker
+    from minillm.grading.ch04.coding import FORBIDDEN
+    from minillm.grading.engine_guard import copies_in
+
+    sys.path.insert(0, str(REPO / "tests" / "solved"))
+    from answers import SOLVED_ANSWERS
+
+    ns: dict = {}
+    exec(compile(PASTED_AND_SILENCED, "<cell>", "exec", dont_inherit=True), ns)
+    blind = _worker._call_apart(ns["my_top_p_filter"], (torch.tensor([3.0, 1.0, 0.5]), 0.5), {},
+                                list(FORBIDDEN["my_top_p_filter"]), ())
+    assert blind[-1]["op"] == "returned", blind  # the watch saw nothing: why the code is read first
+    assert copies_in([ns["my_top_p_filter"], *ns.values()]) == ["minillm.sampler.top_p_filter (copied)"]
+    honest: dict = {}
+    exec(compile(SOLVED_ANSWERS["code_top_p"], "<cell>", "exec", dont_inherit=True), honest)
+    assert copies_in([honest["my_top_p_filter"], *honest.values()]) == []
 
 
 def test_only_code_a_cell_defines_is_rebuilt_in_the_clean_room():

@@ -188,3 +188,45 @@ def test_a_negator_that_is_part_of_the_idea_is_not_a_hedge():
 ])
 def test_c15_c16_kinds_of_wording(exercise, answer, score):
     assert check(exercise, answer).score == score
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # a cost named by its label ("Downside: VRAM", "the catch: memory", "缺点：占显存") is the cost; denied, it is not
+    ("task2_kv_explain", "Past K/V are kept, so there is no recompute. Downside: VRAM.", 2),
+    ("task2_kv_explain", "It skips recomputing old tokens; the catch: memory.", 2),
+    ("task2_kv_explain", "It skips recomputing old tokens; drawback: it does not use more memory.", 1),
+    ("task2_kv_explain", "不用重算前面的 token，缺点：占显存", 2),
+    ("task2_kv_explain", "缺点：显存，好处：计算", 0),  # labels over bare nouns are still keywords
+    # what follows the token, said as "generating from there" or "every step after it"
+    ("task4_sampling", "The picked token is added to the context and decoding carries on from there.", 2),
+    ("task4_sampling", "the sampled token becomes part of the input of every step that follows", 2),
+    ("task4_sampling", "The sampled token is appended, but no step after it uses it.", 1),
+    ("task3_pressure", [("long chats", "the request's history keeps its K/V growing"),
+                        ("everyone in the class asking at once", "many live requests, each holds its own blocks"),
+                        ("long outputs", "each new token adds K/V")], 6),
+    # English feedback quotes the learner's own scenario back ('…'): pasted with it, it is still pasted feedback
+    ("task3_pressure", [(n, "'a class of 40 students all asking at once': not a cache-pressure scenario the grader "
+                            "recognises (long context, high concurrency, long outputs, …)")
+                        for n in ("long context", "high concurrency", "long outputs")], 3),
+])
+def test_c17_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # comma-chained verb-object pieces with more verbs (提升, 加速 …); bare verbs of speed are still only the effect
+    ("task2_kv_explain", "省掉重复的计算，提升生成速度", 1),
+    ("task2_kv_explain", "加速推理，提升速度", 0),
+    # computed once in one clause, used from then on in the next
+    ("task2_kv_explain", "K/V 只算一遍，之后每步直接拿来用；代价是显存越来越多", 2),
+    ("task2_kv_explain", "KV 算一次，后面不能再用", 0),
+    # fed to the model again: the next pass is computed from it
+    ("task4_sampling", "选中的 token 接到序列末尾，再喂给模型", 2),
+    # task 5: the early turn named by its place, kept or lost by a potential complement (留住 / 留不住)
+    ("task5_trim_policy", ("summary", "题目贴在一开始，摘要能保住它"), 2),
+    ("task5_trim_policy", ("summary", "只留最近几轮的话，前面的题目就留不住了"), 2),
+    ("task5_trim_policy", ("summary", "摘要留不住题目"), 1),
+    ("pitfall1_kv_not_hit_cache", (False, "里面是每个请求自己的中间计算结果"), 2),
+])
+def test_c18_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score

@@ -14,7 +14,9 @@ attention) is what the chapter reads. ``LLM()`` runs this layer instead, token f
 * ``cpu_kernel``, ``kernel_cache``, ``kernels/``: the C kernel and its checked build cache;
 * ``threaded``: projections split by output rows across persistent threads;
 * ``gemv``: decode's few-row projections (float32, int8) on a C kernel that streams each weight
-  once and shares output rows with persistent worker threads (``stream_weights``, on the CPU).
+  once and shares output rows with persistent worker threads (``stream_weights``, on the CPU);
+* ``packed``: a wide product of a decode batch (an lm head over 9-256 rows) on oneDNN with the
+  weight packed once (``gemv.StreamLinear`` calls it).
 
 ``prepare_model(llm, options)`` changes the weights (int8, the row split) before the KV cache
 is sized; ``build(llm, options, ...)`` assembles the runner and sampler an ``LLM`` uses.
@@ -57,7 +59,7 @@ def _check_int8_graphs(model) -> None:
     from ..models.weights import Int8Linear
     from . import gemv
 
-    streamed = all(m._stream is not None for m in model.modules() if isinstance(m, Int8Linear))
+    streamed = all(m.streaming for m in model.modules() if isinstance(m, Int8Linear))
     why = None if streamed else (gemv.unavailable_reason() or f"{gemv.ENV_SWITCH}=0 turned it off")
     if why is None and not gemv.op_available():
         why = gemv.op_unavailable_reason()

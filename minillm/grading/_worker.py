@@ -49,10 +49,15 @@ def _end_helpers(spare: int | None = None) -> None:
                 pass
 
 
+#: most bytes a graded call's process may send back to the clean room (notes and its value)
+MAX_CALL_REPORT = 24 * 2**20
+
+
 def _clean_room(rfd: int, wfd: int) -> None:
-    """The clean room's loop (a child forked before any cell ran; see :mod:`export`): rebuild the
-    learner's function from the notebook's own ``def``, call it under the strict guard, answer the
-    grader on this room's own pipe. It ends when the grader closes the pipe."""
+    """The clean room's loop (a child forked before any cell ran; see :mod:`export`). It runs no
+    code of the learner's itself: per graded call it rebuilds the learner's function from the
+    notebook's own ``def`` and hands it to a process of its own (:func:`_call_apart`), then relays
+    what that process reported to the grader. It ends when the grader closes the pipe."""
     import ctypes
 
     try:
@@ -60,12 +65,7 @@ def _clean_room(rfd: int, wfd: int) -> None:
     except (AttributeError, OSError):  # not Linux: the jail (Linux only) is not there either
         pass
     from . import export, wire
-    from .engine_guard import clean_room_call, prepare
-
-    write, dumps = os.write, json.dumps  # kept here: what the call may change cannot reach them
-
-    def emit(what: str) -> None:
-        write(wfd, (dumps({"op": "note", "what": str(what)[:300]}) + "\n").encode("utf-8"))
+    from .engine_guard import ALLOW, WHOLE_ENGINE, copies_in, disable_engine, prepare
 
     cmd_in, out = os.fdopen(rfd, "rb"), os.fdopen(wfd, "wb")
     trusted: dict = {}
@@ -78,21 +78,114 @@ def _clean_room(rfd: int, wfd: int) -> None:
             x = torch.randn(2, 8)
             x.sort(dim=-1, descending=True)[0].softmax(dim=-1).cumsum(dim=-1).masked_fill(x > 0, 0.0)
             trusted = export.trusted_code([str(s) for s in msg.get("sources", [])])
+            disable_engine()
             _reply(out, {"op": "prepared"})
             continue
-        try:
+        forbid = [str(s) for s in msg.get("forbid", [])]
+        loaded = len(sys.modules)
+        try:  # runs nothing of the learner's: modules imported, library objects looked up by name
+            fn = export.rebuild(msg["fn"], trusted, [s[len(ALLOW):] for s in forbid if s.startswith(ALLOW)])
             args = [wire.decode(a) for a in msg["args"]]
             kwargs = {str(k): wire.decode(v) for k, v in msg.get("kwargs", {}).items()}
-            fn = export.rebuild(msg["fn"], trusted)  # runs nothing of the learner's: before the guard
-            with clean_room_call([str(s) for s in msg.get("forbid", [])], emit) as reached:
-                value = fn(*args, **kwargs)
-            value = wire.encode(value)  # exact types only: no code of the learner's runs here
-            if reached:
-                _reply(out, {"op": "engine_used", "names": reached})
-            else:
-                _reply(out, {"op": "returned", "value": value})
-        except BaseException as exc:  # noqa: BLE001 - the learner's error is feedback
+        except Exception as exc:  # noqa: BLE001 - a malformed export is the kernel's doing: its call fails
             _reply(out, {"op": "raised", "error": _short_error(exc), "exc_type": type(exc).__name__})
+            continue
+        if len(sys.modules) != loaded:  # the rebuild imported a module: its functions too
+            disable_engine()
+        copied = copies_in([fn, *fn.__globals__.values()]) if WHOLE_ENGINE in forbid else []
+        replies = [{"op": "engine_used", "names": copied}] if copied else _call_apart(fn, args, kwargs, forbid, (rfd, wfd))
+        for reply in replies:
+            _reply(out, reply)
+
+
+def _call_apart(fn, args, kwargs, forbid: list, grader_fds: tuple) -> list[dict]:
+    """Call ``fn`` in a process forked for this call alone, and return what it reported: its notes
+    (each written the moment the watch saw it), then one of returned / raised / engine_used.
+
+    Whatever the call does, it does in that process: the grader's pipes are closed there (it cannot
+    answer for later calls), the engine's functions raise there (:func:`engine_guard.disable_engine`),
+    and files, programs, sockets and other processes are refused to it by a seccomp filter
+    (:func:`jail.call_filter`), so it cannot load the engine again either. A process that ends
+    without a last word reports that as the call's error."""
+    from .jail import call_filter, install_filter
+
+    prog = call_filter()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's side, seen through what it reports
+        try:
+            os.close(r)
+            for fd in grader_fds:
+                os.close(fd)
+            _call_here(fn, args, kwargs, forbid, w, prog, install_filter)
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    try:
+        while len(data) <= MAX_CALL_REPORT and not _has_last_word(data):
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(r)
+        try:
+            os.kill(pid, 9)  # done: whatever it left running (it may have closed its end) ends here
+        except OSError:
+            pass
+        os.waitpid(pid, 0)
+    return _reports(data)
+
+
+_LAST_WORDS = (b'{"op": "returned"', b'{"op": "raised"', b'{"op": "engine_used"')
+
+
+def _has_last_word(data: bytes) -> bool:
+    """Has the call's process written a complete line that ends its report?"""
+    return any(line.startswith(_LAST_WORDS) for line in data.split(b"\n")[:-1])
+
+
+def _call_here(fn, args, kwargs, forbid: list, w: int, prog: bytes, install_filter) -> None:
+    """The forked process's part: filter, call under the clean room's watch, write the outcome."""
+    from . import export, wire  # noqa: F401 - everything the watch imports, imported before files close
+    from .engine_guard import clean_room_call
+
+    write, dumps = os.write, json.dumps  # kept here: what the call may change cannot reach them
+
+    def emit(what: str) -> None:
+        write(w, (dumps({"op": "note", "what": str(what)[:300]}) + "\n").encode("utf-8"))
+
+    install_filter(prog)
+    try:
+        with clean_room_call(forbid, emit) as reached:
+            value = fn(*args, **kwargs)
+        value = wire.encode(value)  # exact types only: no code of the learner's runs here
+        last = {"op": "engine_used", "names": reached} if reached else {"op": "returned", "value": value}
+    except BaseException as exc:  # noqa: BLE001 - the learner's error is feedback
+        last = {"op": "raised", "error": _short_error(exc), "exc_type": type(exc).__name__}
+    write(w, (dumps(last) + "\n").encode("utf-8"))
+
+
+def _reports(data: bytes) -> list[dict]:
+    """The call process's report as replies for the grader: its notes, then its first last word.
+    A report that is not well formed, or has no last word, is the call's error."""
+    notes, last = [], None
+    for line in data.split(b"\n")[:10_000]:
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(msg, dict):
+            continue
+        if msg.get("op") == "note":
+            notes.append({"op": "note", "what": str(msg.get("what"))[:300]})
+        elif msg.get("op") in ("returned", "raised", "engine_used"):
+            last = msg
+            break
+    if last is None:
+        last = {"op": "raised", "error": "the call ended its own process without returning", "exc_type": "SystemExit"}
+    return notes + [last]
 
 
 def _start_clean_room() -> int | None:

@@ -136,7 +136,7 @@ def fix_typos(text: str) -> str:
 _CLAUSE_SPLIT = re.compile(
     r"\.(?=\s|$|[\u4e00-\u9fff])|[;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
     r"\bso that\b|\bso\b(?!\s+(far|much|many|long)\b)|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
-    r"\bdownside\b|\bthe catch\b|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
+    r"(?=\bdownsides?\b|\bthe catch\b|\bdrawbacks?\b)|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
 
 
 def clauses(text: str) -> list[tuple[int, str]]:
@@ -402,8 +402,9 @@ def causal_arrow(text: str) -> bool:
     return bool(_ONE_ARROW.match(text.strip())) and text.count(">") <= 1
 
 
-_VO_PIECE = re.compile(f"^(节省|节约|减少|避免|省去|省掉|免去|增加|占用|消耗|降低|提高|加快|复用|重用|保存|需要|占|省|费|耗|换)"
-                       f"[{CJK}]{{2,}}")
+_VO_PIECE = re.compile(f"^((缺点|代价|坏处|好处|优点|作用|收益|开销)\\s*[:：是]?\\s*)?"
+                       f"(节省|节约|减少|避免|省去|省掉|免去|增加|占用|消耗|降低|提高|提升|加快|加速|缩短|减轻|复用|重用|保存|需要|占|省|费|耗|换)"
+                       f"[{CJK}]{{2,}}")  # "缺点：占显存": a piece under its label is still a verb and its object
 
 
 def verb_object_pieces(text: str) -> bool:

@@ -168,7 +168,7 @@ PASTED = 0.5  # a copy has at least half of the answer in such passages
 WHOLLY = 0.9  # this share in long passages: the answer is a paste, with nothing of its own
 
 
-_QUOTED = re.compile(r"“[^”]{0,40}”|‘[^’]{0,40}’")
+_QUOTED = re.compile(r"“[^”]{0,40}”|‘[^’]{0,40}’|(?<![A-Za-z])'[^'\n]{1,60}'(?![A-Za-z])")  # English feedback quotes with '…'
 
 
 def verdict(text: str) -> str | None:

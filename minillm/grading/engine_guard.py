@@ -62,6 +62,71 @@ def _blocked(spec: str):
     return namespace["blocked"].__code__
 
 
+def _blocked_code(name: str, nfree: int) -> types.CodeType:
+    """:func:`_blocked`'s code for a function with ``nfree`` closure cells (a function's code can
+    only be swapped for code with as many free variables)."""
+    if not nfree:
+        return _blocked(name)
+    cells = [f"_c{i}" for i in range(nfree)]
+    source = (f"def outer():\n    {' = '.join(cells)} = None\n    def blocked(*args, **kwargs):\n"
+              f"        {', '.join(cells)}\n        raise RuntimeError({name + ' ' + MESSAGE!r})\n    return blocked\n")
+    namespace: dict = {}
+    exec(compile(source, "<minillm grading: engine function unavailable>", "exec"), namespace)  # noqa: S102
+    return namespace["outer"]().__code__
+
+
+#: package files the clean room runs itself (besides ALLOWED): :func:`disable_engine` keeps them
+CLEAN_ROOM_FILES = (os.path.join("grading", "wire.py"), os.path.join("grading", "export.py"),
+                    os.path.join("grading", "_worker.py"))
+#: engine classes a task may let its function read (``allow:``): kept, and noted where not allowed
+READABLE_CLASSES = ("minillm.kv_cache.CacheStats.",)
+
+
+def disable_engine() -> int:
+    """In the clean room, which never needs the engine itself: make every function of the package
+    raise (its code swapped for :func:`_blocked`'s, for good), except the clean room's own files,
+    the arguments' types, :data:`READABLE_CLASSES` and modules' lazy-attribute hooks (an import
+    statement asks them; they answer nothing). A graded call that silences the watch (a C
+    trampoline such as ``operator.methodcaller`` calls ``sys.setprofile`` with no event to see)
+    then still finds no engine to call, and with files closed to it (:mod:`jail`'s call filter)
+    cannot load one again. Returns how many functions it disabled; call it again after an import."""
+    import gc
+
+    eng = engine()
+    keep = tuple(eng.root + f for f in ALLOWED + CLEAN_ROOM_FILES)
+    done = 0
+    for fn in gc.get_objects():
+        if type(fn) is not types.FunctionType:
+            continue
+        code = fn.__code__
+        path = code.co_filename
+        if not path.startswith(eng.root) or path.startswith(keep):
+            continue
+        name = f"minillm.{path[len(eng.root):-3].replace(os.sep, '.')}.{code.co_qualname.split('.<locals>')[0]}"
+        if not name.startswith(READABLE_CLASSES) and code.co_qualname not in ("__getattr__", "__dir__"):
+            fn.__code__ = _blocked_code(name, len(code.co_freevars))
+            done += 1
+    return done
+
+
+def copies_in(values) -> list[str]:
+    """The engine functions that the code of the functions among ``values`` (and the code nested in
+    it) copies, by their instructions. Read before a clean-room call, not watched during it: a call
+    that silences its watch and calls a pasted copy is seen all the same."""
+    eng, found = engine(), []
+    for fn in values:
+        if type(fn) is not types.FunctionType:
+            continue
+        stack = [fn.__code__]
+        while stack:
+            code = stack.pop()
+            stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+            name = None if code.co_filename.startswith(eng.root) else eng.owner(code)
+            if name and name not in found:
+                found.append(name)
+    return found[:3]
+
+
 # --- what "the engine's code" is ------------------------------------------------------------
 _SKIP_OPS = frozenset({"CACHE", "NOP", "RESUME", "EXTENDED_ARG", "PUSH_NULL", "PRECALL", "KW_NAMES",
                        "COPY_FREE_VARS", "MAKE_CELL"})
@@ -249,12 +314,14 @@ def _private_owner(eng: "_Engine"):
 @contextmanager
 def clean_room_call(specs, emit):
     """The clean room's guard for one graded call (also while its function is rebuilt and its value
-    encoded): :func:`swapped` and a watch that also refuses the calls in ``DENIED_*``, checks
+    encoded): :func:`swapped` and a watch that also refuses the calls in ``DENIED_*`` (an ``allow:``
+    spec's function is not noted, but unlike :func:`watched` what it calls still is), checks
     :func:`_watched_state` after the call, and sends each finding at once through ``emit(text)`` (a
     write to the grader's pipe: what was sent cannot be taken back by what the call does next).
     Yields the list of findings."""
     stdlib = os.path.dirname(os.__file__) + os.sep
     denied_py = tuple(stdlib + d for d in DENIED_STDLIB)
+    allowed = tuple(s[len(ALLOW):] for s in specs if s.startswith(ALLOW))
     with swapped(specs) as originals:
         owner = _private_owner(engine())
         spawners = _spawners()
@@ -280,8 +347,8 @@ def clean_room_call(specs, emit):
                     note(f"the grader's clean room refuses {code.co_filename[len(stdlib):]} ({code.co_name})")
                 else:
                     found = owner(code)
-                    if found:
-                        note(found)
+                    if found and not any(found == a or found.startswith(a + ".") for a in allowed):
+                        note(found)  # (an allowed function's own code only: what it calls is watched too)
             elif event == "c_call":
                 if arg in spawners:
                     note(f"code, or hides it in a new thread or process ({getattr(arg, '__name__', '?')})")

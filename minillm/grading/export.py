@@ -12,6 +12,10 @@ learner's function without any of the kernel's state:
   values it uses — modules and library objects by name, other functions of the notebook the same
   way, plain values through :mod:`wire`. Anything else (an object built by a cell) cannot leave:
   :class:`Unexportable`.
+  Two kinds of library objects a cell hands the learner travel by value too: instances of the
+  package's dataclasses (``cfg = llm.model_config``), field by field, and the engine itself, as an
+  :class:`EngineView` of what a function may read of it (``model_config``, and a snapshot of
+  ``cache_stats()`` where the task allows reading it).
 * :func:`trusted_code` (in the clean room) compiles the notebook's cells itself, and
   :func:`rebuild` takes a function's code only from there: bytecode the kernel made up (which could
   read or write any memory) never runs in the clean room, only code a ``def`` of the notebook compiles to.
@@ -20,9 +24,13 @@ learner's function without any of the kernel's state:
 from __future__ import annotations
 
 import builtins
+import copy
+import dataclasses
+import functools
 import hashlib
 import importlib
 import marshal
+import sys
 import types
 
 from . import wire
@@ -31,6 +39,16 @@ from . import wire
 MAX_DEPTH = 8
 #: most functions one export may carry
 MAX_FUNCTIONS = 64
+#: what an :class:`EngineView` carries of the notebook's engine
+VIEW_ATTRS = ("model_config", "cache_stats")
+#: the allow spec (:data:`engine_guard.ALLOW`) under which a view's ``cache_stats()`` answers
+CACHE_STATS = "minillm.llm.LLM.cache_stats"
+
+
+class EngineView(types.SimpleNamespace):
+    """The notebook's engine (``llm``) as a graded function may read it in the clean room: its
+    ``model_config`` and, where the task allows it, ``cache_stats()`` (a copy of the snapshot taken
+    when the function was exported). Attribute reads run no code: it has no methods of its own."""
 
 
 class Unexportable(ValueError):
@@ -73,6 +91,17 @@ def _ref(value) -> dict | None:
     return {"k": "ref", "mod": module, "qual": qual} if found is value else None
 
 
+def _library_dataclass(cls) -> bool:
+    """A dataclass of the package, which the clean room may build field by field without running it."""
+    return (isinstance(cls, type) and dataclasses.is_dataclass(cls) and isinstance(cls.__module__, str)
+            and cls.__module__.startswith("minillm.") and "__del__" not in dir(cls))
+
+
+def _is_engine(v) -> bool:
+    llm = sys.modules.get("minillm.llm")  # not imported: no engine can exist
+    return llm is not None and type(v) is getattr(llm, "LLM", None)
+
+
 def _carries_other(data) -> bool:
     """Does a :func:`wire.encode` form hold a value the wire could not carry?"""
     stack = [data]
@@ -92,6 +121,8 @@ class _Exporter:
         self.user_ns = user_ns
         self.ns: dict[str, dict] = {}
         self.functions = 0
+        self.names: set[str] = set()  # every name the exported functions' code uses
+        self.engines: list = []  # engines carried as views
 
     def value(self, v, depth: int) -> dict:
         if depth > MAX_DEPTH:
@@ -103,15 +134,31 @@ class _Exporter:
         ref = _ref(v) if callable(v) or isinstance(v, type) else None
         if ref is not None:
             return ref
+        if _is_engine(v):
+            self.engines.append(v)
+            return {"k": "view", "model_config": self.value(v.model_config, depth + 1),
+                    "cache_stats": self.value(v.cache_stats(), depth + 1)}
         data = wire.encode(v)
-        if _carries_other(data):
-            raise Unexportable(f"a {type(v).__name__} made by the notebook")
-        return {"k": "data", "v": data}
+        if not _carries_other(data):
+            return {"k": "data", "v": data}
+        cls = type(v)
+        if _library_dataclass(cls) and _ref(cls) is not None:
+            return {"k": "dc", "cls": _ref(cls),
+                    "fields": {f.name: self.value(getattr(v, f.name), depth + 1) for f in dataclasses.fields(cls)}}
+        raise Unexportable(f"a {cls.__name__} made by the notebook")
+
+    def check_views(self) -> None:
+        """A function that reads more of the engine than a view carries stays in the notebook."""
+        for llm in self.engines:
+            extra = sorted(n for n in self.names if not n.startswith("_") and n not in VIEW_ATTRS and hasattr(llm, n))
+            if extra:
+                raise Unexportable(f"it reads the engine's {extra[0]}, which stays in the notebook")
 
     def function(self, fn: types.FunctionType, depth: int) -> dict:
         self.functions += 1
         if self.functions > MAX_FUNCTIONS:
             raise Unexportable("too many functions")
+        self.names |= _names(fn.__code__)
         for name in sorted(_names(fn.__code__)):
             if name in self.ns or name not in self.user_ns or name == "__builtins__":
                 continue
@@ -129,6 +176,7 @@ def export(fn, user_ns: dict) -> dict:
         raise Unexportable(f"not a function defined by a cell ({type(fn).__name__})")
     ex = _Exporter(user_ns)
     root = ex.function(fn, 0)
+    ex.check_views()
     return {"fn": root, "ns": ex.ns}
 
 
@@ -170,43 +218,96 @@ def _compiled(text: str) -> list[types.CodeType]:
     return out
 
 
-def rebuild(payload: dict, trusted: dict[str, types.CodeType]):
+def rebuild(payload: dict, trusted: dict[str, types.CodeType], allowed=()):
     """The function :func:`export` described, its code taken from ``trusted`` only. Runs no code of
-    the learner's: modules are imported and library objects looked up by name, nothing more."""
-    ns: dict = {"__builtins__": builtins, "__name__": "__main__"}
+    the learner's: modules are imported and library objects looked up by name, package dataclasses
+    filled in field by field, nothing more. ``allowed``: the engine functions the task lets the
+    function call (an engine view answers ``cache_stats()`` only under :data:`CACHE_STATS`)."""
+    builder = _Builder(trusted, tuple(allowed))
+    for name, v in payload.get("ns", {}).items():
+        if isinstance(v, dict) and v.get("k") != "pending":
+            builder.ns[str(name)] = builder.build(v)
+    fn = builder.build(payload.get("fn"))
+    _import_ahead([fn, *builder.ns.values()])
+    return fn
 
-    def build(v, depth: int = 0):
+
+class _Builder:
+    """:func:`rebuild`'s work: one method per kind of exported value."""
+
+    def __init__(self, trusted: dict[str, types.CodeType], allowed: tuple) -> None:
+        self.trusted, self.allowed = trusted, allowed
+        self.ns: dict = {"__builtins__": builtins, "__name__": "__main__"}
+
+    def build(self, v, depth: int = 0):
         if not isinstance(v, dict) or depth > MAX_DEPTH + 2:
             raise Unexportable("malformed export")
         kind = v.get("k")
         if kind == "mod":
             return importlib.import_module(str(v["name"]))
         if kind == "ref":
-            found = importlib.import_module(str(v["mod"]))
-            for part in str(v["qual"]).split("."):
-                found = getattr(found, part)
-            return found
+            return _lookup(v)
         if kind == "data":
             return wire.decode(v["v"])
         if kind == "fn":
-            code = trusted.get(str(v.get("key")))
-            if code is None:
-                raise Unexportable(f"{str(v.get('name'))[:60]} is not code a cell of the notebook defines")
-            cells = tuple(types.CellType(build(c, depth + 1)) for c in v.get("closure", []))
-            if len(cells) != len(code.co_freevars):
-                raise Unexportable("malformed closure")
-            f = types.FunctionType(code, ns, str(v.get("name", code.co_name)),
-                                   tuple(build(d, depth + 1) for d in v.get("defaults", [])) or None, cells or None)
-            f.__kwdefaults__ = {str(k): build(d, depth + 1) for k, d in v.get("kwdefaults", {}).items()} or None
-            return f
+            return self.function(v, depth)
+        if kind == "dc":
+            return self.dataclass(v, depth)
+        if kind == "view":
+            return self.view(v, depth)
         raise Unexportable("malformed export")
 
-    for name, v in payload.get("ns", {}).items():
-        if isinstance(v, dict) and v.get("k") != "pending":
-            ns[str(name)] = build(v)
-    fn = build(payload.get("fn"))
-    _import_ahead([fn, *ns.values()])
-    return fn
+    def function(self, v: dict, depth: int) -> types.FunctionType:
+        code = self.trusted.get(str(v.get("key")))
+        if code is None:
+            raise Unexportable(f"{str(v.get('name'))[:60]} is not code a cell of the notebook defines")
+        cells = tuple(types.CellType(self.build(c, depth + 1)) for c in v.get("closure", []))
+        if len(cells) != len(code.co_freevars):
+            raise Unexportable("malformed closure")
+        defaults = tuple(self.build(d, depth + 1) for d in v.get("defaults", [])) or None
+        f = types.FunctionType(code, self.ns, str(v.get("name", code.co_name)), defaults, cells or None)
+        f.__kwdefaults__ = {str(k): self.build(d, depth + 1) for k, d in v.get("kwdefaults", {}).items()} or None
+        return f
+
+    def dataclass(self, v: dict, depth: int):
+        """A package dataclass, made without calling it (no ``__init__``, no ``__post_init__``) and
+        given exactly its declared fields."""
+        cls = _lookup(v.get("cls"))
+        fields = v.get("fields")
+        if not _library_dataclass(cls) or not isinstance(fields, dict):
+            raise Unexportable("malformed export")
+        names = [f.name for f in dataclasses.fields(cls)]
+        if sorted(fields) != sorted(names):
+            raise Unexportable("malformed export")
+        try:
+            obj = object.__new__(cls)
+        except TypeError:
+            raise Unexportable(f"a {cls.__name__} cannot be carried by value") from None
+        for name in names:
+            object.__setattr__(obj, name, self.build(fields[name], depth + 1))
+        return obj
+
+    def view(self, v: dict, depth: int) -> EngineView:
+        from ..kv_cache import CacheStats
+        from ..models.config import ModelConfig
+
+        cfg, stats = self.build(v.get("model_config"), depth + 1), self.build(v.get("cache_stats"), depth + 1)
+        if type(cfg) is not ModelConfig or type(stats) is not CacheStats:
+            raise Unexportable("malformed export")
+        view = EngineView(model_config=cfg)
+        if CACHE_STATS in self.allowed:
+            view.cache_stats = functools.partial(copy.copy, stats)
+        return view
+
+
+def _lookup(v):
+    """The library object a ``ref`` names (by importing its module and following its qualified name)."""
+    if not isinstance(v, dict) or v.get("k") != "ref":
+        raise Unexportable("malformed export")
+    found = importlib.import_module(str(v["mod"]))
+    for part in str(v["qual"]).split("."):
+        found = getattr(found, part)
+    return found
 
 
 def _import_ahead(values) -> None:

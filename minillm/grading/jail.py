@@ -196,18 +196,30 @@ def _bwrap_argv(scratch: str, bwrap: str, seccomp_fd: int | None = None) -> list
     return argv + ["--"]
 
 
-# --- keyrings: not namespaced, so the jail's calls to them are refused ------------------------
-#: (audit arch, syscall numbers of add_key, request_key, keyctl) per architecture the filter knows
+# --- seccomp programs: system calls refused with EPERM -----------------------------------------
+#: (audit arch, syscall numbers of add_key, request_key, keyctl) per architecture the filter knows.
+#: Keyrings are not namespaced: in the jail they would be the grader user's own.
 _KEY_SYSCALLS = {"x86_64": ((0xC000003E, (248, 249, 250)), (0x40000003, (286, 287, 288))),
                  "aarch64": ((0xC00000B7, (217, 218, 219)),)}
+#: what a graded call in the clean room may not do (see ``_worker._call_apart``): open a file (the
+#: package's sources: the engine again), run a program, make a socket, signal or trace another
+#: process or take its descriptors, or reach files through io_uring (which seccomp cannot see into)
+_CALL_SYSCALLS = {
+    # open creat openat openat2 open_by_handle_at execve execveat socket kill tkill tgkill rt_sigqueueinfo
+    # rt_tgsigqueueinfo ptrace process_vm_readv/writev uselib pidfd_open/send_signal/getfd io_uring x3
+    "x86_64": ((0xC000003E, (2, 85, 257, 437, 304, 59, 322, 41, 62, 200, 234, 129, 297, 101, 310, 311, 134,
+                             434, 424, 438, 425, 426, 427)),
+               (0x40000003, (5, 8, 295, 437, 342, 11, 358, 102, 359, 37, 238, 270, 178, 335, 26, 347, 348, 86,
+                             434, 424, 438, 425, 426, 427))),
+    "aarch64": ((0xC00000B7, (56, 437, 265, 221, 281, 198, 129, 130, 131, 138, 240, 117, 270, 271,
+                              434, 424, 438, 425, 426, 427)),),
+}
 _EPERM = 1
 
 
-def keyring_filter() -> bytes:
-    """A seccomp (classic BPF) program that makes add_key, request_key and keyctl fail with EPERM:
-    the kernel's keyrings are not namespaced, so in the jail they would be the grader user's own.
-    Empty on an architecture it does not know. (What ``bwrap --seccomp`` reads, and what
-    :mod:`_jail_boot` installs for the unshare jail.)"""
+def _refusing(table: dict) -> bytes:
+    """A seccomp (classic BPF) program that makes the system calls ``table`` lists for this machine
+    fail with EPERM; empty on an architecture it does not know."""
     import platform
     import struct
 
@@ -217,7 +229,7 @@ def keyring_filter() -> bytes:
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     allow, deny = 0x7FFF0000, 0x00050000 | _EPERM
     prog = []
-    for arch, nrs in _KEY_SYSCALLS.get(platform.machine(), ()):
+    for arch, nrs in table.get(platform.machine(), ()):
         block = [ins(ld, 0, 0, 0)]  # the syscall number
         for i, nr in enumerate(nrs):
             block.append(ins(jeq, len(nrs) - i + (arch == 0xC000003E), 0, nr))  # -> deny
@@ -226,6 +238,39 @@ def keyring_filter() -> bytes:
         block += [ins(ret, 0, 0, allow), ins(ret, 0, 0, deny)]
         prog += [ins(ld, 0, 0, 4), ins(jeq, 0, len(block), arch)] + block  # arch differs: next arch
     return b"".join(prog + [ins(ret, 0, 0, allow)]) if prog else b""
+
+
+def keyring_filter() -> bytes:
+    """The program that refuses add_key, request_key and keyctl (what ``bwrap --seccomp`` reads,
+    and what :mod:`_jail_boot` installs for the unshare jail)."""
+    return _refusing(_KEY_SYSCALLS)
+
+
+def call_filter() -> bytes:
+    """The program a graded call's process installs on itself before the call (:data:`_CALL_SYSCALLS`)."""
+    return _refusing(_CALL_SYSCALLS)
+
+
+def install_filter(prog: bytes) -> bool:
+    """Install a seccomp program on this process (and what it forks) for good, after no_new_privs.
+    False where it cannot be (not Linux, no seccomp, no program for this machine)."""
+    import ctypes
+
+    if not prog:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = Fprog(len(prog) // 8, ctypes.addressof(buf))
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return False
+    return libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
 def _unshare_argv(unshare: str) -> list[str]:

@@ -107,6 +107,11 @@ class Int8Linear(nn.Module):
             self._stream = (q.int_repr().contiguous(), q.q_per_channel_scales().float().contiguous(),
                             None if bias is None else bias.float().contiguous())
 
+    @property
+    def streaming(self) -> bool:
+        """Whether decode's few-row products run on the streaming kernel (``stream``)."""
+        return self._stream is not None
+
     def dequantized_weight(self) -> torch.Tensor:
         """The float32 weight the int8 one stands for (for checks and the course)."""
         q, _ = torch.ops.quantized.linear_unpack(self._packed)

@@ -613,6 +613,8 @@ def grade_task3_bytes(answer, m: Marks) -> None:
         failed = run.failed
         if run.engine_used:
             m.flag(why="the engine's own answer")
+        if run.unverified:  # called in the notebook's own process: only its guard watched it
+            m.flag(why=f"not run apart from the notebook ({run.unverified})")
     else:
         values = {name: given["values"].get(name) for name in PRESSURE_SCENARIOS}
     if given["kind"] == "dict" and all(v is None or v is Ellipsis for v in values.values()):

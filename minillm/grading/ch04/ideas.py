@@ -49,6 +49,8 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
 RECOMPUTE = idea(
     "no_recompute", "it avoids recomputing the tokens already processed", "它避免了对已处理 token 的重复计算",
     parts=[_COMPUTE, _AVOID], inverted=_RECOMP, standalone=_REUSE, inverted_by=_AVOID,
+    # "prefill 的时候算一次 KV，decode 就一直用": computed once in one clause, used from then on in the next
+    across=[r"(算|计算|存)\s*(一次|一遍)[^，。；,;]{0,12}，\s*[^，。；,;]{0,12}(一直|反复|直接|都|就)[^，。；,;]{0,3}(用|使用|读|拿)"],
     weak=[r"\b(fast\w*|speed\w*|quick\w*|accelerat\w*|latency|efficien\w*)\b", r"加速|更快|提速|加快|速度|快"])
 
 _MEM = [r"\bmemory\b", r"\bmem\b", r"\bvram\b", r"\bhbm\b", r"\bram\b", r"\bstorage\b", r"\bfootprint\b", r"\bspace\b", r"\bsize\b",
@@ -60,7 +62,7 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
          r"\bbudget\b", r"\bspend\w*", r"\bprice\b", r"\btrad(e|es|ing)\b", r"\btrade-?off\b", r"\bhungry\b",
          r"\bintensive\b", r"\bdemand\w*", r"\bneed\w*", r"\brequir\w*", r"\bhog\w*", r"\baccumulat\w*",
          r"\bballoon\w*", r"\bswell\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
-         r"\brun\w*\s+out\b", r"\bloss\b", r"\bdownside\w*", r"\bdrawback\w*", r"\bpenalty\b", r"缺点|坏处|副作用|牺牲", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
+         r"\brun\w*\s+out\b", r"\bloss\b", r"\bdownside\w*", r"\bdrawback\w*", r"\bthe catch\b", r"\bpenalty\b", r"缺点|坏处|副作用|牺牲", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
          r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
          r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨",
          r"换", r"越多", r"越大", r"耗", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
@@ -135,10 +137,13 @@ _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcomin
          r"(后面|之后|接下来)[^，。；,;]{0,6}(顺着|沿着|跟着|接着)"]
 NEXT_STEP_DEPENDS = idea(
     "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",
-    standalone=_NEXT + [r"\b(comput|calculat|condition|predict|generat)\w*\s+(from|on)\s+(it|that|this|them)\b",
+    standalone=_NEXT + [r"\b(comput|calculat|condition|predict|generat|decod|continu)\w*\s+(from|on)\s+(it|that|this|them|there)\b",
+                        r"\b(every|each|all|any)\s+(\w+\s+)?(steps?|tokens?|decod\w*|iterations?|passes?|predictions?)\s+"
+                        r"(that\s+)?(after|following|follows?|comes? after)\b",
                         r"\b(continu\w*|carr(y|ies) on|goes on|builds?)\s+from\s+(it|that|this|there)\b", r"\bcontinu\w*\s+from\b",
                         r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(the\s+)?(\w+\s+){0,2}?(tokens?|samples?|choices?)\b",
-                        r"\binput\s+(of|for|to)\s+(the\s+)?(next|following|later)\b", r"(下一步|后面|之后)[^，。；]{0,4}(的)?输入"])
+                        r"\binput\s+(of|for|to)\s+(the\s+)?(next|following|later)\b", r"(下一步|后面|之后)[^，。；]{0,4}(的)?输入",
+                        r"(再|又|重新)\s*(送|喂|输|传|放)(进|回|给|入)[^，。；,;]{0,4}模型"])
 
 REQUEST_STATE = idea(
     "request_state", "it is execution state that belongs to one live request", "它是属于某一个活跃请求的执行状态",
@@ -149,7 +154,7 @@ REQUEST_STATE = idea(
                 r"\bactivations?\b", r"\battention state\b", r"\bits own tokens\b",
                 r"每个(活跃)?请求", r"绑定", r"执行状态", r"请求(自己|自身|本身)", r"自己的", r"属于[^，。；,;]{0,12}请求", r"(那个|这一个|那一个|单一|当前)请求",
                 r"(正在运行|运行中|活跃)的[^，。；,;]{0,4}请求",
-                r"中间(状态|结果|值|量)", r"活跃请求", r"请求[^，。；,;]{0,10}的(状态|中间结果)", r"跟着(这个|该|那个)?请求",
+                r"中间(计算|运算)?(状态|结果|值|量)", r"按(每个|单个)?请求", r"活跃请求", r"请求[^，。；,;]{0,10}的(状态|中间结果)", r"跟着(这个|该|那个)?请求",
                 r"请求[^，。；,;]{0,6}(结束|没了|释放)[^，。；]{0,8}(它|缓存|KV)[^，。；,;]{0,4}(也)?(就)?(没了|释放|消失|清掉)",
                 r"\b(goes away|dies|is freed|is dropped|disappears)\s+with\s+(the|its|that)\s+request\b", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求"])
 SAMPLING_PICKS = idea(
@@ -257,7 +262,8 @@ EARLY_TURN_MATTERS = idea(
                 r"original|initial)\s+(\w+\s+){0,2}?(turns?|messages?|context|exercise|problem|information|details?|"
                 r"content)", r"\b(exercise|problem statement|the task)\b[^.;]{0,60}\b(lost|dropp\w*|forg\w*|cut|gone|"
                 r"kept|keep\w*|preserv\w*|remain\w*|retain\w*)", r"\b(lose|loses|lost|drop\w*|forget\w*|cut\w* off)\b",
-                r"第一轮", r"第 ?1 ?轮", r"最早", r"开头", r"早期", r"之前的(题目|内容|信息)", r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|扔|挤掉|挤出|裁掉|删掉|去掉)"])
+                r"第一轮", r"第 ?1 ?轮", r"最早", r"开头", r"早期", r"最前(面|头|边)", r"一开始", r"最初", r"之前的(题目|内容|信息)",
+                r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|(留|保|记)不?住|留下|扔|挤掉|挤出|裁掉|删掉|去掉)"])
 BOUNDED_KV = idea(
     "bounded_kv", "the KV each turn holds stays bounded", "每轮占用的 KV 保持有界",
     standalone=[r"\b(bound\w*|budget|cap\w*|limit\w*|fixed|constant|stays? (small|flat)|fits?)\b", r"预算|上限|有界|固定|不再增长|受控"])

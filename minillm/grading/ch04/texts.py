@@ -337,6 +337,7 @@ SCENARIO_KINDS = [
         r"clients|sequences|conversations|chats)", r"high\s+(traffic|load|qps|throughput)", r"(large|big)\s+batch",
         r"batch\s+size", rf"(lots of|thousands of|hundreds of|multiple|several|more)\s+{W}{{0,1}}(requests|users|sessions|"
         r"sequences|conversations)", r"simultaneous\w*", r"at the same time", r"peak\s+(traffic|load)",
+        rf"\b(all|everyone|everybody|\d+\s+{W}{{0,1}}(students|people|users|clients))\s+{W}{{0,2}}(at once|simultaneously|together)\b",
         r"batch[^。；;]{0,4}(很|太|特别|非常)?(大|多)|批(次|量)?[^。；;]{0,2}(很|太|特别)大",
         r"双十一|双11|秒杀|促销|抢购|大促|同一(时间|时刻)|\b(users|requests|clients|people)\s+at\s+once\b|\b\d{2,}\s+(users|requests|clients)\b",
         r"(请求|用户|会话)[^。；;]{0,4}同时|大量(请求|用户|会话)|高峰|高并发|并发|同时[^。；;]{0,6}(请求|用户|会话)|大批量|大 ?batch|多(个)?(用户|请求|会话)|请求[^。；;]{0,2}多|流量(高峰|大)|峰值",
@@ -1011,9 +1012,9 @@ TASK5_SCENARIO = Bi("A tutoring chat runs for 40 turns. In turn 1 the student pa
 
 _LAST_N = re.compile(r"最近|最后|\blast\b|\brecent\b|window|窗口|\bN\s*(轮|turns?)|last[_ -]?n", re.I)
 _SUMMARY = re.compile(r"摘要|总结|summar\w*", re.I)
-_LOSES = re.compile(r"丢|忘|截掉|删|扔|挤掉|挤出|裁掉|去掉|\blos[et]\w*|\bdrop\w*|\bforg[eo]t\w*|\bcut\w*|\bevict\w*", re.I)
+_LOSES = re.compile(r"(留|保|记)不住|存不下|丢|忘|截掉|删|扔|挤掉|挤出|裁掉|去掉|\blos[et]\w*|\bdrop\w*|\bforg[eo]t\w*|\bcut\w*|\bevict\w*", re.I)
 _KEEPS = re.compile(r"(保留|留住|留下|保住|\bkeep\w*|\bkept\b|\bretain\w*|\bpreserv\w*)\s*(\w+\s+)?"
-                    r"(第一轮|第 ?1 ?轮|最早|开头|题目|\bturn\s*(1|one)\b|\bfirst\b|\bexercise\b|\bproblem\b|\bit\b)", re.I)
+                    r"(第一轮|第 ?1 ?轮|最早|开头|题目|它|\bturn\s*(1|one)\b|\bfirst\b|\bexercise\b|\bproblem\b|\bit\b)", re.I)
 
 
 def _policy_claims(why: str) -> tuple[bool, bool]:
