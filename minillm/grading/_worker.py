@@ -93,7 +93,12 @@ def _clean_room(rfd: int, wfd: int) -> None:
         if len(sys.modules) != loaded:  # the rebuild imported a module: its functions too
             disable_engine()
         copied = copies_in([fn, *fn.__globals__.values()]) if WHOLE_ENGINE in forbid else []
-        replies = [{"op": "engine_used", "names": copied}] if copied else _call_apart(fn, args, kwargs, forbid, (rfd, wfd))
+        try:
+            replies = [{"op": "engine_used", "names": copied}] if copied else _call_apart(fn, args, kwargs, forbid,
+                                                                                         (rfd, wfd))
+        except OSError as exc:  # no process could be made for it (the notebook's processes fill the limit)
+            replies = [{"op": "raised", "error": f"the call could not be started: {exc.strerror or exc}",
+                        "exc_type": "OSError"}]
         for reply in replies:
             _reply(out, reply)
 
@@ -207,17 +212,7 @@ def _start_clean_room() -> int | None:
     return pid
 
 
-def _load_engine() -> None:
-    """Import the engine (and torch) now, as ``import minillm`` did before the package became lazy:
-    the clean room forks with it loaded, and no cell's deadline pays for importing it."""
-    import minillm
-
-    for name in minillm.__all__:
-        getattr(minillm, name)
-
-
 def main(jailed: bool = False) -> None:
-    _load_engine()
     clean_pid = _start_clean_room()  # before any cell: nothing of the notebook's is in it
     rfd, wfd = (int(x) for x in os.environ.pop("MINILLM_GRADER_FDS").split(","))
     cmd_in = os.fdopen(rfd, "rb")
