@@ -65,7 +65,7 @@ def _clean_room(rfd: int, wfd: int) -> None:
     except (AttributeError, OSError):  # not Linux: the jail (Linux only) is not there either
         pass
     from . import export, wire
-    from .engine_guard import ALLOW, disable_engine, prepare
+    from .engine_guard import ALLOW, WHOLE_ENGINE, copies_in, disable_engine, prepare
 
     cmd_in, out = os.fdopen(rfd, "rb"), os.fdopen(wfd, "wb")
     trusted: dict = {}
@@ -92,7 +92,14 @@ def _clean_room(rfd: int, wfd: int) -> None:
             continue
         if len(sys.modules) != loaded:  # the rebuild imported a module: its functions too
             disable_engine()
-        for reply in _call_apart(fn, args, kwargs, forbid, (rfd, wfd)):
+        copied = copies_in([fn, *fn.__globals__.values()]) if WHOLE_ENGINE in forbid else []
+        try:
+            replies = [{"op": "engine_used", "names": copied}] if copied else _call_apart(fn, args, kwargs, forbid,
+                                                                                         (rfd, wfd))
+        except OSError as exc:  # no process could be made for it (the notebook's processes fill the limit)
+            replies = [{"op": "raised", "error": f"the call could not be started: {exc.strerror or exc}",
+                        "exc_type": "OSError"}]
+        for reply in replies:
             _reply(out, reply)
 
 
