@@ -54,7 +54,7 @@ def test_fused_modules_fall_back_to_the_reference_outside_their_case():
         assert torch.equal(norm.bfloat16()(xb), ref_norm(norm, xb))
 
 
-def _tokens(llm, prompts, n=12):
+def _tokens(llm, prompts, n=8):
     reqs = [llm.add_request(prompt_token_ids=p, params=SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
             for p in prompts]
     run_to_end(llm)
@@ -65,7 +65,7 @@ def test_the_engine_uses_them_with_the_reference_tokens(model_factory):
     """The fast path swaps the classes in (decode and prefill steps, one and many rows) and
     gives the reference path's greedy tokens; the reference path keeps the plain classes."""
     folder, _ = model_factory("llama")
-    prompts = [[(5 * i + j) % 60 + 3 for j in range(2 + 3 * i)] for i in range(10)]
+    prompts = [[(5 * i + j) % 60 + 3 for j in range(2 + 3 * i)] for i in range(6)]
     fast = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=2)
     assert {type(m) for m in fast.model.modules()} >= {small_ops.FusedDecoderLayer, small_ops.FusedMLP,
                                                           small_ops.FusedRMSNorm}
