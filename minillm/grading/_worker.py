@@ -212,7 +212,17 @@ def _start_clean_room() -> int | None:
     return pid
 
 
+def _load_engine() -> None:
+    """Import the engine (and torch) now, as ``import minillm`` did before the package became lazy:
+    the clean room forks with it loaded, and no cell's deadline pays for importing it."""
+    import minillm
+
+    for name in minillm.__all__:
+        getattr(minillm, name)
+
+
 def main(jailed: bool = False) -> None:
+    _load_engine()
     clean_pid = _start_clean_room()  # before any cell: nothing of the notebook's is in it
     rfd, wfd = (int(x) for x in os.environ.pop("MINILLM_GRADER_FDS").split(","))
     cmd_in = os.fdopen(rfd, "rb")
