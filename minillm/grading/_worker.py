@@ -154,7 +154,9 @@ def _has_last_word(data: bytes) -> bool:
 def _call_here(fn, args, kwargs, forbid: list, w: int, prog: bytes, install_filter) -> None:
     """The forked process's part: filter, call under the clean room's watch, write the outcome."""
     from . import export, wire  # noqa: F401 - everything the watch imports, imported before files close
-    from .engine_guard import clean_room_call
+    from .engine_guard import clean_room_call, prepare
+
+    prepare()  # the engine's fingerprints (done once in the clean room; here too when called directly)
 
     write, dumps = os.write, json.dumps  # kept here: what the call may change cannot reach them
 
