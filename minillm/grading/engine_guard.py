@@ -160,6 +160,8 @@ class _Engine:
     def __init__(self) -> None:
         import minillm
 
+        for name in minillm.__all__:  # loaded now: a graded call's `from minillm import X` then runs
+            getattr(minillm, name)    # no package function (the package imports them on first use)
         self.root = os.path.dirname(os.path.realpath(minillm.__file__)) + os.sep
         self.allowed = tuple(self.root + a for a in ALLOWED)
         self._prints: dict[int, str] | None = None
