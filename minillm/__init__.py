@@ -3,14 +3,41 @@
     from minillm import LLM, SamplingParams
     llm = LLM()
     llm.generate(["Once upon a time"], SamplingParams(max_tokens=40, temperature=0.0))
+
+The names below are imported on first use, not with the package: ``minillm lab``, the course's
+JupyterLab server and ``minillm --help`` import ``minillm.apps...`` and need no torch (importing
+it costs about 3 CPU seconds).
 """
 
-from .kv_cache import CacheStats
-from .llm import LLM
-from .params import SamplingParams
-from .request import IllegalTransition, Request, RequestOutput, RequestState, StopReason
-from .trace import Event
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+#: each public name -> the module that defines it
+_HOMES = {"LLM": "llm", "SamplingParams": "params", "Request": "request", "RequestOutput": "request",
+          "RequestState": "request", "StopReason": "request", "IllegalTransition": "request",
+          "Event": "trace", "CacheStats": "kv_cache"}
 __all__ = ["LLM", "SamplingParams", "Request", "RequestOutput", "RequestState", "StopReason",
            "IllegalTransition", "Event", "CacheStats", "__version__"]
+
+if TYPE_CHECKING:
+    from .kv_cache import CacheStats
+    from .llm import LLM
+    from .params import SamplingParams
+    from .request import IllegalTransition, Request, RequestOutput, RequestState, StopReason
+    from .trace import Event
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'minillm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

@@ -36,7 +36,7 @@ def default_paths() -> list[Path]:
 
 
 def execute(path: Path, *, rerun: str | None = None, timeout: int = 600, kernel: str = "python3",
-            after_round=None):
+            after_round=None, again=None):
     """Run every cell of ``path`` in one kernel; return the executed notebook.
 
     ``rerun``: None (once), "all" (Run All twice), "each" (every cell twice in a row) or
@@ -44,6 +44,9 @@ def execute(path: Path, *, rerun: str | None = None, timeout: int = 600, kernel:
     ``after_round(round_index, nb)`` is called after each Run All, before the next one clears the
     outputs: tests/test_notebooks_rerun.py compares the first round's outputs with the saved ones
     there, so one kernel does both nbval's comparison and the re-run check.
+    ``again``: the indices of the cells the rounds after the first run (None: every cell); the
+    Chinese edition's test re-runs only the code cells that differ from the English edition's
+    (tests/test_notebooks_rerun_zh.py).
     Raises ``nbclient.exceptions.CellExecutionError`` naming the cell that failed."""
     rounds = {None: (1,), "all": (1, 1), "each": (2,), "all-then-each": (1, 2)}
     if rerun not in rounds:
@@ -60,6 +63,8 @@ def execute(path: Path, *, rerun: str | None = None, timeout: int = 600, kernel:
     with client.setup_kernel(env={**os.environ, "OMP_NUM_THREADS": "1"}):
         for _round, times in enumerate(rounds[rerun]):
             for index, cell in enumerate(nb.cells):
+                if _round and again is not None and index not in again:
+                    continue
                 for _again in range(times):
                     client.execute_cell(cell, index)
             if after_round is not None:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from minillm import LLM, SamplingParams
-from minillm.fast import gemv
+from minillm.fast import gemv, packed
 from minillm.models.weights import Int8Linear, stream_weights
 from conftest import run_to_end
 
@@ -134,6 +134,30 @@ def test_a_wide_product_of_many_rows_runs_in_slices_equal_to_one_call(monkeypatc
         assert torch.equal(narrow(x), F.linear(x, narrow.weight, narrow.bias)) and len(calls) == 1
 
 
+@pytest.mark.skipif(not packed.usable(), reason="torch has no oneDNN packed linear here")
+def test_a_wide_head_over_a_decode_batch_runs_on_the_packed_weight(monkeypatch):
+    """At least MIN_OUT outputs and more than MAX_ROWS rows: oneDNN's packed weight (the first
+    call checks it against F.linear and returns F.linear's), results within rounding of F.linear,
+    the packed copy remade when the weight changes; narrower products stay on F.linear."""
+    monkeypatch.setattr(packed, "MIN_OUT", 96)
+    lin = gemv.stream(nn.Linear(24, 100))
+    x = torch.randn(12, 24)
+    with torch.inference_mode():
+        assert torch.equal(lin(x), F.linear(x, lin.weight, lin.bias))  # the checked first call
+        kept = lin.__dict__["_packed_weight"]
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        assert lin.__dict__["_packed_weight"] is kept
+    with torch.no_grad():
+        lin.weight.mul_(-2)  # a changed weight: packed again, not the stale copy
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        assert lin.__dict__["_packed_weight"] is not kept
+        narrow = gemv.stream(nn.Linear(24, 60))
+        assert torch.equal(narrow(x), F.linear(x, narrow.weight, narrow.bias))
+        assert "_packed_weight" not in narrow.__dict__
+    assert packed.error is None
+
+
 def _tokens(llm, prompts, n=16):
     reqs = [llm.add_request(prompt_token_ids=p, params=SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
             for p in prompts]
@@ -157,6 +181,21 @@ def test_engine_streams_float32_projections_with_the_reference_tokens(model_fact
     ref = llm.model.full_logits(ids)
     stream_weights(llm.model, True)
     torch.testing.assert_close(llm.model.full_logits(ids), ref)  # prefill rows: torch's GEMM either way
+
+
+@pytest.mark.skipif(not packed.usable(), reason="torch has no oneDNN packed linear here")
+def test_a_decode_batch_through_the_packed_head_keeps_the_tokens(model_factory, monkeypatch):
+    """Twelve requests decoding together (more rows than the kernel takes): the lm head on
+    oneDNN's packed weight (MIN_OUT lowered to the tiny vocabulary) gives the tokens F.linear does."""
+    monkeypatch.setattr(packed, "MIN_OUT", 1)
+    folder, _ = model_factory("llama")
+    llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=1)
+    stream_weights(llm.model, min_bytes=0)
+    prompts = [[(7 * i + j) % 50 + 3 for j in range(3 + i)] for i in range(12)]
+    got = _tokens(llm, prompts, n=8)
+    assert "_packed_weight" in llm.model.lm_head.__dict__ and packed.error is None
+    stream_weights(llm.model, False)
+    assert _tokens(llm, prompts, n=8) == got
 
 
 def test_env_switch_keeps_torch_kernels(model_factory, monkeypatch):

@@ -10,6 +10,7 @@ without it (offline machine) these tests are skipped with a message saying how t
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -55,8 +56,36 @@ def hf(real_gguf):
     from transformers import AutoModelForCausalLM
 
     path = real_gguf
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    with _gguf_parsed_once():
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
     return model.eval()
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """transformers' own GGUF load, with two repeats of gguf-py's work taken from a memo: it opens
+    the file twice (config, then weights) and builds the same tensor-name map once per module of
+    the model (~400 times), ~15 CPU s together. The readers and maps are what gguf-py returns (the
+    file is mapped read-only), so the reference stays transformers' dequantisation of the file."""
+    readers, maps = {}, {}
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    def one_reader(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = reader(path, mode)
+        return readers[key]
+
+    def one_map(arch, n_blocks):
+        if (arch, n_blocks) not in maps:
+            maps[arch, n_blocks] = name_map(arch, n_blocks)
+        return maps[arch, n_blocks]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gguf, "GGUFReader", one_reader)
+        mp.setattr(gguf, "get_tensor_name_map", one_map)
+        yield
+    assert readers and maps, "transformers no longer reads GGUF files through gguf-py's GGUFReader"
 
 
 def hf_greedy(model, ids, n, eos=None):

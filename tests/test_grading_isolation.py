@@ -798,6 +798,52 @@ def test_a_graded_call_runs_in_a_process_of_its_own_with_no_files_programs_or_gr
     assert _worker._call_apart(lambda x: x * 2, (21,), {}, [], ()) == [{"op": "returned", "value": {"t": "int", "v": "42"}}]
 
 
+PASTED_AND_SILENCED = """
+import operator, sys, torch
+NEG_INF = float('-inf')
+def _tp(logits, top_p):  # the engine's top_p_filter, pasted under another name
+    p = torch.as_tensor(top_p, device=logits.device, dtype=torch.float32)
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.float().softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    remove_sorted = mass_before >= p.reshape(*p.shape, 1) if p.dim() else mass_before >= p
+    remove_sorted[..., 0] = False
+    remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
+    return logits.masked_fill(remove, NEG_INF)
+def my_top_p_filter(logits, top_p):  # the watch silenced around the copy and put back (no event either way)
+    w = operator.methodcaller(bytes.fromhex('67657470726f66696c65').decode())(sys)
+    operator.methodcaller(bytes.fromhex('73657470726f66696c65').decode(), None)(sys)
+    try:
+        return _tp(logits, top_p)
+    finally:
+        operator.methodcaller(bytes.fromhex('73657470726f66696c65').decode(), w)(sys)
+"""
+
+
+def test_a_pasted_copy_of_the_engine_is_seen_before_the_call_not_only_during_it():
+    """A call can silence its watch and put it back through C trampolines, so a pasted copy of the
+    engine's function ran unseen (3/3, no flag). The clean room now reads the rebuilt functions' code
+    for copies before calling (``engine_guard.copies_in``); an honest filter has none."""
+    import torch
+
+    from minillm.grading import _worker
+    from minillm.grading.ch04.coding import FORBIDDEN
+    from minillm.grading.engine_guard import copies_in
+
+    sys.path.insert(0, str(REPO / "tests" / "solved"))
+    from answers import SOLVED_ANSWERS
+
+    ns: dict = {}
+    exec(compile(PASTED_AND_SILENCED, "<cell>", "exec", dont_inherit=True), ns)
+    blind = _worker._call_apart(ns["my_top_p_filter"], (torch.tensor([3.0, 1.0, 0.5]), 0.5), {},
+                                list(FORBIDDEN["my_top_p_filter"]), ())
+    assert blind[-1]["op"] == "returned", blind  # the watch saw nothing: why the code is read first
+    assert copies_in([ns["my_top_p_filter"], *ns.values()]) == ["minillm.sampler.top_p_filter (copied)"]
+    honest: dict = {}
+    exec(compile(SOLVED_ANSWERS["code_top_p"], "<cell>", "exec", dont_inherit=True), honest)
+    assert copies_in([honest["my_top_p_filter"], *honest.values()]) == []
+
+
 def test_only_code_a_cell_defines_is_rebuilt_in_the_clean_room():
     """The clean room takes bytecode only from its own compile of the notebook's cells: code the
     kernel made up (which could read or write any memory) is refused; a cell's function, its helper

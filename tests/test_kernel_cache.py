@@ -220,6 +220,37 @@ def test_an_inductor_cache_folder_of_our_own_is_kept(cache, tmp_path, monkeypatc
     assert (os.stat(tmp_path / "mine").st_mode & 0o777) == 0o700
 
 
+def test_gccs_own_search_lists_never_reach_the_current_folder(cache, tmp_path, monkeypatch):
+    """gcc reads its own lists too: an empty or relative entry of ``COMPILER_PATH`` (tools),
+    ``CPATH`` / ``C_INCLUDE_PATH`` (headers) or ``LIBRARY_PATH`` is the folder the process started
+    in, so a header planted there was compiled into the kernel and a tool planted there ran. Only
+    absolute entries reach the compiler, and its temporary files go to a private folder."""
+    from minillm.fast import cpu_kernel
+
+    planted = tmp_path / "course"
+    planted.mkdir()
+    marker = tmp_path / "planted-tool-ran"
+    for tool in ("as", "ld", "collect2", "cc1"):
+        (planted / tool).write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+        (planted / tool).chmod(0o755)
+    (planted / "stdint.h").write_text("#error planted header compiled in\n")
+    monkeypatch.chdir(planted)
+    for name in ("COMPILER_PATH", "CPATH", "C_INCLUDE_PATH", "LIBRARY_PATH"):
+        monkeypatch.setenv(name, os.pathsep.join(["", ".", "/nonexistent-minillm"]))
+    monkeypatch.setenv("GCC_EXEC_PREFIX", "course/")
+    shared_tmp = tmp_path / "shared-tmp"
+    shared_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(shared_tmp))
+    env = cpu_kernel.compiler_env(str(tmp_path / "private"))
+    assert env["CPATH"] == "/nonexistent-minillm" and "GCC_EXEC_PREFIX" not in env
+    assert env["TMPDIR"] == str(tmp_path / "private")
+    src = tmp_path / "answer.c"
+    src.write_text("#include <stdint.h>\nint answer(void) { return (int)sizeof(int32_t) + 5; }\n")
+    name = cpu_kernel._compile("answer", cpu_kernel.find_compiler("CC", ("cc", "gcc"), "C"),
+                               ["-shared", "-fPIC", str(src)], [src])
+    assert _answer(name) == 9 and not marker.exists()
+
+
 def test_a_build_never_runs_tools_planted_in_the_current_folder(cache, tmp_path, monkeypatch):
     """``PATH=":/usr/bin"`` (an empty entry is the current folder): the compiler ran an ``as``
     planted where the process started. The build looks the tools up on absolute entries only."""

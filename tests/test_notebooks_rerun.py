@@ -44,7 +44,7 @@ def test_there_are_notebooks():
     assert NOTEBOOKS, "no notebooks under notebooks/"
 
 
-def run_all_then_each_twice(path, monkeypatch):
+def run_all_then_each_twice(path, monkeypatch, again=None):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     run = _run_notebooks_module()
     saved = saved_outputs(nbformat.read(str(path), as_version=4))
@@ -55,13 +55,14 @@ def run_all_then_each_twice(path, monkeypatch):
             first_round.extend(differences(saved, nb))
 
     # raises CellExecutionError naming the cell
-    nb = run.execute(path, rerun="all-then-each", timeout=600, after_round=compare_first_round)
+    nb = run.execute(path, rerun="all-then-each", timeout=600, after_round=compare_first_round, again=again)
     assert not first_round, (f"{path.name}: outputs differ from the saved ones (rebuild with "
                              f"scripts/run_notebooks.py):\n" + "\n".join(first_round))
     code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, f"{path.name}: a cell printed an error: {errors[0].get('ename')}: {errors[0].get('evalue')}"
     assert all(c.get("execution_count") for c in code if c.source.strip()), f"{path.name}: a code cell did not run"
+    return nb
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[str(p.relative_to(ROOT / "notebooks")) for p in NOTEBOOKS])

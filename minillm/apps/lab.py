@@ -20,6 +20,7 @@ warnings (see ``COURSE_ARGS``). The browser tests (tests/browser) reuse
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import ipaddress
 import json
 import os
@@ -315,9 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra and extra[0] == "--":
         extra = extra[1:]
 
-    try:
-        import jupyterlab  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("jupyterlab") is None:  # looked up, not imported: that takes ~4 CPU s
         print("minillm lab: JupyterLab is not installed. Run `bash scripts/setup.sh` "
               "(or `pip install -e \".[course]\"`).", file=sys.stderr)
         return 2

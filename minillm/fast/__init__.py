@@ -14,7 +14,10 @@ attention) is what the chapter reads. ``LLM()`` runs this layer instead, token f
 * ``cpu_kernel``, ``kernel_cache``, ``kernels/``: the C kernel and its checked build cache;
 * ``threaded``: projections split by output rows across persistent threads;
 * ``gemv``: decode's few-row projections (float32, int8) on a C kernel that streams each weight
-  once and shares output rows with persistent worker threads (``stream_weights``, on the CPU).
+  once and shares output rows with persistent worker threads (``stream_weights``, on the CPU);
+* ``small_ops``: a decoder layer's RMSNorms, residual add and SiLU·mul fused in C (eager steps);
+* ``packed``: a wide product of a decode batch (an lm head over 9-256 rows) on oneDNN with the
+  weight packed once (``gemv.StreamLinear`` calls it).
 
 ``prepare_model(llm, options)`` changes the weights (int8, the row split) before the KV cache
 is sized; ``build(llm, options, ...)`` assembles the runner and sampler an ``LLM`` uses.
@@ -42,6 +45,9 @@ def prepare_model(llm, opts) -> None:
         # inside a decode graph the kernel's call costs what F.linear's does, and torch's small
         # products ran at 5-10 GB/s there (the shipped model's 0.25-0.7 MB projections): stream all
         stream_weights(llm.model, min_bytes=0 if opts.decode_graphs is not None else MIN_STREAM_BYTES)
+        from .small_ops import use_small_ops
+
+        use_small_ops(llm.model)  # a layer's norms, residual add and SiLU·mul fused (eager steps)
     if opts.weight_dtype is not None and opts.decode_graphs == "compile":
         _check_int8_graphs(llm.model)
     threads = llm.num_threads or (torch.get_num_threads() if llm.device.type == "cpu" else 1)

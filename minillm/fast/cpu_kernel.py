@@ -27,6 +27,7 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import torch
@@ -51,12 +52,36 @@ def _cpu_id() -> str:
         return platform.processor()
 
 
+def _absolute_entries(value: str) -> str:
+    return os.pathsep.join(p for p in value.split(os.pathsep) if os.path.isabs(p))
+
+
 def trusted_path() -> str:
     """``PATH`` without its relative entries (an empty one, ``.``, ``bin``): the compiler looks up
     ``as`` and ``ld`` on ``PATH``, and with ``PATH=":/usr/bin"`` an ``as`` planted in the folder the
     process started in ran while the kernel was built."""
-    entries = os.environ.get("PATH", os.defpath).split(os.pathsep)
-    return os.pathsep.join(p for p in entries if os.path.isabs(p))
+    return _absolute_entries(os.environ.get("PATH", os.defpath))
+
+
+#: gcc's own search lists: tools (``COMPILER_PATH``), headers, libraries. A relative entry (an
+#: empty one is the current folder) let a header planted where the process started be compiled in.
+COMPILER_LISTS = ("COMPILER_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH",
+                  "LIBRARY_PATH")
+
+
+def compiler_env(tmp: str) -> dict:
+    """The environment a kernel is built in: ``PATH`` and gcc's lists with absolute entries only,
+    ``GCC_EXEC_PREFIX`` only when absolute, and ``TMPDIR`` the private folder ``tmp`` (the
+    compiler writes each stage's output there before the next stage reads it back; in a folder
+    others can write, that file could be swapped in between)."""
+    env = {**os.environ, "PATH": trusted_path(), "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp}
+    for name in COMPILER_LISTS:
+        kept = _absolute_entries(env.pop(name, ""))
+        if kept:
+            env[name] = kept
+    if not os.path.isabs(env.get("GCC_EXEC_PREFIX", "/")):
+        del env["GCC_EXEC_PREFIX"]
+    return env
 
 
 def find_compiler(env_name: str, names: tuple[str, ...], what: str) -> str:
@@ -76,14 +101,18 @@ def _compile(name: str, compiler: str, args: list[str], sources: list[Path]) -> 
     """Build ``sources`` with ``compiler`` and ``args`` into the private kernel cache (once per
     source text, flags, compiler version and CPU) and return a verified name to load it by
     (see ``kernel_cache``: owner, mode and recorded SHA-256 checked on the file loaded)."""
-    env = {**os.environ, "PATH": trusted_path()}
-    version = subprocess.run([compiler, "--version"], check=False, capture_output=True, text=True, env=env).stdout
+    version = subprocess.run([compiler, "--version"], check=False, capture_output=True, text=True,
+                             env=compiler_env(tempfile.gettempdir())).stdout
     key = hashlib.sha256("\0".join([*(s.read_text() for s in sources), " ".join(args), version, _cpu_id(),
                                     platform.machine()]).encode()).hexdigest()[:16]
 
     def build(out: Path) -> None:
-        proc = subprocess.run([compiler, *args, "-o", str(out)], check=False, capture_output=True, text=True,
-                              env=env)
+        tmp = tempfile.mkdtemp(prefix="build-", dir=out.parent)  # inside the private cache: 0700, ours
+        try:
+            proc = subprocess.run([compiler, *args, "-o", str(out)], check=False, capture_output=True, text=True,
+                                  env=compiler_env(tmp))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         if proc.returncode != 0:
             raise RuntimeError(f"building {sources[-1].name} failed:\n{proc.stderr[-2000:]}")
 

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import cpu_kernel
+from . import cpu_kernel, packed
 
 KERNELS = Path(__file__).with_name("kernels")
 SOURCES = [KERNELS / "gemv_body.h", KERNELS / "gemv.c"]
@@ -315,9 +315,8 @@ class StreamLinear(nn.Linear):
             return _eager_2d(x, w, self.bias)  # the decode step's case, in as few Python ops as can be
         if (not few_rows(x, self.in_features) or w.dtype is not torch.float32 or w.stride(-1) != 1
                 or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))):
-            if (w.shape[0] >= WIDE_OUT and x.dim() == 2 and x.is_cpu and not torch.is_grad_enabled()
-                    and not torch.compiler.is_compiling()):
-                return _wide(x, w, self.bias)
+            if x.dim() == 2 and x.is_cpu and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+                return _many_rows(self, x)
             return F.linear(x, w, self.bias)
         if torch.compiler.is_compiling():
             if not op_available():
@@ -345,6 +344,21 @@ def _eager_2d(x: torch.Tensor, w: torch.Tensor, bias) -> torch.Tensor:
                           None if bias is None else bias.data_ptr(), y.data_ptr(), n,
                           _threads or torch.get_num_threads())
     return y
+
+
+def _many_rows(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """A product of more rows than the kernel takes, outside autograd and compiling: a wide one
+    (an lm head over a decode batch) on oneDNN's packed weight (``packed``), else in slices
+    (``_wide``), else ``F.linear``."""
+    w = linear.weight
+    if (w.shape[0] >= packed.MIN_OUT and x.shape[0] <= packed.MAX_ROWS and x.dtype is _F32
+            and w.dtype is _F32):
+        y = packed.linear(linear, x)
+        if y is not None:
+            return y
+    if w.shape[0] >= WIDE_OUT:
+        return _wide(x, w, linear.bias)
+    return F.linear(x, w, linear.bias)
 
 
 def _wide(x: torch.Tensor, w: torch.Tensor, bias) -> torch.Tensor:

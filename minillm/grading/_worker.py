@@ -65,7 +65,7 @@ def _clean_room(rfd: int, wfd: int) -> None:
     except (AttributeError, OSError):  # not Linux: the jail (Linux only) is not there either
         pass
     from . import export, wire
-    from .engine_guard import ALLOW, disable_engine, prepare
+    from .engine_guard import ALLOW, WHOLE_ENGINE, copies_in, disable_engine, prepare
 
     cmd_in, out = os.fdopen(rfd, "rb"), os.fdopen(wfd, "wb")
     trusted: dict = {}
@@ -92,7 +92,14 @@ def _clean_room(rfd: int, wfd: int) -> None:
             continue
         if len(sys.modules) != loaded:  # the rebuild imported a module: its functions too
             disable_engine()
-        for reply in _call_apart(fn, args, kwargs, forbid, (rfd, wfd)):
+        copied = copies_in([fn, *fn.__globals__.values()]) if WHOLE_ENGINE in forbid else []
+        try:
+            replies = [{"op": "engine_used", "names": copied}] if copied else _call_apart(fn, args, kwargs, forbid,
+                                                                                         (rfd, wfd))
+        except OSError as exc:  # no process could be made for it (the notebook's processes fill the limit)
+            replies = [{"op": "raised", "error": f"the call could not be started: {exc.strerror or exc}",
+                        "exc_type": "OSError"}]
+        for reply in replies:
             _reply(out, reply)
 
 
@@ -147,7 +154,9 @@ def _has_last_word(data: bytes) -> bool:
 def _call_here(fn, args, kwargs, forbid: list, w: int, prog: bytes, install_filter) -> None:
     """The forked process's part: filter, call under the clean room's watch, write the outcome."""
     from . import export, wire  # noqa: F401 - everything the watch imports, imported before files close
-    from .engine_guard import clean_room_call
+    from .engine_guard import clean_room_call, prepare
+
+    prepare()  # the engine's fingerprints (done once in the clean room; here too when called directly)
 
     write, dumps = os.write, json.dumps  # kept here: what the call may change cannot reach them
 
@@ -205,7 +214,17 @@ def _start_clean_room() -> int | None:
     return pid
 
 
+def _load_engine() -> None:
+    """Import the engine (and torch) now, as ``import minillm`` did before the package became lazy:
+    the clean room forks with it loaded, and no cell's deadline pays for importing it."""
+    import minillm
+
+    for name in minillm.__all__:
+        getattr(minillm, name)
+
+
 def main(jailed: bool = False) -> None:
+    _load_engine()
     clean_pid = _start_clean_room()  # before any cell: nothing of the notebook's is in it
     rfd, wfd = (int(x) for x in os.environ.pop("MINILLM_GRADER_FDS").split(","))
     cmd_in = os.fdopen(rfd, "rb")

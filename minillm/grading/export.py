@@ -19,6 +19,9 @@ learner's function without any of the kernel's state:
 * :func:`trusted_code` (in the clean room) compiles the notebook's cells itself, and
   :func:`rebuild` takes a function's code only from there: bytecode the kernel made up (which could
   read or write any memory) never runs in the clean room, only code a ``def`` of the notebook compiles to.
+
+The clean room itself never calls the function: each call runs in a process forked for it
+(``_worker._call_apart``), where the engine is disabled and files are closed.
 """
 
 from __future__ import annotations
@@ -82,13 +85,12 @@ def _ref(value) -> dict | None:
     module, qual = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qual, str) or module == "__main__" or "<" in qual:
         return None
+    ref = {"k": "ref", "mod": module, "qual": qual}
     try:
-        found = importlib.import_module(module)
-        for part in qual.split("."):
-            found = getattr(found, part)
+        found = _lookup(ref)
     except Exception:  # noqa: BLE001 - not reachable by name: not a reference
         return None
-    return {"k": "ref", "mod": module, "qual": qual} if found is value else None
+    return ref if found is value else None
 
 
 def _library_dataclass(cls) -> bool:
@@ -117,6 +119,9 @@ def _carries_other(data) -> bool:
 
 
 class _Exporter:
+    """:func:`export`'s work: each value the function reaches, as the kind of data the clean room
+    can rebuild without running it (or :class:`Unexportable`)."""
+
     def __init__(self, user_ns: dict) -> None:
         self.user_ns = user_ns
         self.ns: dict[str, dict] = {}

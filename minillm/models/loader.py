@@ -306,8 +306,6 @@ def load_tokenizer(path: Path, vocab_size: int | None = None):
 
         tokenizer = load_gguf_tokenizer(path)
     else:
-        from transformers import AutoTokenizer
-
         if not (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").is_file():
             raise FileNotFoundError(f"{path}: tokenizer.json (or tokenizer.model) is missing from the model folder")
         for name in TOKENIZER_FILES:
@@ -317,7 +315,9 @@ def load_tokenizer(path: Path, vocab_size: int | None = None):
             generic = _generic_tokenizer_class(path)
             if generic is not None:
                 tokenizer = generic.from_pretrained(str(path), local_files_only=True)
-            else:
+            else:  # imported only here: it loads transformers' table of every model family (~1.3 CPU s)
+                from transformers import AutoTokenizer
+
                 tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
         except Exception as exc:  # noqa: BLE001 - tokenizer parsers raise many kinds; name the folder
             raise ValueError(f"{path}: the tokenizer files could not be read ({type(exc).__name__}: {exc})") from None

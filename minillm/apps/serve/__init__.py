@@ -2,12 +2,35 @@
 
 A client of the engine's public API only (the engine core never imports this package):
 ``EngineLoop`` (one thread owns the engine), ``OpenAIServer`` (the routes), ``ServerMetrics``
-(Prometheus), ``serve`` (the command line entry point).
+(Prometheus), ``serve`` (the command line entry point). They are imported on first use, so
+``minillm serve --help`` or a bad option answers before torch and fastapi are loaded.
 """
 
-from .app import OpenAIServer
-from .engine_loop import EngineLoop, Overloaded, ShuttingDown
-from .metrics import ServerMetrics
-from .server import serve
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
+#: each public name -> the module of this package that defines it
+_HOMES = {"EngineLoop": "engine_loop", "Overloaded": "engine_loop", "ShuttingDown": "engine_loop",
+          "OpenAIServer": "app", "ServerMetrics": "metrics", "serve": "server"}
 __all__ = ["EngineLoop", "OpenAIServer", "Overloaded", "ServerMetrics", "ShuttingDown", "serve"]
+
+if TYPE_CHECKING:
+    from .app import OpenAIServer
+    from .engine_loop import EngineLoop, Overloaded, ShuttingDown
+    from .metrics import ServerMetrics
+    from .server import serve
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
