@@ -230,3 +230,19 @@ def test_c17_kinds_of_wording(exercise, answer, score):
 ])
 def test_c18_kinds_of_wording(exercise, answer, score):
     assert check(exercise, answer).score == score
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # the whole prefix run through again, named at a distance ("再把前 n-1 个 token 过一遍")
+    ("task2_kv_explain", "有了它就不用再把前面所有 token 跑一遍，但显存一直涨", 2),
+    # the token changes what the next step reads, or is the condition of what follows
+    ("task4_sampling", "选了哪个 token，就改变了模型下一步的输入", 2),
+    ("task4_sampling", "the token it picks changes the context of every later step", 2),
+    ("task4_sampling", "之前采样出的 token 就是之后生成的依据", 2),
+    ("task4_sampling", "采样不会改变下一步模型的输入", 0),
+    # the cache lives only while its request runs
+    ("pitfall1_kv_not_hit_cache", (False, "请求一结束，这些 K/V 就被回收了"), 2),
+    ("pitfall1_kv_not_hit_cache", (False, "the cache only lives while its request is running"), 2),
+])
+def test_c19_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score

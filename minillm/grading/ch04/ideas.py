@@ -21,7 +21,7 @@ _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r
            r"\bredundant\w*", r"\brepeat\w*\s+(\w+\s+){0,1}(comput\w*|work|calculat\w*)", r"\bwasted?\s+work",
            r"\b(work|computation|calculation|math|k/v|kv|keys|values)\s+(\w+\s+){0,3}?(repeated|redone|recomputed|recalculated)\b",
            r"重复计算", r"重新计算", r"重算", r"从头(计算|算)", r"再算", r"再次计算", r"反复计算", r"重复运算", r"冗余计算",
-           r"重新算", r"重复算", r"再计算", r"(重新|再)[^，。；,;]{0,6}(过|跑|算|走)一遍", r"\brebuil\w*", r"(重新|重复|再次?)[^，。；,;]{0,6}(计算|算|处理)",
+           r"重新算", r"重复算", r"再计算", r"(重新|再)[^，。；,;]{0,16}(过|跑|算|走)一?遍", r"\brebuil\w*", r"(重新|重复|再次?)[^，。；,;]{0,6}(计算|算|处理)",
            r"(重新|重复|再次)\s*[A-Za-z][^，。；,;]{0,12}的?(计算|运算)", r"重做|(重新|重复|再次?)\s*(做|跑|走)\s*[一1]?\s*(次|遍)",
            r"(重新|重复|再次?)\s*(re-?)?(comput\w*|calculat\w*|process\w*)",
            r"(重新|重复|再次?)[^，。；,;]{0,8}(投影|前向|编码)",
@@ -112,6 +112,8 @@ TOKEN_TO_HISTORY = idea(
                 r"\b(sees?|gets?|has|have)\s+(a\s+)?(different|changed|new)\s+(context|history|input)\b",
                 r"\b(context|history|input)\s+(is\s+|becomes\s+)?(different|changes|changed)\b",
                 r"(上下文|历史|输入)[^，。；,;]{0,3}(不同|不一样|变了|改变|变化)",
+                r"(改变|改了|决定)[^，。；,;]{0,8}(上下文|历史|输入|(看到|读到)的(内容|东西|序列))",
+                r"\bchang\w*\s+(the\s+)?(context|history|input)\b", r"(就是|便是|成了|成为)[^，。；,;]{0,8}的?(条件|依据)",
                 # where it goes, named by place: the end of the sequence, the model's input
                 r"(接|拼|加|放|追加|附)(在|到)[^，。；,;]{0,4}(后面|末尾|最后|尾部)", r"(喂|送|输|传)(给|回|进)[^，。；,;]{0,4}模型", r"回到[^，。；,;]{0,2}模型",
                 r"(就是|便是|变成|成了)[^，。；,;]{0,8}的?输入", r"(?<!不)(是|为)[^，。；,;]{0,12}的输入", r"\b(added|appended|tacked)\s+(on\s+)?to\s+the\s+end\b",
@@ -147,6 +149,9 @@ NEXT_STEP_DEPENDS = idea(
 
 REQUEST_STATE = idea(
     "request_state", "it is execution state that belongs to one live request", "它是属于某一个活跃请求的执行状态",
+    # "it only exists while its request runs": "while" opens the next clause
+    across=[r"\bonly\s+(exists?|lives?|lasts?|stays?)\s*(around\s*)?，\s*(the|its|that|a|one)\s+(own\s+)?request\b",
+            r"请求[^，。；,;]{0,4}(结束|完成|释放)[^，。；,;]{0,2}，\s*[^，。；,;]{0,10}(被)?(回收|释放|清掉|清空|销毁|删除|归还|没了|消失)"],
     standalone=[r"\b(per|each|every|its own|their own|one|a specific|the specific|bound|tied|belong\w*|owned|attached|"
                 r"specific|that|this|the|running|live|active)\W+(\w+\W+){0,3}?(live\s+|active\s+|running\s+)?"
                 r"(requests?|sequences?)('s)?\b(?!\s+(with|for)\s+the same)",
@@ -156,7 +161,10 @@ REQUEST_STATE = idea(
                 r"(正在运行|运行中|活跃)的[^，。；,;]{0,4}请求",
                 r"中间(计算|运算)?(状态|结果|值|量)", r"按(每个|单个)?请求", r"活跃请求", r"请求[^，。；,;]{0,10}的(状态|中间结果)", r"跟着(这个|该|那个)?请求",
                 r"请求[^，。；,;]{0,6}(结束|没了|释放)[^，。；]{0,8}(它|缓存|KV)[^，。；,;]{0,4}(也)?(就)?(没了|释放|消失|清掉)",
-                r"\b(goes away|dies|is freed|is dropped|disappears)\s+with\s+(the|its|that)\s+request\b", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求"])
+                r"\b(goes away|dies|is freed|is dropped|disappears)\s+with\s+(the|its|that)\s+request\b",
+                r"请求[^，。；,;]{0,4}(结束|完成|释放)[^，。；,;]{0,3}(就|便|后|时)[^，。；,;]{0,3}(被)?(回收|释放|清掉|清空|销毁|删除|归还|没了|消失)",
+                r"(只|仅)(在|于)[^，。；,;]{0,6}请求[^，。；,;]{0,6}(期间|的时候|时|过程中)",
+                r"\bonly\s+(exists?|lives?|lasts?)\s+(while|as long as|during)\s+(the|its|that|a)\s+request\b", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求"])
 SAMPLING_PICKS = idea(
     "sampling_picks", "sampling picks every token", "采样决定每一个 token",
     standalone=[r"\b(picks?|chooses?|selects?|decides?|determin\w*)\s+(\w+\s+){0,3}?(every|each|the next|which)\s+"
