@@ -130,29 +130,32 @@ def test_a_wide_product_of_many_rows_runs_in_slices_equal_to_one_call(monkeypatc
     with torch.inference_mode():
         torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
         assert calls, "a wide product of more than MAX_ROWS rows went to one F.linear"
-        narrow = gemv.stream(nn.Linear(24, 60))
+        narrow = gemv.stream(nn.Linear(256, 60))
         assert torch.equal(narrow(x), F.linear(x, narrow.weight, narrow.bias)) and len(calls) == 1
 
 
 @pytest.mark.skipif(not packed.usable(), reason="torch has no oneDNN packed linear here")
 def test_a_wide_head_over_a_decode_batch_runs_on_the_packed_weight(monkeypatch):
     """At least MIN_OUT outputs and more than MAX_ROWS rows: oneDNN's packed weight (the first
-    call checks it against F.linear and returns F.linear's), results within rounding of F.linear,
-    the packed copy remade when the weight changes; narrower products stay on F.linear."""
+    call checks it against F.linear), results within rounding of F.linear and the same bits on the
+    first call as on later ones (the sampling notebook compares two calls with torch.equal), the
+    packed copy remade when the weight changes; narrower products stay on F.linear."""
     monkeypatch.setattr(packed, "MIN_OUT", 96)
-    lin = gemv.stream(nn.Linear(24, 100))
-    x = torch.randn(12, 24)
+    lin = gemv.stream(nn.Linear(256, 100))  # wide enough that oneDNN's sums round unlike MKL's
+    x = torch.randn(12, 256)
     with torch.inference_mode():
-        assert torch.equal(lin(x), F.linear(x, lin.weight, lin.bias))  # the checked first call
+        first = lin(x)  # the checked first call
         kept = lin.__dict__["_packed_weight"]
-        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        assert torch.equal(lin(x), first)
+        assert torch.equal(first, torch.ops.mkldnn._linear_pointwise(x, kept[1], lin.bias, "none", [], ""))
+        torch.testing.assert_close(first, F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
         assert lin.__dict__["_packed_weight"] is kept
     with torch.no_grad():
         lin.weight.mul_(-2)  # a changed weight: packed again, not the stale copy
     with torch.inference_mode():
         torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
         assert lin.__dict__["_packed_weight"] is not kept
-        narrow = gemv.stream(nn.Linear(24, 60))
+        narrow = gemv.stream(nn.Linear(256, 60))
         assert torch.equal(narrow(x), F.linear(x, narrow.weight, narrow.bias))
         assert "_packed_weight" not in narrow.__dict__
     assert packed.error is None
