@@ -246,3 +246,19 @@ def test_c18_kinds_of_wording(exercise, answer, score):
 ])
 def test_c19_kinds_of_wording(exercise, answer, score):
     assert check(exercise, answer).score == score
+
+
+def test_an_answer_longer_than_the_grader_reads_goes_to_a_person_unread():
+    """A written answer past MAX_ANSWER_CHARS scores 0, is flagged and says why in the learner's
+    language; one just under it is read as usual (the longest labelled answer has 583 characters)."""
+    from minillm.grading.registry import MAX_ANSWER_CHARS
+
+    right = "Without the KV cache every step recomputes the keys and values of the whole prefix."
+    padded = right + " " * (MAX_ANSWER_CHARS - len(right) - 1)
+    assert check("task2_kv_explain", padded).score > 0
+    for lang, words in (("en", "a person will read it"), ("zh", "人工阅读")):
+        r = check("task2_kv_explain", right + " ok" * MAX_ANSWER_CHARS, lang=lang)
+        assert r.score == 0 and r.needs_human_review and "cannot grade" in r.flags
+        assert any(words in f.text and f"{MAX_ANSWER_CHARS:,}" in f.text for f in r.feedback)
+    r = check("quiz2_kv_tradeoff", "d " + "because " * MAX_ANSWER_CHARS)
+    assert r.score == 0 and r.needs_human_review

@@ -24,6 +24,8 @@ MESSAGES: dict[str, Bi] = {
     "grade.deadline": B("not graded: the whole run's time limit passed", "未评分：整次评分的时间上限已到"),
     "grade.unknown": B("no exercise {id!r}; the ids are: {ids}", "没有练习 {id!r}；练习编号有：{ids}"),
     "grade.ambiguous": B("{id!r} could mean {ids}: give the full id", "{id!r} 可能指 {ids}：请写完整的编号"),
+    "grade.too_long": B("this answer is {chars:,} characters long, more than the grader reads ({limit:,}); "
+                        "a person will read it", "这个回答有 {chars:,} 个字符，超过自动评分读取的上限（{limit:,}）；将由老师人工阅读"),
     "grade.failed": B("the grader itself failed ({error} at {where}); please report this",
                       "评分器本身出错了（{error}，位置 {where}）；请报告这个问题"),
     "grade.model_copy": B("this is very close to the model answer (show_solution): a person should look",

@@ -215,6 +215,7 @@ def grade(ex: Exercise, answer: Any, lang: str | None = None) -> Result:
         try:
             if is_unanswered(answer):
                 raise NotAttempted.key("na.empty", name=ex.answer_name)
+            _refuse_huge(ex, answer)
             ex.grader(answer, marks)
         except NotAttempted as exc:
             text = exc.text(lang) or msg("na.empty", name=ex.answer_name)
@@ -284,6 +285,22 @@ def _second_opinion(ex: Exercise, answer: Any, marks: Marks) -> None:
 
 
 HIDDEN_DOUBT = 0.35  # invisible or look-alike characters in a written answer: someone may be hiding a word
+
+
+#: the most characters a written answer may have before the grader hands it to a person unread:
+#: the longest of ~2,300 labelled answers has 583; a 1.4 MB answer cost the grader's own process
+#: ~20 CPU-s of matching (per notebook, in a folder run), so one submission could slow every row
+MAX_ANSWER_CHARS = 20_000
+
+
+def _refuse_huge(ex: Exercise, answer: Any) -> None:
+    """A written answer longer than ``MAX_ANSWER_CHARS`` is not read: CannotGrade (0, flagged)."""
+    if ex.kind in ("text", "quiz", "diagram"):
+        from .messages import msg
+
+        size = sum(len(s) for s in _strings(answer))
+        if size > MAX_ANSWER_CHARS:
+            raise CannotGrade(msg("grade.too_long", chars=size, limit=MAX_ANSWER_CHARS))
 
 
 def _strings(value, depth: int = 0):
