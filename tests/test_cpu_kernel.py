@@ -209,6 +209,36 @@ def test_a_broken_build_is_reported_not_raised(monkeypatch, tmp_path, part):
     assert not list((tmp_path / "cache").glob("*.so"))  # no half-built library left to load
 
 
+@pytest.mark.parametrize("module", ["small_ops", "gemv"])
+def test_every_kernel_library_loads_through_the_one_loader_and_falls_back(monkeypatch, tmp_path, module):
+    """The fused small ops and the gemv kernel are built, loaded and checked by the same
+    ``cpu_kernel.load_library`` as the attention kernel: a source that does not compile leaves
+    them unavailable with the compiler's complaint (their callers keep torch's ops), no library in
+    the cache, and the failure remembered (a second call does not build again)."""
+    import importlib
+
+    mod = importlib.import_module(f"minillm.fast.{module}")
+    source = tmp_path / f"{module}.c"
+    source.write_text("this is not C\n")
+    if module == "gemv":
+        monkeypatch.setattr(mod, "SOURCES", [mod.SOURCES[0], source])
+    else:
+        monkeypatch.setattr(mod, "SOURCE", source)
+    monkeypatch.setattr(mod, "_lib", None)
+    monkeypatch.setattr(mod, "_error", None)
+    monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(tmp_path / "cache"))
+    builds = []
+    monkeypatch.setattr(cpu_kernel, "_compile", lambda *a, _c=cpu_kernel._compile: builds.append(1) or _c(*a))
+    assert not mod.available()
+    assert f"building {module}.c failed" in mod.unavailable_reason()
+    assert len(builds) == 1 and not list((tmp_path / "cache").glob("*.so"))
+    if module == "small_ops":  # the model keeps its reference modules
+        from minillm.models.llama import RMSNorm
+
+        model = torch.nn.Sequential(RMSNorm(8, 1e-5))
+        assert mod.use_small_ops(model) is False and type(model[0]) is RMSNorm
+
+
 def test_a_read_only_cache_builds_into_the_temporary_directory(monkeypatch, tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("")  # a cache "directory" below a file cannot be made

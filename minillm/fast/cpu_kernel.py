@@ -119,9 +119,26 @@ def _compile(name: str, compiler: str, args: list[str], sources: list[Path]) -> 
     return kernel_cache.cached_library(f"{name}-{key}", build)
 
 
-def _build() -> str:
+def build_library(name: str, source: Path, flags, sources=None, libs=()) -> str:
+    """The C file ``source`` built with ``flags`` (then ``libs``) by the system's C compiler into
+    the checked cache (``_compile``: keyed by ``sources``, default ``[source]``); a name to load."""
     cc = find_compiler("CC", ("cc", "gcc"), "C")
-    return _compile("paged_decode", cc, [*FLAGS, str(SOURCE), "-lm"], [SOURCE])
+    return _compile(name, cc, [*flags, str(source), *libs], list(sources or [source]))
+
+
+def load_library(name: str, source: Path, flags, declare, sources=None, libs=()):
+    """``(library, None)``: ``source`` built (``build_library``), loaded through ``ctypes`` and
+    given its signatures by ``declare(lib)`` (which returns what callers keep: the library or
+    one function of it); ``(None, reason)`` when it cannot be built or loaded here, so a caller
+    falls back to torch. Each kernel module calls it once and keeps both (its first-call check)."""
+    try:
+        return declare(ctypes.CDLL(build_library(name, source, flags, sources, libs))), None
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _build() -> str:
+    return build_library("paged_decode", SOURCE, FLAGS, libs=["-lm"])
 
 
 def build_torch_op(name: str, flags, c_source: Path, op_source: Path, sources, extra=()) -> str:
@@ -142,22 +159,23 @@ def _build_op() -> str:
     return build_torch_op("paged_decode_op", FLAGS, SOURCE, OP_SOURCE, [SOURCE, OP_SOURCE], ["-lm"])
 
 
+def _declare(lib):
+    """The kernel's entry point, typed, with its shape probe as ``fast_path``."""
+    fn = lib.paged_decode_f32
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64,
+                   ctypes.c_float, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    fast = lib.paged_decode_fast_path
+    fast.argtypes, fast.restype = [i64, i64], ctypes.c_int
+    fn.fast_path = fast
+    return fn
+
+
 def _load():
     global _lib, _error
     if _lib is None and _error is None:
-        try:
-            lib = ctypes.CDLL(_build())
-            fn = lib.paged_decode_f32
-            i64, ptr = ctypes.c_int64, ctypes.c_void_p
-            fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64,
-                           ctypes.c_float, ctypes.c_int]
-            fn.restype = ctypes.c_int
-            fast = lib.paged_decode_fast_path
-            fast.argtypes, fast.restype = [i64, i64], ctypes.c_int
-            fn.fast_path = fast
-            _lib = fn
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            _error = f"{type(exc).__name__}: {exc}"
+        _lib, _error = load_library("paged_decode", SOURCE, FLAGS, _declare, libs=["-lm"])
     return _lib
 
 

@@ -64,23 +64,22 @@ _op_error: str | None = None
 _op_loaded = False
 
 
+def _declare(lib):
+    i64, ptr, cint = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    lib.minillm_gemv_f32.argtypes = [ptr, i64, i64, ptr, i64, i64, i64, ptr, ptr, i64, cint]
+    lib.minillm_gemv_i8.argtypes = [ptr, i64, i64, ptr, ptr, i64, i64, i64, ptr, ptr, i64, cint]
+    lib.minillm_gemv_f32.restype = lib.minillm_gemv_i8.restype = cint
+    lib.minillm_gemv_isa.restype = ctypes.c_char_p
+    lib.minillm_gemv_set_spin_us.argtypes, lib.minillm_gemv_set_spin_us.restype = [cint], cint
+    lib.minillm_gemv_workers.restype = cint
+    lib.minillm_gemv_read_probe.argtypes, lib.minillm_gemv_read_probe.restype = [ptr, i64], ctypes.c_float
+    return lib
+
+
 def _load():
     global _lib, _error
     if _lib is None and _error is None:
-        try:
-            cc = cpu_kernel.find_compiler("CC", ("cc", "gcc"), "C")
-            lib = ctypes.CDLL(cpu_kernel._compile("gemv", cc, [*FLAGS, str(SOURCES[1])], SOURCES))
-            i64, ptr, cint = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-            lib.minillm_gemv_f32.argtypes = [ptr, i64, i64, ptr, i64, i64, i64, ptr, ptr, i64, cint]
-            lib.minillm_gemv_i8.argtypes = [ptr, i64, i64, ptr, ptr, i64, i64, i64, ptr, ptr, i64, cint]
-            lib.minillm_gemv_f32.restype = lib.minillm_gemv_i8.restype = cint
-            lib.minillm_gemv_isa.restype = ctypes.c_char_p
-            lib.minillm_gemv_set_spin_us.argtypes, lib.minillm_gemv_set_spin_us.restype = [cint], cint
-            lib.minillm_gemv_workers.restype = cint
-            lib.minillm_gemv_read_probe.argtypes, lib.minillm_gemv_read_probe.restype = [ptr, i64], ctypes.c_float
-            _lib = lib
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            _error = f"{type(exc).__name__}: {exc}"
+        _lib, _error = cpu_kernel.load_library("gemv", SOURCES[1], FLAGS, _declare, sources=SOURCES)
     return _lib
 
 
