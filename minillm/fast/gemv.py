@@ -35,7 +35,7 @@ from torch import nn
 from . import cpu_kernel, packed
 
 KERNELS = Path(__file__).with_name("kernels")
-SOURCES = [KERNELS / "gemv_body.h", KERNELS / "gemv.c"]
+SOURCE = KERNELS / "gemv.c"  # and the gemv_body.h it includes (in the cache key too)
 OP_SOURCE = KERNELS / "gemv_op.cpp"
 #: no -march=native: the library picks AVX-512 / AVX2 / plain C itself when loaded
 FLAGS = ("-O3", "-fno-math-errno", "-fPIC", "-shared", "-pthread")
@@ -79,7 +79,7 @@ def _declare(lib):
 def _load():
     global _lib, _error
     if _lib is None and _error is None:
-        _lib, _error = cpu_kernel.load_library("gemv", SOURCES[1], FLAGS, _declare, sources=SOURCES)
+        _lib, _error = cpu_kernel.load_library("gemv", SOURCE, FLAGS, _declare)
     return _lib
 
 
@@ -217,7 +217,7 @@ def _call(x, weight, scale, bias, threads):
 
 def _build_op() -> str:
     """The operator library: gemv.c and its C++ registration, linked with libtorch."""
-    return cpu_kernel.build_torch_op("gemv_op", FLAGS, SOURCES[1], OP_SOURCE, [*SOURCES, OP_SOURCE])
+    return cpu_kernel.build_torch_op("gemv_op", FLAGS, SOURCE, OP_SOURCE)
 
 
 _op_lib = None  # the operator library through ctypes (the same loaded copy torch calls)
