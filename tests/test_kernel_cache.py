@@ -272,3 +272,47 @@ def test_a_build_never_runs_tools_planted_in_the_current_folder(cache, tmp_path,
     src.write_text("int answer(void) { return 9; }\n")
     name = cpu_kernel._compile("answer", cc, ["-shared", "-fPIC", str(src)], [src])
     assert _answer(name) == 9 and not marker.exists()
+
+
+def test_a_changed_header_rebuilds_every_library_that_includes_it(cache, tmp_path):
+    """The cache key hashes the headers a kernel includes by quoted name (and theirs), not only
+    the ``.c`` file: with the key on the ``.c`` alone, a changed ``vec.h`` would have left both
+    small_ops and paged_decode loading their old builds."""
+    from minillm.fast import cpu_kernel
+
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    (kernels / "shared.h").write_text('#include "value.h"\n#define PLUS(x) ((x) + VALUE)\n')
+    (kernels / "value.h").write_text("#define VALUE 1\n")
+    for name in ("one", "two"):
+        (kernels / f"{name}.c").write_text('#include "shared.h"\nint answer(void) { return PLUS(%d); }\n'
+                                           % len(name * 10))
+    flags = ["-shared", "-fPIC"]
+    before = {n: cpu_kernel.build_library(n, kernels / f"{n}.c", flags) for n in ("one", "two")}
+    assert {n: _answer(p) for n, p in before.items()} == {"one": 31, "two": 31}
+    assert cpu_kernel.key_sources([kernels / "one.c"]) == [kernels / n for n in ("one.c", "shared.h", "value.h")]
+    (kernels / "value.h").write_text("#define VALUE 2\n")  # two includes deep
+    after = {n: cpu_kernel.build_library(n, kernels / f"{n}.c", flags) for n in ("one", "two")}
+    assert {n: _answer(p) for n, p in after.items()} == {"one": 32, "two": 32}
+    assert len(list(cache.glob("one-*.sha256"))) == len(list(cache.glob("two-*.sha256"))) == 2  # new keys
+
+
+def test_the_shipped_kernels_keys_cover_their_headers_and_the_package_ships_them():
+    """small_ops.c and paged_decode.c share ``vec.h``, gemv.c includes ``gemv_body.h``: each is
+    in its library's key, and every file of ``kernels/`` is in the package data (a wheel without
+    a header could not build its kernel)."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    from minillm.fast import cpu_kernel, gemv, small_ops
+
+    kernels = Path(cpu_kernel.__file__).with_name("kernels")
+    assert kernels / "vec.h" in cpu_kernel.key_sources([small_ops.SOURCE])
+    assert kernels / "vec.h" in cpu_kernel.key_sources([cpu_kernel.SOURCE, cpu_kernel.OP_SOURCE])
+    assert kernels / "gemv_body.h" in cpu_kernel.key_sources([gemv.SOURCE])
+    root = Path(cpu_kernel.__file__).parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["minillm"]
+    for path in kernels.iterdir():
+        rel = str(path.relative_to(root / "minillm"))
+        assert any(fnmatch.fnmatch(rel, g) for g in globs), f"{rel} is not in the package data"

@@ -14,13 +14,12 @@ each falls back to the reference forward for anything but a float32 CPU tensor o
 autograd and compiling (decode graphs trace the reference ops). Results agree with torch's to
 float32 rounding (another summation order and exp), and the tokens with the reference path's
 (the parity tests run the fast path with these on). Built on first use with the system's C
-compiler into the checked kernel cache (``cpu_kernel._compile``) and called through ``ctypes``.
+compiler into the checked kernel cache (``cpu_kernel.load_library``) and called through ``ctypes``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import subprocess
 from pathlib import Path
 
 import torch
@@ -35,19 +34,18 @@ _error: str | None = None
 _F32 = torch.float32
 
 
+def _declare(lib):
+    i64, ptr, cint = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    lib.rms_norm_f32.argtypes = [ptr, ptr, ptr, ptr, i64, i64, ctypes.c_float, cint]
+    lib.silu_mul_f32.argtypes = [ptr, ptr, i64, i64, cint]
+    lib.rms_norm_f32.restype = lib.silu_mul_f32.restype = cint
+    return lib
+
+
 def _load():
     global _lib, _error
     if _lib is None and _error is None:
-        try:
-            cc = cpu_kernel.find_compiler("CC", ("cc", "gcc"), "C")
-            lib = ctypes.CDLL(cpu_kernel._compile("small_ops", cc, [*cpu_kernel.FLAGS, str(SOURCE), "-lm"], [SOURCE]))
-            i64, ptr, cint = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-            lib.rms_norm_f32.argtypes = [ptr, ptr, ptr, ptr, i64, i64, ctypes.c_float, cint]
-            lib.silu_mul_f32.argtypes = [ptr, ptr, i64, i64, cint]
-            lib.rms_norm_f32.restype = lib.silu_mul_f32.restype = cint
-            _lib = lib
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            _error = f"{type(exc).__name__}: {exc}"
+        _lib, _error = cpu_kernel.load_library("small_ops", SOURCE, cpu_kernel.FLAGS, _declare, libs=["-lm"])
     return _lib
 
 
