@@ -220,6 +220,27 @@ def test_an_inductor_cache_folder_of_our_own_is_kept(cache, tmp_path, monkeypatc
     assert (os.stat(tmp_path / "mine").st_mode & 0o777) == 0o700
 
 
+def _planted_folder(tmp_path, tools) -> tuple:
+    """``course/``, the folder the process starts in (a learner's, say), holding programs named
+    ``tools`` that leave the returned marker file when run."""
+    planted = tmp_path / "course"
+    planted.mkdir()
+    marker = tmp_path / "planted-tool-ran"
+    for tool in tools:
+        (planted / tool).write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+        (planted / tool).chmod(0o755)
+    return planted, marker
+
+
+def _built_answer(tmp_path, source: str) -> int:
+    """``answer()`` of ``source`` built the way the kernels are (``cpu_kernel.build_library``)."""
+    from minillm.fast import cpu_kernel
+
+    src = tmp_path / "answer.c"
+    src.write_text(source)
+    return _answer(cpu_kernel.build_library("answer", src, ["-shared", "-fPIC"]))
+
+
 def test_gccs_own_search_lists_never_reach_the_current_folder(cache, tmp_path, monkeypatch):
     """gcc reads its own lists too: an empty or relative entry of ``COMPILER_PATH`` (tools),
     ``CPATH`` / ``C_INCLUDE_PATH`` (headers) or ``LIBRARY_PATH`` is the folder the process started
@@ -227,12 +248,7 @@ def test_gccs_own_search_lists_never_reach_the_current_folder(cache, tmp_path, m
     absolute entries reach the compiler, and its temporary files go to a private folder."""
     from minillm.fast import cpu_kernel
 
-    planted = tmp_path / "course"
-    planted.mkdir()
-    marker = tmp_path / "planted-tool-ran"
-    for tool in ("as", "ld", "collect2", "cc1"):
-        (planted / tool).write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
-        (planted / tool).chmod(0o755)
+    planted, marker = _planted_folder(tmp_path, ("as", "ld", "collect2", "cc1"))
     (planted / "stdint.h").write_text("#error planted header compiled in\n")
     monkeypatch.chdir(planted)
     for name in ("COMPILER_PATH", "CPATH", "C_INCLUDE_PATH", "LIBRARY_PATH"):
@@ -244,11 +260,8 @@ def test_gccs_own_search_lists_never_reach_the_current_folder(cache, tmp_path, m
     env = cpu_kernel.compiler_env(str(tmp_path / "private"))
     assert env["CPATH"] == "/nonexistent-minillm" and "GCC_EXEC_PREFIX" not in env
     assert env["TMPDIR"] == str(tmp_path / "private")
-    src = tmp_path / "answer.c"
-    src.write_text("#include <stdint.h>\nint answer(void) { return (int)sizeof(int32_t) + 5; }\n")
-    name = cpu_kernel._compile("answer", cpu_kernel.find_compiler("CC", ("cc", "gcc"), "C"),
-                               ["-shared", "-fPIC", str(src)], [src])
-    assert _answer(name) == 9 and not marker.exists()
+    assert _built_answer(tmp_path, "#include <stdint.h>\nint answer(void) { return (int)sizeof(int32_t) + 5; }\n") == 9
+    assert not marker.exists()
 
 
 def test_a_build_never_runs_tools_planted_in_the_current_folder(cache, tmp_path, monkeypatch):
@@ -256,22 +269,15 @@ def test_a_build_never_runs_tools_planted_in_the_current_folder(cache, tmp_path,
     planted where the process started. The build looks the tools up on absolute entries only."""
     from minillm.fast import cpu_kernel
 
-    planted = tmp_path / "course"
-    planted.mkdir()
-    marker = tmp_path / "planted-tool-ran"
-    for tool in ("cc", "gcc", "as", "ld"):
-        (planted / tool).write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
-        (planted / tool).chmod(0o755)
+    planted, marker = _planted_folder(tmp_path, ("cc", "gcc", "as", "ld"))
     real = os.path.dirname(os.path.realpath(CC))
     monkeypatch.chdir(planted)
     monkeypatch.setenv("PATH", os.pathsep.join(["", ".", "bin", real, "/usr/bin", "/bin"]))
     monkeypatch.delenv("CC", raising=False)
     cc = cpu_kernel.find_compiler("CC", ("cc", "gcc"), "C")
     assert os.path.isabs(cc) and not cc.startswith(str(planted)), cc
-    src = tmp_path / "answer.c"
-    src.write_text("int answer(void) { return 9; }\n")
-    name = cpu_kernel._compile("answer", cc, ["-shared", "-fPIC", str(src)], [src])
-    assert _answer(name) == 9 and not marker.exists()
+    assert _built_answer(tmp_path, "int answer(void) { return 9; }\n") == 9
+    assert not marker.exists()
 
 
 def test_a_changed_header_rebuilds_every_library_that_includes_it(cache, tmp_path):

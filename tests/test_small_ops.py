@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minillm import LLM, SamplingParams
+from minillm import LLM
 from minillm.fast import small_ops
 from minillm.models.llama import MLP, DecoderLayer, RMSNorm
-from conftest import run_to_end
+from conftest import greedy_tokens
 
 pytestmark = pytest.mark.skipif(not small_ops.available(), reason=f"unavailable: {small_ops.unavailable_reason()}")
 
@@ -54,13 +54,6 @@ def test_fused_modules_fall_back_to_the_reference_outside_their_case():
         assert torch.equal(norm.bfloat16()(xb), ref_norm(norm, xb))
 
 
-def _tokens(llm, prompts, n=8):
-    reqs = [llm.add_request(prompt_token_ids=p, params=SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
-            for p in prompts]
-    run_to_end(llm)
-    return [r.output_token_ids for r in reqs]
-
-
 def test_the_engine_uses_them_with_the_reference_tokens(model_factory):
     """The fast path swaps the classes in (decode and prefill steps, one and many rows) and
     gives the reference path's greedy tokens; the reference path keeps the plain classes."""
@@ -72,4 +65,4 @@ def test_the_engine_uses_them_with_the_reference_tokens(model_factory):
     ref = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, fast=False)
     assert not any(type(m).__name__.startswith("Fused") for m in ref.model.modules())
     assert {type(m) for m in ref.model.modules()} >= {DecoderLayer, MLP, RMSNorm}
-    assert _tokens(fast, prompts) == _tokens(ref, prompts)
+    assert greedy_tokens(fast, prompts) == greedy_tokens(ref, prompts)
