@@ -69,6 +69,35 @@ def test_kernel_equals_naive_attention(heads, kv_heads, dim, block_size):
     assert torch.equal(cpu_kernel.paged_decode(q, kp, vp, padded, lens, scale), got)
 
 
+def _paged(keys, values, block_size, seed):
+    """keys/values [n, kv_heads, dim] laid out in a pool of ``block_size``-token blocks, in a random order."""
+    n = keys.shape[0]
+    nblocks = -(-n // block_size)
+    order = (torch.randperm(nblocks + 2, generator=torch.Generator().manual_seed(seed)) + 1)[:nblocks].tolist()
+    kp = torch.randn(nblocks + 3, block_size, *keys.shape[1:])
+    vp = torch.randn_like(kp)
+    for j in range(n):
+        kp[order[j // block_size], j % block_size] = keys[j]
+        vp[order[j // block_size], j % block_size] = values[j]
+    return kp, vp, torch.tensor([order])
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim", [(9, 3, 64), (4, 2, 64), (16, 2, 128), (6, 2, 8)])
+def test_a_rows_result_does_not_depend_on_how_its_context_is_paged(heads, kv_heads, dim):
+    """The same context in blocks of 1, 5, 16 or 37 tokens gives the same bits: the kernel sums
+    each score in one way wherever its token falls in a block or in a group of vector lanes
+    (its fast path scores 8 or 16 tokens at a time, padding a short group)."""
+    g = torch.Generator().manual_seed(3)
+    for n in (1, 15, 16, 17, 40, 100):
+        keys, values = torch.randn(n, kv_heads, dim, generator=g), torch.randn(n, kv_heads, dim, generator=g)
+        q = torch.randn(1, heads, dim, generator=g) * 3
+        outs = []
+        for block_size in (1, 5, 16, 37):
+            kp, vp, table = _paged(keys, values, block_size, seed=n + block_size)
+            outs.append(cpu_kernel.paged_decode(q, kp, vp, table, torch.tensor([n]), dim ** -0.5))
+        assert all(torch.equal(outs[0], o) for o in outs[1:]), n
+
+
 @pytest.mark.parametrize("isa, extra", [("avx2", ["-mno-avx512f"]),
                                          ("plain", ["-mno-avx512f", "-mno-avx2", "-mno-fma"])])
 def test_every_shape_of_vec_h_serves_both_kernels(monkeypatch, isa, extra):
