@@ -11,8 +11,9 @@ it costs about 3 CPU seconds).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from . import _lazy
 
 __version__ = "0.1.0"
 #: each public name -> the module that defines it
@@ -29,15 +30,4 @@ if TYPE_CHECKING:
     from .request import IllegalTransition, Request, RequestOutput, RequestState, StopReason
     from .trace import Event
 
-
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'minillm' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{home}", __name__), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+__getattr__, __dir__ = _lazy.lazy_names(__name__, _HOMES)

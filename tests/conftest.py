@@ -6,7 +6,9 @@ byte-level BPE tokenizer, exactly the kind of folder a learner would point ``LLM
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -184,6 +186,28 @@ def run_to_end(llm, max_steps: int = 10_000):
             return
         llm.step()
     raise AssertionError("engine did not finish")
+
+
+def greedy_tokens(llm, prompts: list[list[int]], n: int = 8) -> list[list[int]]:
+    """The tokens ``llm`` decodes greedily for each prompt (token ids), ``n`` each, all in one batch."""
+    from minillm import SamplingParams
+
+    reqs = [llm.add_request(prompt_token_ids=p, params=SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
+            for p in prompts]
+    run_to_end(llm)
+    return [r.output_token_ids for r in reqs]
+
+
+def copy_of(tiny_llama, tmp_path: Path, name: str = "m") -> Path:
+    """A copy of the tiny model's folder to break or edit."""
+    return Path(shutil.copytree(tiny_llama[0], tmp_path / name))
+
+
+def edit_config(folder: Path, **changes) -> None:
+    """Set fields of ``folder``'s config.json."""
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(changes)
+    (folder / "config.json").write_text(json.dumps(cfg))
 
 
 def record_logits(llm) -> list:

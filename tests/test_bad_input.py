@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import shutil
 
 import numpy as np
 import pytest
 import torch
 
 from minillm import LLM, SamplingParams
-from conftest import check_block_invariants
+from conftest import check_block_invariants, copy_of, edit_config
 
 BAD_PARAMS = [
     ("temperature", -0.5, "temperature"), ("temperature", float("nan"), "temperature"),
@@ -131,50 +129,41 @@ def test_block_larger_than_the_cpu_kv_budget_is_refused(tiny_llama, monkeypatch)
 
 
 # --- model folders -------------------------------------------------------------------------
-def _copy(src, dst):
-    shutil.copytree(src, dst)
-    return dst
-
-
 def test_missing_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         LLM(str(tmp_path / "nope"))
 
 
 def test_missing_config(tiny_llama, tmp_path):
-    d = _copy(tiny_llama[0], tmp_path / "m")
+    d = copy_of(tiny_llama, tmp_path)
     (d / "config.json").unlink()
     with pytest.raises(FileNotFoundError, match="config.json"):
         LLM(str(d))
 
 
 def test_unsupported_architecture_is_named(tiny_llama, tmp_path):
-    d = _copy(tiny_llama[0], tmp_path / "m")
-    cfg = json.loads((d / "config.json").read_text())
-    cfg["architectures"] = ["GPT2LMHeadModel"]
-    (d / "config.json").write_text(json.dumps(cfg))
+    d = copy_of(tiny_llama, tmp_path)
+    edit_config(d, architectures=["GPT2LMHeadModel"])
     with pytest.raises(ValueError, match="GPT2LMHeadModel"):
         LLM(str(d))
 
 
 def test_unsupported_rope_type_is_named(tiny_llama, tmp_path):
-    d = _copy(tiny_llama[0], tmp_path / "m")
-    cfg = json.loads((d / "config.json").read_text())
-    cfg["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
-    (d / "config.json").write_text(json.dumps(cfg))
+    d = copy_of(tiny_llama, tmp_path)
+    edit_config(d, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0})
     with pytest.raises(ValueError, match="yarn"):
         LLM(str(d))
 
 
 def test_pickle_weights_are_refused(tiny_llama, tmp_path):
-    d = _copy(tiny_llama[0], tmp_path / "m")
+    d = copy_of(tiny_llama, tmp_path)
     (d / "model.safetensors").rename(d / "pytorch_model.bin")
     with pytest.raises(FileNotFoundError, match="safetensors"):
         LLM(str(d))
 
 
 def test_missing_tokenizer(tiny_llama, tmp_path):
-    d = _copy(tiny_llama[0], tmp_path / "m")
+    d = copy_of(tiny_llama, tmp_path)
     (d / "tokenizer.json").unlink()
     with pytest.raises(FileNotFoundError, match="tokenizer.json"):
         LLM(str(d))
@@ -183,7 +172,7 @@ def test_missing_tokenizer(tiny_llama, tmp_path):
 def test_missing_tensor_is_named(tiny_llama, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    d = _copy(tiny_llama[0], tmp_path / "m")
+    d = copy_of(tiny_llama, tmp_path)
     tensors = load_file(d / "model.safetensors")
     del tensors["model.layers.1.mlp.up_proj.weight"]
     save_file(tensors, d / "model.safetensors")
@@ -192,9 +181,7 @@ def test_missing_tensor_is_named(tiny_llama, tmp_path):
 
 
 def test_wrong_shape_is_named(tiny_llama, tmp_path):
-    d = _copy(tiny_llama[0], tmp_path / "m")
-    cfg = json.loads((d / "config.json").read_text())
-    cfg["intermediate_size"] = 100
-    (d / "config.json").write_text(json.dumps(cfg))
+    d = copy_of(tiny_llama, tmp_path)
+    edit_config(d, intermediate_size=100)
     with pytest.raises(ValueError, match=r"model\.safetensors: tensor .model\.layers\.0\.mlp\.gate_proj\.weight. has shape \(112, 64\), but config\.json implies \(100, 64\)"):
         LLM(str(d))

@@ -69,6 +69,72 @@ def test_kernel_equals_naive_attention(heads, kv_heads, dim, block_size):
     assert torch.equal(cpu_kernel.paged_decode(q, kp, vp, padded, lens, scale), got)
 
 
+def _paged(keys, values, block_size, seed):
+    """keys/values [n, kv_heads, dim] laid out in a pool of ``block_size``-token blocks, in a random order."""
+    n = keys.shape[0]
+    nblocks = -(-n // block_size)
+    order = (torch.randperm(nblocks + 2, generator=torch.Generator().manual_seed(seed)) + 1)[:nblocks].tolist()
+    kp = torch.randn(nblocks + 3, block_size, *keys.shape[1:])
+    vp = torch.randn_like(kp)
+    for j in range(n):
+        kp[order[j // block_size], j % block_size] = keys[j]
+        vp[order[j // block_size], j % block_size] = values[j]
+    return kp, vp, torch.tensor([order])
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim", [(9, 3, 64), (4, 2, 64), (16, 2, 128), (6, 2, 8)])
+def test_a_rows_result_does_not_depend_on_how_its_context_is_paged(heads, kv_heads, dim):
+    """The same context in blocks of 1, 5, 16 or 37 tokens gives the same bits: the kernel sums
+    each score in one way wherever its token falls in a block or in a group of vector lanes
+    (its fast path scores 8 or 16 tokens at a time, padding a short group)."""
+    g = torch.Generator().manual_seed(3)
+    for n in (1, 15, 16, 17, 40, 100):
+        keys, values = torch.randn(n, kv_heads, dim, generator=g), torch.randn(n, kv_heads, dim, generator=g)
+        q = torch.randn(1, heads, dim, generator=g) * 3
+        outs = []
+        for block_size in (1, 5, 16, 37):
+            kp, vp, table = _paged(keys, values, block_size, seed=n + block_size)
+            outs.append(cpu_kernel.paged_decode(q, kp, vp, table, torch.tensor([n]), dim ** -0.5))
+        assert all(torch.equal(outs[0], o) for o in outs[1:]), n
+
+
+@pytest.mark.parametrize("isa, extra", [("avx2", ["-mno-avx512f"]),
+                                         ("plain", ["-mno-avx512f", "-mno-avx2", "-mno-fma"])])
+def test_every_shape_of_vec_h_serves_both_kernels(monkeypatch, isa, extra):
+    """``kernels/vec.h`` (the vector type and exp that paged_decode.c and small_ops.c share) built
+    for AVX2 + FMA and for no vector set at all, whatever this CPU has: the attention kernel
+    still equals the naive one (vectorised with AVX2, its plain loop without) and the fused small
+    ops still equal torch's, exp's clamps included."""
+    import torch.nn.functional as F
+
+    from minillm.fast import small_ops
+
+    flags = [*cpu_kernel.FLAGS, *extra]
+    fn, error = cpu_kernel.load_library(f"paged_decode-{isa}", cpu_kernel.SOURCE, flags, cpu_kernel._declare,
+                                        libs=["-lm"])
+    ops, ops_error = cpu_kernel.load_library(f"small_ops-{isa}", small_ops.SOURCE, flags, small_ops._declare,
+                                             libs=["-lm"])
+    assert error is None and ops_error is None, (error, ops_error)
+    monkeypatch.setattr(cpu_kernel, "_lib", fn)
+    monkeypatch.setattr(small_ops, "_lib", ops)
+    assert cpu_kernel.has_fast_path(64, 3) is (isa == "avx2")
+    for heads, kv_heads, dim in ((9, 3, 64), (16, 2, 128), (6, 2, 8)):
+        lengths = [1, 17, 40, 3]
+        q, kp, vp, tables, padded, lens = _case(lengths, heads, kv_heads, dim, 5)
+        got = cpu_kernel.paged_decode(q, kp, vp, padded, lens, dim ** -0.5)
+        for i, (t, n) in enumerate(zip(tables, lengths)):
+            assert (got[i] - _naive(q[i], kp, vp, t, n, dim ** -0.5)).abs().max().item() < 1e-5, (heads, dim, i)
+    g = torch.Generator().manual_seed(7)
+    gate_up = torch.randn(5, 2 * 37, generator=g) * 8
+    gate_up[0, :4] = torch.tensor([-120.0, 120.0, 0.0, -0.0])
+    x, w = torch.randn(5, 37, generator=g), torch.randn(37, generator=g)
+    with torch.inference_mode():
+        gate, up = gate_up.split(37, dim=-1)
+        torch.testing.assert_close(small_ops.silu_mul(gate_up), F.silu(gate) * up, rtol=1e-5, atol=1e-5)
+        want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+        torch.testing.assert_close(small_ops.rms_norm(x, w, 1e-5), want, rtol=1e-5, atol=1e-5)
+
+
 def test_kernel_takes_strided_queries_and_any_thread_count():
     q, kp, vp, tables, padded, lens = _case([30, 7, 64], 9, 3, 64, 16)
     wide = torch.randn(3, 2 * 9 * 64)
@@ -207,6 +273,33 @@ def test_a_broken_build_is_reported_not_raised(monkeypatch, tmp_path, part):
     assert not check()
     assert f"building {name} failed" in reason()
     assert not list((tmp_path / "cache").glob("*.so"))  # no half-built library left to load
+
+
+@pytest.mark.parametrize("module", ["small_ops", "gemv"])
+def test_every_kernel_library_loads_through_the_one_loader_and_falls_back(monkeypatch, tmp_path, module):
+    """The fused small ops and the gemv kernel are built, loaded and checked by the same
+    ``cpu_kernel.load_library`` as the attention kernel: a source that does not compile leaves
+    them unavailable with the compiler's complaint (their callers keep torch's ops), no library in
+    the cache, and the failure remembered (a second call does not build again)."""
+    import importlib
+
+    mod = importlib.import_module(f"minillm.fast.{module}")
+    source = tmp_path / f"{module}.c"
+    source.write_text("this is not C\n")
+    monkeypatch.setattr(mod, "SOURCE", source)
+    monkeypatch.setattr(mod, "_lib", None)
+    monkeypatch.setattr(mod, "_error", None)
+    monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(tmp_path / "cache"))
+    builds = []
+    monkeypatch.setattr(cpu_kernel, "_compile", lambda *a, _c=cpu_kernel._compile: builds.append(1) or _c(*a))
+    assert not mod.available()
+    assert f"building {module}.c failed" in mod.unavailable_reason()
+    assert len(builds) == 1 and not list((tmp_path / "cache").glob("*.so"))
+    if module == "small_ops":  # the model keeps its reference modules
+        from minillm.models.llama import RMSNorm
+
+        model = torch.nn.Sequential(RMSNorm(8, 1e-5))
+        assert mod.use_small_ops(model) is False and type(model[0]) is RMSNorm
 
 
 def test_a_read_only_cache_builds_into_the_temporary_directory(monkeypatch, tmp_path):

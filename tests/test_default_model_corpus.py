@@ -1,4 +1,5 @@
-"""Fast checks of the default model's story corpus generator and shipped tokenizer.
+"""Fast checks of the default model's story corpus generator and shipped tokenizer (and the
+contract its Chinese counterpart, scripts/story_corpus_zh.py, shares with it).
 
 No training here: the generator is exercised on a few hundred stories and the tokenizer
 is loaded from the checkpoint folder shipped in minillm/assets/stories-3m.
@@ -14,34 +15,44 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import story_corpus  # noqa: E402
+import story_corpus_zh  # noqa: E402
 from story_corpus import generate_stories  # noqa: E402
 
 MODEL_DIR = REPO / "minillm" / "assets" / "stories-3m"
 
 
-def test_same_seed_same_stories():
-    assert generate_stories(50, seed=7) == generate_stories(50, seed=7)
+# the generators' shared contract, for the English corpus and the Chinese half of the bilingual one
+GENERATORS = {"en": generate_stories, "zh": story_corpus_zh.generate_stories_zh}
+each_generator = pytest.mark.parametrize("generate", GENERATORS.values(), ids=list(GENERATORS))
 
 
-def test_different_seeds_different_stories():
-    a, b = generate_stories(50, seed=7), generate_stories(50, seed=8)
+@each_generator
+def test_same_seed_same_stories(generate):
+    assert generate(50, seed=7) == generate(50, seed=7)
+
+
+@each_generator
+def test_different_seeds_different_stories(generate):
+    a, b = generate(50, seed=7), generate(50, seed=8)
     assert a != b
     assert len(set(a) & set(b)) == 0
 
 
-def test_generator_does_not_touch_global_random():
+@each_generator
+def test_generator_does_not_touch_global_random(generate):
     import random
 
     random.seed(123)
     expected = random.random()
     random.seed(123)
-    generate_stories(20, seed=1)
+    generate(20, seed=1)
     assert random.random() == expected
 
 
-def test_prefix_is_stable():
+@each_generator
+def test_prefix_is_stable(generate):
     # the first stories do not depend on how many are asked for
-    assert generate_stories(200, seed=3)[:20] == generate_stories(20, seed=3)
+    assert generate(200, seed=3)[:20] == generate(20, seed=3)
 
 
 def test_stories_nonempty_and_sized():

@@ -9,7 +9,7 @@ import torch
 
 from minillm import LLM, IllegalTransition, RequestState, SamplingParams, StopReason
 from minillm.request import TRANSITIONS, Request
-from conftest import check_block_invariants, run_to_end
+from conftest import check_block_invariants, copy_of, run_to_end
 
 S = RequestState
 
@@ -420,10 +420,7 @@ def test_chat_uses_the_template_with_one_bos(default_llm_factory):
 
 
 def test_generation_config_eos_stops_greedy_decoding(tiny_llama, tmp_path):
-    import shutil
-
-    folder = tmp_path / "m"
-    shutil.copytree(tiny_llama[0], folder)
+    folder = copy_of(tiny_llama, tmp_path)
     base = LLM(str(folder), block_size=4, num_kv_blocks=64)
     first = base.generate(["the fox"], greedy(12, ignore_eos=True))[0].token_ids
     fresh = [t for t in first[2:] if t not in first[:2] and t != 1]

@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minillm import LLM, SamplingParams
+from minillm import LLM
 from minillm.fast import gemv, packed
 from minillm.models.weights import Int8Linear, stream_weights
-from conftest import run_to_end
+from conftest import greedy_tokens
 
 pytestmark = pytest.mark.skipif(not gemv.available(), reason=f"gemv kernel unavailable: {gemv.unavailable_reason()}")
 
@@ -161,13 +161,6 @@ def test_a_wide_head_over_a_decode_batch_runs_on_the_packed_weight(monkeypatch):
     assert packed.error is None
 
 
-def _tokens(llm, prompts, n=16):
-    reqs = [llm.add_request(prompt_token_ids=p, params=SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
-            for p in prompts]
-    run_to_end(llm)
-    return [r.output_token_ids for r in reqs]
-
-
 def test_engine_streams_float32_projections_with_the_reference_tokens(model_factory):
     folder, _ = model_factory("qwen2")  # biases on q/k/v
     llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=2)
@@ -176,10 +169,10 @@ def test_engine_streams_float32_projections_with_the_reference_tokens(model_fact
     stream_weights(llm.model, min_bytes=0)
     assert {type(getattr(o, n)) for o, n in llm.model.projections()} == {gemv.StreamLinear}
     prompts = [[5, 17, 42, 99, 7, 3], [5, 17], list(range(20, 50))]
-    got = _tokens(llm, prompts)
+    got = greedy_tokens(llm, prompts, n=16)
     stream_weights(llm.model, False)
     assert {type(getattr(o, n)) for o, n in llm.model.projections()} == {nn.Linear}
-    assert _tokens(llm, prompts) == got
+    assert greedy_tokens(llm, prompts, n=16) == got
     ids = [5, 17, 42, 99, 7]
     ref = llm.model.full_logits(ids)
     stream_weights(llm.model, True)
@@ -195,10 +188,10 @@ def test_a_decode_batch_through_the_packed_head_keeps_the_tokens(model_factory, 
     llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=1)
     stream_weights(llm.model, min_bytes=0)
     prompts = [[(7 * i + j) % 50 + 3 for j in range(3 + i)] for i in range(12)]
-    got = _tokens(llm, prompts, n=8)
+    got = greedy_tokens(llm, prompts, n=8)
     assert "_packed_weight" in llm.model.lm_head.__dict__ and packed.error is None
     stream_weights(llm.model, False)
-    assert _tokens(llm, prompts, n=8) == got
+    assert greedy_tokens(llm, prompts, n=8) == got
 
 
 def test_env_switch_keeps_torch_kernels(model_factory, monkeypatch):
@@ -233,7 +226,7 @@ def test_engine_int8_decode_is_streamed(model_factory):
     folder, _ = model_factory("llama")
     llm = LLM(str(folder), device="cpu", dtype="float32", num_threads=1, weight_dtype="int8")
     assert all(getattr(o, n)._stream is not None for o, n in llm.model.projections())
-    assert all(len(t) == 6 for t in _tokens(llm, [[5, 17, 42], [9]], n=6))
+    assert all(len(t) == 6 for t in greedy_tokens(llm, [[5, 17, 42], [9]], n=6))
 
 
 def test_traced_decode_rows_call_the_operator():
@@ -308,7 +301,7 @@ def test_decode_steps_give_the_threads_to_the_kernel(model_factory):
         seen = []
         llm.model.lm_head.register_forward_hook(
             lambda m, a, out: seen.append((a[0].shape[0], torch.get_num_threads(), gemv._threads)))
-        _tokens(llm, [list(range(5, 25))], n=3)
+        greedy_tokens(llm, [list(range(5, 25))], n=3)
         assert seen[0][1:] == (2, None)  # the prefill (20 tokens): torch's two threads
         decode = seen[1:]
         assert decode and all(s[1:] == (1, 2) for s in decode), seen

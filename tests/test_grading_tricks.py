@@ -262,3 +262,19 @@ def test_an_answer_longer_than_the_grader_reads_goes_to_a_person_unread():
         assert any(words in f.text and f"{MAX_ANSWER_CHARS:,}" in f.text for f in r.feedback)
     r = check("quiz2_kv_tradeoff", "d " + "because " * MAX_ANSWER_CHARS)
     assert r.score == 0 and r.needs_human_review
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # the saving named by its contrast with starting over; computing from scratch *instead of* caching is not it
+    ("task2_kv_explain", "Decode is incremental rather than from scratch; the cache memory grows with the context.", 2),
+    ("task2_kv_explain", "Each step recomputes everything from scratch rather than caching; memory stays flat.", 0),
+    # memory named by its unit; "saves gigabytes" is still the saves-memory misconception
+    ("task2_kv_explain", "Past keys and values are reused, not recomputed; for long prompts the cache takes gigabytes.", 2),
+    ("task2_kv_explain", "It reuses past keys and values and saves gigabytes of memory.", 1),
+    # task 5: "turn-1" with a hyphen, "cut it off" with its object in between
+    ("task5_trim_policy", ("summary", "the exercise pasted in turn-1 is what every later answer refers to"), 2),
+    ("task5_trim_policy", ("summary", "later turns still need the exercise, and a last-N window would cut it off"), 2),
+    ("task5_trim_policy", ("summary", "a last-N window is simpler to cut"), 1),
+])
+def test_contrast_with_starting_over_memory_units_and_turn_1(exercise, answer, score):
+    assert check(exercise, answer).score == score

@@ -220,6 +220,27 @@ def test_an_inductor_cache_folder_of_our_own_is_kept(cache, tmp_path, monkeypatc
     assert (os.stat(tmp_path / "mine").st_mode & 0o777) == 0o700
 
 
+def _planted_folder(tmp_path, tools) -> tuple:
+    """``course/``, the folder the process starts in (a learner's, say), holding programs named
+    ``tools`` that leave the returned marker file when run."""
+    planted = tmp_path / "course"
+    planted.mkdir()
+    marker = tmp_path / "planted-tool-ran"
+    for tool in tools:
+        (planted / tool).write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+        (planted / tool).chmod(0o755)
+    return planted, marker
+
+
+def _built_answer(tmp_path, source: str) -> int:
+    """``answer()`` of ``source`` built the way the kernels are (``cpu_kernel.build_library``)."""
+    from minillm.fast import cpu_kernel
+
+    src = tmp_path / "answer.c"
+    src.write_text(source)
+    return _answer(cpu_kernel.build_library("answer", src, ["-shared", "-fPIC"]))
+
+
 def test_gccs_own_search_lists_never_reach_the_current_folder(cache, tmp_path, monkeypatch):
     """gcc reads its own lists too: an empty or relative entry of ``COMPILER_PATH`` (tools),
     ``CPATH`` / ``C_INCLUDE_PATH`` (headers) or ``LIBRARY_PATH`` is the folder the process started
@@ -227,12 +248,7 @@ def test_gccs_own_search_lists_never_reach_the_current_folder(cache, tmp_path, m
     absolute entries reach the compiler, and its temporary files go to a private folder."""
     from minillm.fast import cpu_kernel
 
-    planted = tmp_path / "course"
-    planted.mkdir()
-    marker = tmp_path / "planted-tool-ran"
-    for tool in ("as", "ld", "collect2", "cc1"):
-        (planted / tool).write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
-        (planted / tool).chmod(0o755)
+    planted, marker = _planted_folder(tmp_path, ("as", "ld", "collect2", "cc1"))
     (planted / "stdint.h").write_text("#error planted header compiled in\n")
     monkeypatch.chdir(planted)
     for name in ("COMPILER_PATH", "CPATH", "C_INCLUDE_PATH", "LIBRARY_PATH"):
@@ -244,11 +260,8 @@ def test_gccs_own_search_lists_never_reach_the_current_folder(cache, tmp_path, m
     env = cpu_kernel.compiler_env(str(tmp_path / "private"))
     assert env["CPATH"] == "/nonexistent-minillm" and "GCC_EXEC_PREFIX" not in env
     assert env["TMPDIR"] == str(tmp_path / "private")
-    src = tmp_path / "answer.c"
-    src.write_text("#include <stdint.h>\nint answer(void) { return (int)sizeof(int32_t) + 5; }\n")
-    name = cpu_kernel._compile("answer", cpu_kernel.find_compiler("CC", ("cc", "gcc"), "C"),
-                               ["-shared", "-fPIC", str(src)], [src])
-    assert _answer(name) == 9 and not marker.exists()
+    assert _built_answer(tmp_path, "#include <stdint.h>\nint answer(void) { return (int)sizeof(int32_t) + 5; }\n") == 9
+    assert not marker.exists()
 
 
 def test_a_build_never_runs_tools_planted_in_the_current_folder(cache, tmp_path, monkeypatch):
@@ -256,19 +269,56 @@ def test_a_build_never_runs_tools_planted_in_the_current_folder(cache, tmp_path,
     planted where the process started. The build looks the tools up on absolute entries only."""
     from minillm.fast import cpu_kernel
 
-    planted = tmp_path / "course"
-    planted.mkdir()
-    marker = tmp_path / "planted-tool-ran"
-    for tool in ("cc", "gcc", "as", "ld"):
-        (planted / tool).write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
-        (planted / tool).chmod(0o755)
+    planted, marker = _planted_folder(tmp_path, ("cc", "gcc", "as", "ld"))
     real = os.path.dirname(os.path.realpath(CC))
     monkeypatch.chdir(planted)
     monkeypatch.setenv("PATH", os.pathsep.join(["", ".", "bin", real, "/usr/bin", "/bin"]))
     monkeypatch.delenv("CC", raising=False)
     cc = cpu_kernel.find_compiler("CC", ("cc", "gcc"), "C")
     assert os.path.isabs(cc) and not cc.startswith(str(planted)), cc
-    src = tmp_path / "answer.c"
-    src.write_text("int answer(void) { return 9; }\n")
-    name = cpu_kernel._compile("answer", cc, ["-shared", "-fPIC", str(src)], [src])
-    assert _answer(name) == 9 and not marker.exists()
+    assert _built_answer(tmp_path, "int answer(void) { return 9; }\n") == 9
+    assert not marker.exists()
+
+
+def test_a_changed_header_rebuilds_every_library_that_includes_it(cache, tmp_path):
+    """The cache key hashes the headers a kernel includes by quoted name (and theirs), not only
+    the ``.c`` file: with the key on the ``.c`` alone, a changed ``vec.h`` would have left both
+    small_ops and paged_decode loading their old builds."""
+    from minillm.fast import cpu_kernel
+
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    (kernels / "shared.h").write_text('#include "value.h"\n#define PLUS(x) ((x) + VALUE)\n')
+    (kernels / "value.h").write_text("#define VALUE 1\n")
+    for name in ("one", "two"):
+        (kernels / f"{name}.c").write_text('#include "shared.h"\nint answer(void) { return PLUS(%d); }\n'
+                                           % len(name * 10))
+    flags = ["-shared", "-fPIC"]
+    before = {n: cpu_kernel.build_library(n, kernels / f"{n}.c", flags) for n in ("one", "two")}
+    assert {n: _answer(p) for n, p in before.items()} == {"one": 31, "two": 31}
+    assert cpu_kernel.key_sources([kernels / "one.c"]) == [kernels / n for n in ("one.c", "shared.h", "value.h")]
+    (kernels / "value.h").write_text("#define VALUE 2\n")  # two includes deep
+    after = {n: cpu_kernel.build_library(n, kernels / f"{n}.c", flags) for n in ("one", "two")}
+    assert {n: _answer(p) for n, p in after.items()} == {"one": 32, "two": 32}
+    assert len(list(cache.glob("one-*.sha256"))) == len(list(cache.glob("two-*.sha256"))) == 2  # new keys
+
+
+def test_the_shipped_kernels_keys_cover_their_headers_and_the_package_ships_them():
+    """small_ops.c and paged_decode.c share ``vec.h``, gemv.c includes ``gemv_body.h``: each is
+    in its library's key, and every file of ``kernels/`` is in the package data (a wheel without
+    a header could not build its kernel)."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    from minillm.fast import cpu_kernel, gemv, small_ops
+
+    kernels = Path(cpu_kernel.__file__).with_name("kernels")
+    assert kernels / "vec.h" in cpu_kernel.key_sources([small_ops.SOURCE])
+    assert kernels / "vec.h" in cpu_kernel.key_sources([cpu_kernel.SOURCE, cpu_kernel.OP_SOURCE])
+    assert kernels / "gemv_body.h" in cpu_kernel.key_sources([gemv.SOURCE])
+    root = Path(cpu_kernel.__file__).parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["minillm"]
+    for path in kernels.iterdir():
+        rel = str(path.relative_to(root / "minillm"))
+        assert any(fnmatch.fnmatch(rel, g) for g in globs), f"{rel} is not in the package data"

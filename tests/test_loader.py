@@ -20,18 +20,9 @@ from minillm import LLM
 from minillm.models import load_config, load_model, resolve_model_dir
 from minillm.models.config import ModelConfig, generation_defaults
 from minillm.models.llama import ROTARY_TABLE_LIMIT, RotaryEmbedding
+from conftest import copy_of, edit_config
 
 IDS = [5, 17, 42, 99, 3, 250]
-
-
-def copy_of(tiny_llama, tmp_path, name="m") -> Path:
-    return Path(shutil.copytree(tiny_llama[0], tmp_path / name))
-
-
-def edit_config(folder: Path, **changes) -> None:
-    cfg = json.loads((folder / "config.json").read_text())
-    cfg.update(changes)
-    (folder / "config.json").write_text(json.dumps(cfg))
 
 
 def logits_of(folder: Path) -> torch.Tensor:

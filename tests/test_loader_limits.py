@@ -4,17 +4,16 @@ for the claim, and the GGUF tokenizer cache is keyed by what the file holds, not
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import struct
-from pathlib import Path
 
 import pytest
 
 from minillm import LLM
 from minillm.models import gguf_header
 from minillm.models.config import SIZE_LIMITS
+from conftest import copy_of, edit_config
 
 gguf = pytest.importorskip("gguf", reason="the gguf package is not installed: pip install 'minillm[gguf]'")
 
@@ -182,11 +181,9 @@ def test_a_tokenizer_cache_others_can_write_is_not_used(tmp_path, monkeypatch):
     ("num_attention_heads", 4096), ("head_dim", 4096), ("max_position_embeddings", 10**12),
 ])
 def test_hf_config_sizes_beyond_the_limits_are_refused_by_name(tiny_llama, tmp_path, field, value):
-    d = Path(shutil.copytree(tiny_llama[0], tmp_path / "m"))
-    cfg = json.loads((d / "config.json").read_text())
-    cfg[field] = value
+    d = copy_of(tiny_llama, tmp_path)
+    edit_config(d, **{field: value})
     if field == "num_attention_heads":
-        cfg["num_key_value_heads"] = value
-    (d / "config.json").write_text(json.dumps(cfg))
+        edit_config(d, num_key_value_heads=value)
     with pytest.raises(ValueError, match=rf"config\.json: {field} is {value}, above the limit {SIZE_LIMITS[field]}"):
         LLM(str(d))

@@ -25,6 +25,7 @@ import hashlib
 import math
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -97,14 +98,33 @@ def find_compiler(env_name: str, names: tuple[str, ...], what: str) -> str:
     raise RuntimeError(f"no {what} compiler ({'/'.join(names)}) on PATH")
 
 
+_LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+
+
+def key_sources(sources) -> list[Path]:
+    """``sources`` and every header they include by quoted name from beside them (``#include
+    "vec.h"``), and those headers' own, each once, in order of discovery: what a library's text
+    depends on, so a changed header rebuilds every library that includes it."""
+    found: list[Path] = []
+    todo = [Path(s) for s in sources]
+    while todo:
+        source = todo.pop(0)
+        if source in found:
+            continue
+        found.append(source)
+        todo += [source.parent / name for name in _LOCAL_INCLUDE.findall(source.read_text())
+                 if (source.parent / name).is_file()]
+    return found
+
+
 def _compile(name: str, compiler: str, args: list[str], sources: list[Path]) -> str:
     """Build ``sources`` with ``compiler`` and ``args`` into the private kernel cache (once per
-    source text, flags, compiler version and CPU) and return a verified name to load it by
+    source text, the local headers included, flags, compiler version and CPU) and return a verified name to load it by
     (see ``kernel_cache``: owner, mode and recorded SHA-256 checked on the file loaded)."""
     version = subprocess.run([compiler, "--version"], check=False, capture_output=True, text=True,
                              env=compiler_env(tempfile.gettempdir())).stdout
-    key = hashlib.sha256("\0".join([*(s.read_text() for s in sources), " ".join(args), version, _cpu_id(),
-                                    platform.machine()]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\0".join([*(s.read_text() for s in key_sources(sources)), " ".join(args), version,
+                                    _cpu_id(), platform.machine()]).encode()).hexdigest()[:16]
 
     def build(out: Path) -> None:
         tmp = tempfile.mkdtemp(prefix="build-", dir=out.parent)  # inside the private cache: 0700, ours
@@ -119,12 +139,29 @@ def _compile(name: str, compiler: str, args: list[str], sources: list[Path]) -> 
     return kernel_cache.cached_library(f"{name}-{key}", build)
 
 
-def _build() -> str:
+def build_library(name: str, source: Path, flags, libs=()) -> str:
+    """The C file ``source`` built with ``flags`` (then ``libs``) by the system's C compiler into
+    the checked cache (``_compile``: keyed by its text and its headers'); a name to load."""
     cc = find_compiler("CC", ("cc", "gcc"), "C")
-    return _compile("paged_decode", cc, [*FLAGS, str(SOURCE), "-lm"], [SOURCE])
+    return _compile(name, cc, [*flags, str(source), *libs], [source])
 
 
-def build_torch_op(name: str, flags, c_source: Path, op_source: Path, sources, extra=()) -> str:
+def load_library(name: str, source: Path, flags, declare, libs=()):
+    """``(library, None)``: ``source`` built (``build_library``), loaded through ``ctypes`` and
+    given its signatures by ``declare(lib)`` (which returns what callers keep: the library or
+    one function of it); ``(None, reason)`` when it cannot be built or loaded here, so a caller
+    falls back to torch. Each kernel module calls it once and keeps both (its first-call check)."""
+    try:
+        return declare(ctypes.CDLL(build_library(name, source, flags, libs))), None
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _build() -> str:
+    return build_library("paged_decode", SOURCE, FLAGS, libs=["-lm"])
+
+
+def build_torch_op(name: str, flags, c_source: Path, op_source: Path, extra=()) -> str:
     """A torch operator library: ``c_source`` and its C++ registration ``op_source``, linked with
     libtorch, built into the checked cache (``_compile``) under ``name`` and this torch's version."""
     cxx = find_compiler("CXX", ("c++", "g++"), "C++")
@@ -134,30 +171,31 @@ def build_torch_op(name: str, flags, c_source: Path, op_source: Path, sources, e
     libs = library_paths()
     args = [*flags, "-std=c++17", *inc, "-x", "c", str(c_source), "-x", "c++", str(op_source), "-x", "none",
             *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-ltorch_cpu", "-lc10", *extra]
-    return _compile(f"{name}-torch{torch.__version__.replace('+', '_')}", cxx, args, list(sources))
+    return _compile(f"{name}-torch{torch.__version__.replace('+', '_')}", cxx, args, [c_source, op_source])
 
 
 def _build_op() -> str:
     """The operator library: the C kernel and its C++ registration, linked with libtorch."""
-    return build_torch_op("paged_decode_op", FLAGS, SOURCE, OP_SOURCE, [SOURCE, OP_SOURCE], ["-lm"])
+    return build_torch_op("paged_decode_op", FLAGS, SOURCE, OP_SOURCE, ["-lm"])
+
+
+def _declare(lib):
+    """The kernel's entry point, typed, with its shape probe as ``fast_path``."""
+    fn = lib.paged_decode_f32
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64,
+                   ctypes.c_float, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    fast = lib.paged_decode_fast_path
+    fast.argtypes, fast.restype = [i64, i64], ctypes.c_int
+    fn.fast_path = fast
+    return fn
 
 
 def _load():
     global _lib, _error
     if _lib is None and _error is None:
-        try:
-            lib = ctypes.CDLL(_build())
-            fn = lib.paged_decode_f32
-            i64, ptr = ctypes.c_int64, ctypes.c_void_p
-            fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64,
-                           ctypes.c_float, ctypes.c_int]
-            fn.restype = ctypes.c_int
-            fast = lib.paged_decode_fast_path
-            fast.argtypes, fast.restype = [i64, i64], ctypes.c_int
-            fn.fast_path = fast
-            _lib = fn
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            _error = f"{type(exc).__name__}: {exc}"
+        _lib, _error = load_library("paged_decode", SOURCE, FLAGS, _declare, libs=["-lm"])
     return _lib
 
 

@@ -35,7 +35,7 @@ from torch import nn
 from . import cpu_kernel, packed
 
 KERNELS = Path(__file__).with_name("kernels")
-SOURCES = [KERNELS / "gemv_body.h", KERNELS / "gemv.c"]
+SOURCE = KERNELS / "gemv.c"  # and the gemv_body.h it includes (in the cache key too)
 OP_SOURCE = KERNELS / "gemv_op.cpp"
 #: no -march=native: the library picks AVX-512 / AVX2 / plain C itself when loaded
 FLAGS = ("-O3", "-fno-math-errno", "-fPIC", "-shared", "-pthread")
@@ -64,23 +64,22 @@ _op_error: str | None = None
 _op_loaded = False
 
 
+def _declare(lib):
+    i64, ptr, cint = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    lib.minillm_gemv_f32.argtypes = [ptr, i64, i64, ptr, i64, i64, i64, ptr, ptr, i64, cint]
+    lib.minillm_gemv_i8.argtypes = [ptr, i64, i64, ptr, ptr, i64, i64, i64, ptr, ptr, i64, cint]
+    lib.minillm_gemv_f32.restype = lib.minillm_gemv_i8.restype = cint
+    lib.minillm_gemv_isa.restype = ctypes.c_char_p
+    lib.minillm_gemv_set_spin_us.argtypes, lib.minillm_gemv_set_spin_us.restype = [cint], cint
+    lib.minillm_gemv_workers.restype = cint
+    lib.minillm_gemv_read_probe.argtypes, lib.minillm_gemv_read_probe.restype = [ptr, i64], ctypes.c_float
+    return lib
+
+
 def _load():
     global _lib, _error
     if _lib is None and _error is None:
-        try:
-            cc = cpu_kernel.find_compiler("CC", ("cc", "gcc"), "C")
-            lib = ctypes.CDLL(cpu_kernel._compile("gemv", cc, [*FLAGS, str(SOURCES[1])], SOURCES))
-            i64, ptr, cint = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-            lib.minillm_gemv_f32.argtypes = [ptr, i64, i64, ptr, i64, i64, i64, ptr, ptr, i64, cint]
-            lib.minillm_gemv_i8.argtypes = [ptr, i64, i64, ptr, ptr, i64, i64, i64, ptr, ptr, i64, cint]
-            lib.minillm_gemv_f32.restype = lib.minillm_gemv_i8.restype = cint
-            lib.minillm_gemv_isa.restype = ctypes.c_char_p
-            lib.minillm_gemv_set_spin_us.argtypes, lib.minillm_gemv_set_spin_us.restype = [cint], cint
-            lib.minillm_gemv_workers.restype = cint
-            lib.minillm_gemv_read_probe.argtypes, lib.minillm_gemv_read_probe.restype = [ptr, i64], ctypes.c_float
-            _lib = lib
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            _error = f"{type(exc).__name__}: {exc}"
+        _lib, _error = cpu_kernel.load_library("gemv", SOURCE, FLAGS, _declare)
     return _lib
 
 
@@ -218,7 +217,7 @@ def _call(x, weight, scale, bias, threads):
 
 def _build_op() -> str:
     """The operator library: gemv.c and its C++ registration, linked with libtorch."""
-    return cpu_kernel.build_torch_op("gemv_op", FLAGS, SOURCES[1], OP_SOURCE, [*SOURCES, OP_SOURCE])
+    return cpu_kernel.build_torch_op("gemv_op", FLAGS, SOURCE, OP_SOURCE)
 
 
 _op_lib = None  # the operator library through ctypes (the same loaded copy torch calls)

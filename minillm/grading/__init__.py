@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from . import ch04 as _chapter  # the registration point: the chapter's exercises, answers and texts
 from .ch04 import PRESSURE_SCENARIOS, show_scenarios
+from .. import _lazy
 from ..i18n import get_language, set_language
 from .registry import EXERCISES, Marks, NotAttempted, check, check_all, summary
 from .result import Feedback, Result, Summary
@@ -45,13 +46,6 @@ def cli_grade(argv: list[str]) -> int:
     return run(argv)
 
 
-def __getattr__(name: str):
-    if name == "DiagramEditor":  # ipywidgets is imported only when the editor is used
-        from .diagram_editor import DiagramEditor
-
-        return DiagramEditor
-    if name == "build_it":  # the build-it track (``from minillm.grading import build_it``)
-        from .ch04 import build_it
-
-        return build_it
-    raise AttributeError(f"module 'minillm.grading' has no attribute {name!r}")
+# ipywidgets is imported only when the editor is used; the build-it track on
+# ``from minillm.grading import build_it``
+__getattr__, __dir__ = _lazy.lazy_names(__name__, {"DiagramEditor": "diagram_editor", "build_it": "ch04"})

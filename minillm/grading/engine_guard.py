@@ -78,6 +78,9 @@ def _blocked_code(name: str, nfree: int) -> types.CodeType:
 #: package files the clean room runs itself (besides ALLOWED): :func:`disable_engine` keeps them
 CLEAN_ROOM_FILES = (os.path.join("grading", "wire.py"), os.path.join("grading", "export.py"),
                     os.path.join("grading", "_worker.py"))
+#: the packages' lazy-attribute hooks (``_lazy.lazy_names``'s ``__getattr__``/``__dir__``), which an
+#: import statement asks: :func:`disable_engine` keeps them, as it keeps a module's own hooks
+LAZY_HOOKS = "_lazy.py"
 #: engine classes a task may let its function read (``allow:``): kept, and noted where not allowed
 READABLE_CLASSES = ("minillm.kv_cache.CacheStats.",)
 
@@ -93,7 +96,7 @@ def disable_engine() -> int:
     import gc
 
     eng = engine()
-    keep = tuple(eng.root + f for f in ALLOWED + CLEAN_ROOM_FILES)
+    keep = tuple(eng.root + f for f in (*ALLOWED, *CLEAN_ROOM_FILES, LAZY_HOOKS))
     done = 0
     for fn in gc.get_objects():
         if type(fn) is not types.FunctionType:

@@ -17,7 +17,7 @@ dependency (ipywidgets, matplotlib, graphviz) only matters for the object that n
 
 from __future__ import annotations
 
-import importlib
+from .. import _lazy
 
 _LAZY = {
     # diagram.py
@@ -79,15 +79,4 @@ try:  # in a notebook: a repeated walkthrough cell (IllegalTransition) or Kernel
 except ImportError:  # pragma: no cover - the engine itself is missing
     pass
 
-
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'minillm.viz' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy.lazy_names(__name__, _LAZY)

@@ -8,8 +8,9 @@ A client of the engine's public API only (the engine core never imports this pac
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from ... import _lazy
 
 #: each public name -> the module of this package that defines it
 _HOMES = {"EngineLoop": "engine_loop", "Overloaded": "engine_loop", "ShuttingDown": "engine_loop",
@@ -22,15 +23,4 @@ if TYPE_CHECKING:
     from .metrics import ServerMetrics
     from .server import serve
 
-
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{home}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+__getattr__, __dir__ = _lazy.lazy_names(__name__, _HOMES)

@@ -22,15 +22,13 @@
  * context needs (nothing is read then), -2 when scratch memory could not be had, or -3 when an
  * argument is impossible (a null pointer, a size below 1, heads not a multiple of kv_heads,
  * a negative query stride): nothing is read then either. Built and
- * loaded by minillm/cpu_kernel.py. */
+ * loaded by minillm/fast/cpu_kernel.py; the vector type and exp are vec.h's. */
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
+#include "vec.h"
 
 /* q . k over dim floats */
 static inline float dot(const float *q, const float *k, int64_t dim)
@@ -97,81 +95,7 @@ static int attend_generic(const float *q, int64_t q_head, const float *k_pool, c
     return 0;
 }
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#define HAVE_VECTOR_PATH 1
-/* One vector of LANES floats and the few operations the fast path needs, so the fast path below
- * is written once: 16 lanes with AVX-512, 8 with AVX2 + FMA (as -march=native compiled it). */
-#if defined(__AVX512F__)
-#define LANES 16
-typedef __m512 vec;
-#define v_load _mm512_loadu_ps
-#define v_store _mm512_storeu_ps
-#define v_set1 _mm512_set1_ps
-#define v_zero _mm512_setzero_ps
-#define v_add _mm512_add_ps
-#define v_sub _mm512_sub_ps
-#define v_mul _mm512_mul_ps
-#define v_max _mm512_max_ps
-#define v_fmadd _mm512_fmadd_ps
-#define v_fnmadd _mm512_fnmadd_ps
-#define v_sum _mm512_reduce_add_ps
-#define v_top _mm512_reduce_max_ps
-#define v_round(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define v_times_pow2 _mm512_scalef_ps                 /* p * 2^n, n integral */
-#else
-#define LANES 8
-typedef __m256 vec;
-#define v_load _mm256_loadu_ps
-#define v_store _mm256_storeu_ps
-#define v_set1 _mm256_set1_ps
-#define v_zero _mm256_setzero_ps
-#define v_add _mm256_add_ps
-#define v_sub _mm256_sub_ps
-#define v_mul _mm256_mul_ps
-#define v_max _mm256_max_ps
-#define v_fmadd _mm256_fmadd_ps
-#define v_fnmadd _mm256_fnmadd_ps
-#define v_round(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-static inline float v_sum(__m256 x)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-static inline float v_top(__m256 x)
-{
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-/* p * 2^n for integral n in [-126, 127]: n added to the float's exponent field */
-static inline __m256 v_times_pow2(__m256 p, __m256 n)
-{
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-#endif
-
-/* exp(x) for x <= 0, a vector at a time: exp(x) = 2^n * exp(r), n = round(x / ln 2),
- * |r| <= ln 2 / 2, exp(r) by its Taylor polynomial to r^7 (relative error ~1e-7, float32's own
- * rounding). */
-static inline vec v_exp(vec x)
-{
-    x = v_max(x, v_set1(-87.0f));
-    const vec n = v_round(v_mul(x, v_set1(1.44269504089f)));
-    vec r = v_fnmadd(n, v_set1(0.693145751953125f), x);   /* ln 2, split */
-    r = v_fnmadd(n, v_set1(1.428606765330187e-06f), r);
-    vec p = v_set1(1.0f / 5040);
-    p = v_fmadd(p, r, v_set1(1.0f / 720));
-    p = v_fmadd(p, r, v_set1(1.0f / 120));
-    p = v_fmadd(p, r, v_set1(1.0f / 24));
-    p = v_fmadd(p, r, v_set1(1.0f / 6));
-    p = v_fmadd(p, r, v_set1(0.5f));
-    p = v_fmadd(p, r, v_set1(1.0f));
-    p = v_fmadd(p, r, v_set1(1.0f));
-    return v_times_pow2(p, n);
-}
-
+#if defined(HAVE_VECTOR_PATH)
 /* softmax_numerators, a vector at a time; the last partial vector goes through a padded copy,
  * so every score gets the same exp */
 static float softmax_numerators_vec(float *s, int64_t len)

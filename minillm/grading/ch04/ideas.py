@@ -40,6 +40,8 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
           r"\b(work|compute|computation)\s+for\s+(one|a single|the new|the newest|the latest)\s+token\b",
           r"(计算|计算量|运算|算力)[^，。；,;]{0,16}只(跟|和|与)[^，。；,;]{0,4}(新|最新|当前)", r"\bonly\s+depends?\s+on\s+the\s+(new|newest|latest|current)\b",
           r"\bonly\s+(\w+\s+){0,2}?(one|a single)\s+new\b",
+          # the saving named by its contrast with starting over: "incremental rather than from scratch"
+          r"\b(rather than|instead of|not)\s+(\w+\s+){0,2}?(from scratch|all over again|starting over)\b",
 
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
           r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
@@ -54,7 +56,8 @@ RECOMPUTE = idea(
     weak=[r"\b(fast\w*|speed\w*|quick\w*|accelerat\w*|latency|efficien\w*)\b", r"加速|更快|提速|加快|速度|快"])
 
 _MEM = [r"\bmemory\b", r"\bmem\b", r"\bvram\b", r"\bhbm\b", r"\bram\b", r"\bstorage\b", r"\bfootprint\b", r"\bspace\b", r"\bsize\b",
-        r"\bcapacity\b", r"显存", r"内存", r"存储", r"大小", r"(?<![上时])空间", r"容量"]
+        r"\bcapacity\b", r"显存", r"内存", r"存储", r"大小", r"(?<![上时])空间", r"容量",
+        r"\b\d*\s*(gb|gib|mb|mib|tb)\b", r"\b(giga|mega|tera)bytes?\b"]  # memory named by its unit: "takes gigabytes"
 _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|ing)\b", r"\boccup\w*", r"\beat\w*",
          r"\bgrow\w*", r"\bincreas\w*", r"\bris(e|es|ing)\b", r"\bclimb\w*", r"\bheav\w*", r"\bpressure\b",
          r"\bexpensive\b", r"\bburden\w*", r"\bbound\b", r"\blimit\w*", r"\bfill\w*", r"\bmore\b", r"\blots\b",
@@ -266,10 +269,10 @@ MIXED_STATES = idea(
 EARLY_TURN_MATTERS = idea(
     "early_turn", "the early turn the chat keeps needing would be dropped by a last-N window",
     "只保留最近 N 轮会丢掉后面一直需要的早期内容", polar=False,
-    standalone=[r"\b(turn|message|round)\s*(1|one)\b", r"\bfirst\s+(turn|message|round)", r"\b(early|earlier|old|older|"
+    standalone=[r"\b(turn|message|round)[\s-]*(1|one)\b", r"\bfirst\s+(turn|message|round)", r"\b(early|earlier|old|older|"
                 r"original|initial)\s+(\w+\s+){0,2}?(turns?|messages?|context|exercise|problem|information|details?|"
                 r"content)", r"\b(exercise|problem statement|the task)\b[^.;]{0,60}\b(lost|dropp\w*|forg\w*|cut|gone|"
-                r"kept|keep\w*|preserv\w*|remain\w*|retain\w*)", r"\b(lose|loses|lost|drop\w*|forget\w*|cut\w* off)\b",
+                r"kept|keep\w*|preserv\w*|remain\w*|retain\w*)", r"\b(lose|loses|lost|drop\w*|forget\w*|cut\w*\s+((it|them|that|this|those)\s+)?off)\b",
                 r"第一轮", r"第 ?1 ?轮", r"最早", r"开头", r"早期", r"最前(面|头|边)", r"一开始", r"最初", r"之前的(题目|内容|信息)",
                 r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|(留|保|记)不?住|留下|扔|挤掉|挤出|裁掉|删掉|去掉)"])
 BOUNDED_KV = idea(
