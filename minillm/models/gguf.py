@@ -53,10 +53,29 @@ def _gguf():
 
 
 @functools.lru_cache(maxsize=1)
+def _plain_array_reader():
+    """The package's reader over a plain ndarray view of its file map: the reader slices the map
+    hundreds of thousands of times (the tokenizer's strings), and each slice of an ``np.memmap``
+    runs numpy's Python-level ``__array_finalize__``. Same bytes, same fields and tensors; the
+    view keeps the map open. SmolLM2-135M's parse: 2.0 -> 0.7 CPU-s."""
+
+    class PlainArrayReader(_gguf().GGUFReader):
+        @property
+        def data(self):
+            return self._data
+
+        @data.setter
+        def data(self, value):
+            self._data = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    return PlainArrayReader
+
+
+@functools.lru_cache(maxsize=1)
 def _reader_for(path: str, mtime_ns: int, size: int):
     header = gguf_header.scan(Path(path))  # limits and truncation, before the package allocates anything
     try:
-        return _gguf().GGUFReader(path), header
+        return _plain_array_reader()(path), header
     except (ValueError, OSError, IndexError, KeyError) as exc:  # the reader's own errors on bad files
         raise ValueError(f"{path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from None
 
