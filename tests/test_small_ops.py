@@ -1,5 +1,6 @@
 """The fused small ops of the fast layer (``minillm.fast.small_ops``): the kernels against torch's
-ops, the in-place residual add, the reference fallback, and the engine's tokens with them on."""
+ops, the fused residual add (never into the layer's input), the reference fallback, and the
+engine's tokens with them on."""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ def test_rms_norm_and_its_residual_add_match_torch(rows, dim):
     norm = RMSNorm(dim, 1e-5)
     norm.weight.data.copy_(w)
     with torch.inference_mode():
-        torch.testing.assert_close(small_ops.rms_norm(x.clone(), w, 1e-5), norm(x), rtol=1e-5, atol=1e-5)
-        y = x.clone()
-        out = small_ops.rms_norm(y, w, 1e-5, residual=a)
-        assert torch.equal(y, x + a)  # added in place
+        x0, a0 = x.clone(), a.clone()
+        torch.testing.assert_close(small_ops.rms_norm(x, w, 1e-5), norm(x), rtol=1e-5, atol=1e-5)
+        total, out = small_ops.add_rms_norm(x, a, w, 1e-5)
+        assert torch.equal(total, x + a)  # the same float32 sum
         torch.testing.assert_close(out, norm(x + a), rtol=1e-5, atol=1e-5)
+        assert torch.equal(x, x0) and torch.equal(a, a0)  # inputs only read
 
 
 @pytest.mark.parametrize("rows, inter", [(1, 688), (3, 13), (64, 688), (100, 1536)])
@@ -66,3 +68,36 @@ def test_the_engine_uses_them_with_the_reference_tokens(model_factory):
     assert not any(type(m).__name__.startswith("Fused") for m in ref.model.modules())
     assert {type(m) for m in ref.model.modules()} >= {DecoderLayer, MLP, RMSNorm}
     assert greedy_tokens(fast, prompts) == greedy_tokens(ref, prompts)
+
+
+def test_a_fused_layer_leaves_its_input_as_it_was(model_factory):
+    """The fused layer once added the attention output into its input ``x`` in place. Nothing in
+    the engine reads ``x`` again, but anything holding the input does: here forward hooks on every
+    layer (what a look at the residual stream would use), through prefill and decode steps, with
+    the reference path's tokens."""
+    folder, _ = model_factory("llama")
+    llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=1)
+    layers = llm.model.model.layers
+    assert all(type(layer) is small_ops.FusedDecoderLayer for layer in layers)
+    seen, changed = [], []
+
+    def before(module, args):
+        seen.append((args[0], args[0].clone()))
+
+    def after(module, args, output):
+        held, copy = seen.pop()
+        assert held is args[0] and output is not held
+        if not torch.equal(held, copy):
+            changed.append(module)
+
+    hooks = [h for layer in layers for h in (layer.register_forward_pre_hook(before),
+                                             layer.register_forward_hook(after))]
+    prompts = [[(3 * i + j) % 60 + 3 for j in range(2 + 4 * i)] for i in range(3)]
+    try:
+        got = greedy_tokens(llm, prompts)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert not changed, f"{len(changed)} layer calls changed their input"
+    ref = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, fast=False)
+    assert got == greedy_tokens(ref, prompts)

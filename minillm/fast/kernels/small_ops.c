@@ -2,7 +2,8 @@
  * instead of torch's 3-7 separate ops (each a dispatch and a pass over memory). float32,
  * C-contiguous rows. Built and loaded by minillm/fast/small_ops.py.
  *
- *   rms_norm_f32:  x += a (when a is not NULL), then y = w * (x * (1 / sqrt(mean(x^2) + eps)))
+ *   rms_norm_f32:  s = x + a (when a is not NULL; s may be x itself), then
+ *                  y = w * (s * (1 / sqrt(mean(s^2) + eps)))   (s is x when a is NULL)
  *   silu_mul_f32:  out[r, j] = silu(gu[r, j]) * gu[r, inter + j]   (gate and up packed in gu)
  *
  * Products are rounded in the reference's order (x * r first, then w times that); the sum of
@@ -19,21 +20,24 @@
 /* parallel regions only from this many floats (a decode batch's rows run on one thread) */
 #define PARALLEL_MIN 65536
 
-int rms_norm_f32(float *x, const float *a, const float *w, float *y, int64_t rows, int64_t dim,
-                 float eps, int num_threads)
+int rms_norm_f32(const float *x, const float *a, float *s, const float *w, float *y, int64_t rows,
+                 int64_t dim, float eps, int num_threads)
 {
-    if (!x || !w || !y || rows < 0 || dim < 1)
+    if (!x || !w || !y || rows < 0 || dim < 1 || (a && !s))
         return -3;
     if (num_threads < 1)
         num_threads = 1;
 #pragma omp parallel for schedule(static) num_threads(num_threads) if (rows * dim >= PARALLEL_MIN)
     for (int64_t r = 0; r < rows; r++) {
-        float *xr = x + r * dim, *yr = y + r * dim;
+        const float *xr = x + r * dim;
+        float *yr = y + r * dim;
         if (a) {
             const float *ar = a + r * dim;
+            float *sr = s + r * dim;
 #pragma omp simd
             for (int64_t d = 0; d < dim; d++)
-                xr[d] += ar[d];
+                sr[d] = xr[d] + ar[d];
+            xr = sr;
         }
         float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int64_t d = 0;
