@@ -33,9 +33,12 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TOKENIZERS_
 PARTS=(env parity flex sync_sampler graphs bench)
 LIMITS=(15 45 60 30 50 50)  # 250 s: a rerun fits a 15-minute lease with the machine start
 
-usable() {  # $1: a python with torch (and CUDA unless --dry-run)
+TORCH=""
+usable() {  # $1: a python with torch (and CUDA unless --dry-run); its torch's versions go to $TORCH
   [ -n "$1" ] && { command -v "$1" >/dev/null 2>&1 || [ -x "$1" ]; } || return 1
-  "$1" -c "import sys, torch; sys.exit(0 if $DRY or torch.cuda.is_available() else 1)" >/dev/null 2>&1
+  # one import of torch (1.5 CPU-s) both checks and names it
+  TORCH=$("$1" -c "import sys, torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)
+sys.exit(0 if $DRY or torch.cuda.is_available() else 1)" 2>/dev/null)
 }
 PYBIN=""
 for cand in "${PY:-}" python3 .venv/bin/python; do
@@ -47,7 +50,7 @@ if [ -z "$PYBIN" ]; then
   printf '{"status": "no python", "error": "%s"}\n' "$msg" > "$OUT/gpu_check.json"
   exit 2
 fi
-echo "== python: $PYBIN ($("$PYBIN" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'))"
+echo "== python: $PYBIN ($TORCH)"
 [ "$DRY" = 1 ] && echo "== dry run: CPU, float32, scale ${MINILLM_GPU_CHECK_SCALE:-0.1}"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
   > "$OUT/nvidia-smi.txt" 2>&1

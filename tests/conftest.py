@@ -13,7 +13,14 @@ import warnings
 from pathlib import Path
 
 import pytest
-import torch
+
+# One torch (OpenMP) thread in the test processes and in everything they start (servers, scripts,
+# kernels), unless the caller chose: the suite runs two workers on two cores, and a 2-thread OpenMP
+# team whose partner thread is descheduled spins at every op's barrier. A tiny Llama's forward, 300
+# times on a busy 2-core machine: 0.36 CPU-s with one thread, 5.0 CPU-s with two. Tests about
+# threads set their count themselves (num_threads=2, torch.set_num_threads, monkeypatch.delenv).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import torch  # noqa: E402 - after OMP_NUM_THREADS, which torch reads once
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -275,6 +275,10 @@ def test_an_answer_longer_than_the_grader_reads_goes_to_a_person_unread():
     ("task5_trim_policy", ("summary", "the exercise pasted in turn-1 is what every later answer refers to"), 2),
     ("task5_trim_policy", ("summary", "later turns still need the exercise, and a last-N window would cut it off"), 2),
     ("task5_trim_policy", ("summary", "a last-N window is simpler to cut"), 1),
+    # "it is autoregressive" names the property, not what follows from the sampled token
+    ("task4_sampling", "因为 LLM 是自回归的", 0),
+    ("task4_sampling", "Because LLMs are autoregressive.", 0),
+    ("task4_sampling", "它是自回归的：选出的 token 会进入上下文，下一步基于它计算", 2),
 ])
-def test_contrast_with_starting_over_memory_units_and_turn_1(exercise, answer, score):
+def test_contrast_with_starting_over_memory_units_turn_1_and_autoregressive(exercise, answer, score):
     assert check(exercise, answer).score == score
