@@ -276,7 +276,9 @@ EARLY_TURN_MATTERS = idea(
                 r"content)", r"\b(exercise|problem statement|the task)\b[^.;]{0,60}\b(lost|dropp\w*|forg\w*|cut|gone|"
                 r"kept|keep\w*|preserv\w*|remain\w*|retain\w*)", r"\b(lose|loses|lost|drop\w*|forget\w*|cut\w*\s+((it|them|that|this|those)\s+)?off)\b",
                 r"第一轮", r"第 ?1 ?轮", r"最早", r"开头", r"早期", r"最前(面|头|边)", r"一开始", r"最初", r"之前的(题目|内容|信息)",
-                r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|(留|保|记)不?住|留下|扔|挤掉|挤出|裁掉|删掉|去掉)"])
+                r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|(留|保|记)不?住|留下|扔|挤掉|挤出|裁掉|删掉|去掉)",
+                # the exercise carried along, the object first in a 把 phrase: "把题目压缩进摘要里一直带着"
+                r"把\s*(第一轮|第 ?1 ?轮|最早的?|开头的?|题目)[^，。；,;]{0,12}?(带着|带上|留着|记着|存着|放进|压缩进|写进|装进)"])
 BOUNDED_KV = idea(
     "bounded_kv", "the KV each turn holds stays bounded", "每轮占用的 KV 保持有界",
     standalone=[r"\b(bound\w*|budget|cap\w*|limit\w*|fixed|constant|stays? (small|flat)|fits?)\b", r"预算|上限|有界|固定|不再增长|受控"])
