@@ -33,14 +33,15 @@ ROWS = split.rows()
 ORDINARY = {"ordinary", "format"}
 
 # measured on the last change (README, grading section); each is a floor (or a ceiling), not a target
-FLOORS = {  # measured (2269 answers, with c9-c19, the second reader built from the tune part): tune 99.1 % (ordinary 99.2,
-    # adversarial 98.7; zh 98.9, en 99.3), 0.7 % (5/769) not-full→full, 13 of 14 disagreements flagged, 31 % of answers
-    # flagged; held out (764) 89.9 % (89.5 / 90.7; zh 88.2, en 92.0), 2.8 % (11/388) not-full→full, 62 of 77 flagged,
-    # 42 % flagged. The 694 held-out rows of c1-c16 score as before (90.9 %); the 70 of c17-c19 score 80.0 %.
-    "tune": {"agreement": 0.99, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.01, "flagged": 0.92,
+FLOORS = {  # measured (2343 answers, with c9-c20, the second reader built from the tune part): tune 99.2 % (ordinary 99.3,
+    # adversarial 98.8; zh 99.1, en 99.3), 0.6 % (5/796) not-full→full, 12 of 13 disagreements flagged, 32 % of answers
+    # flagged; held out (793) 89.9 % (89.5 / 90.8; zh 88.4, en 91.8), 2.8 % (11/398) not-full→full, 67 of 80 flagged,
+    # 42 % flagged. The 694 held-out rows of c1-c16 score 91.2 %; the 70 of c17-c19 80.0 %; the 29 of c20 82.8 %
+    # (c20 measured before its fixes: all 74 85.1 %, tune 86.7 %, held out 82.8 %).
+    "tune": {"agreement": 0.99, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.007, "flagged": 0.92,
              "zh_en_gap": 0.01, "load": 0.32},
-    "holdout": {"agreement": 0.89, "ordinary": 0.89, "adversarial": 0.90, "wrong_full": 0.029, "flagged": 0.80,
-                "zh_en_gap": 0.04, "load": 0.43},
+    "holdout": {"agreement": 0.89, "ordinary": 0.89, "adversarial": 0.90, "wrong_full": 0.028, "flagged": 0.83,
+                "zh_en_gap": 0.035, "load": 0.43},
 }
 
 

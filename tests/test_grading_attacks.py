@@ -289,7 +289,7 @@ open({str(pth)!r}, "w").write("import os")
         if report["sandbox"].startswith("ran, with a read-only view"):  # the writes never happened
             assert "Read-only file system" in " ".join(report["cell_errors"])
         else:  # no user namespaces here: the writes happened and were undone
-            assert any("modified the grader's files" in p for p in report["problems"])
+            assert any("grader's files changed while the submission's code ran" in p for p in report["problems"])
             assert "task2_kv_explain" in report["needs_review"]
     finally:  # never leave the package modified, whatever happened above
         if target.read_bytes() != before:
@@ -408,6 +408,53 @@ def test_the_snapshot_undoes_changes_to_the_package_and_its_start_up_hooks():
             target.write_bytes(before)
         planted.unlink(missing_ok=True)
         pth.unlink(missing_ok=True)
+
+
+def test_without_a_read_only_view_only_what_the_submission_could_have_changed_is_undone(tmp_path, monkeypatch):
+    """The restore fallback (no jail here, forced) once put back every changed file of the checkout,
+    a developer's edit made during the grade included, silently. Now a file last changed after the
+    kernel was dead (its ``st_ctime``, which no process can set) is someone else's and kept; what
+    changed while the kernel ran is undone (it cannot be told apart), warned about, and copied aside
+    first, so nothing anyone wrote is lost."""
+    from minillm.grading import integrity, sandbox
+
+    def no_user_namespaces(scratch):
+        raise OSError("unshare: not permitted here")
+
+    monkeypatch.setenv("MINILLM_GRADE_JAIL", "none")
+    monkeypatch.setattr(sandbox, "_read_only_view", no_user_namespaces)  # (looked up in the forked kernel)
+    pkg = Path(minillm.__file__).parent
+    target, edited = pkg / "grading" / "result.py", pkg / "grading" / "cases.py"
+    before, edited_before = target.read_bytes(), edited.read_bytes()
+    restore = integrity.Snapshot.restore
+
+    def a_developer_saves_then_restore(self, kernel_ended_ns=None):
+        """The developer saves ``cases.py`` after the kernel has ended, before the restore looks."""
+        while True:
+            edited.write_bytes(edited_before + b"\n# a developer's edit during the grade\n")
+            if edited.stat().st_ctime_ns > kernel_ended_ns + integrity.CTIME_SLACK_NS:
+                break
+            time.sleep(0.01)  # (timestamps come from a coarse clock)
+        return restore(self, kernel_ended_ns)
+
+    monkeypatch.setattr(integrity.Snapshot, "restore", a_developer_saves_then_restore)
+    cell = f'open({str(target)!r}, "a").write("\\nRESULT_PATCHED = True\\n")'
+    try:
+        with pytest.warns(integrity.GraderFilesRestored) as caught:
+            rc, report, took = run(notebook(tmp_path, cell))
+        assert report["jail"] == "none" and rc == 0
+        assert target.read_bytes() == before  # the submission's write: undone
+        assert edited.read_bytes().endswith(b"# a developer's edit during the grade\n")  # kept
+        problems = [p for p in report["problems"] if "grader's files changed" in p]
+        assert len(problems) == 1 and "result.py" in problems[0] and "cases.py" not in problems[0], problems
+        copies = Path(problems[0].split("kept in ")[1].split("):")[0])
+        assert (copies / "grading" / "result.py").read_bytes().endswith(b"RESULT_PATCHED = True\n")
+        said = " ".join(str(w.message) for w in caught)
+        assert "result.py was changed while a submission's code ran" in said and str(copies) in said
+        assert "cases.py was changed after the submission's code had stopped: kept" in said
+    finally:
+        target.write_bytes(before)
+        edited.write_bytes(edited_before)
 
 
 def test_where_the_platform_allows_it_the_kernel_writes_nothing_outside_its_scratch_folder(tmp_path):

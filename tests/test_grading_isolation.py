@@ -798,6 +798,44 @@ def test_a_graded_call_runs_in_a_process_of_its_own_with_no_files_programs_or_gr
     assert _worker._call_apart(lambda x: x * 2, (21,), {}, [], ()) == [{"op": "returned", "value": {"t": "int", "v": "42"}}]
 
 
+def test_a_graded_call_cannot_make_code_from_text_even_with_its_watch_silenced():
+    """A copy of the engine can hide as data that no reading before the call recognises (an encoded
+    string, marshalled bytes) and run with the watch silenced. A graded call's process refuses code
+    made from text or bytes (``engine_guard.refuse_new_code``: an audit hook, which no call can
+    remove): exec, eval, compile, marshal, the code and function constructors; ordinary code,
+    nested functions and lambdas included, still runs."""
+    import marshal
+
+    from minillm.grading import _worker
+
+    hidden = "def _tp(x):\n    return x * 2\n".encode().hex()
+    frozen = marshal.dumps((lambda x: x * 2).__code__)
+
+    def attempts():
+        import operator
+
+        operator.methodcaller("set" + "profile", None)(sys)  # the watch silenced, with no event to see
+        made = []
+        code = (lambda: 0).__code__
+        for what, act in (("exec", lambda: exec(bytes.fromhex(hidden).decode(), {})),
+                          ("eval", lambda: eval("1 + 1")),
+                          ("compile", lambda: compile("1", "<x>", "eval")),
+                          ("marshal", lambda: marshal.loads(frozen)),
+                          ("code.replace", lambda: code.replace(co_consts=(1,))),
+                          ("FunctionType", lambda: type(attempts)(code, {}))):
+            try:
+                act()
+                made.append(what)
+            except RuntimeError:
+                pass
+        inner = [(lambda v: v + 1)(1), sum(i for i in range(3))]  # a lambda and a generator: ordinary code
+        raise ValueError(f"made: {made}; ordinary: {inner}")
+
+    report = _worker._call_apart(attempts, (), {}, [], ())
+    assert report[-1]["op"] == "raised" and "made: []; ordinary: [2, 3]" in report[-1]["error"], report
+    assert _worker._call_apart(lambda x: [y * 2 for y in x], ([1, 2],), {}, [], ())[-1]["op"] == "returned"
+
+
 PASTED_AND_SILENCED = """
 import operator, sys, torch
 NEG_INF = float('-inf')

@@ -275,6 +275,42 @@ def test_an_answer_longer_than_the_grader_reads_goes_to_a_person_unread():
     ("task5_trim_policy", ("summary", "the exercise pasted in turn-1 is what every later answer refers to"), 2),
     ("task5_trim_policy", ("summary", "later turns still need the exercise, and a last-N window would cut it off"), 2),
     ("task5_trim_policy", ("summary", "a last-N window is simpler to cut"), 1),
+    # "it is autoregressive" names the property, not what follows from the sampled token
+    ("task4_sampling", "因为 LLM 是自回归的", 0),
+    ("task4_sampling", "Because LLMs are autoregressive.", 0),
+    ("task4_sampling", "它是自回归的：选出的 token 会进入上下文，下一步基于它计算", 2),
 ])
-def test_contrast_with_starting_over_memory_units_and_turn_1(exercise, answer, score):
+def test_contrast_with_starting_over_memory_units_turn_1_and_autoregressive(exercise, answer, score):
     assert check(exercise, answer).score == score
+
+
+_C20_DIAGRAM = {"states": {"等候": "prompt token、采样参数，没有 KV", "预填": "prompt 全部 token 的 KV 块",
+                           "生成中": "KV 块，每步再加一个 token 的", "完成": "停止原因，块还没归还", "回收": "不占块，全部还给池子"},
+                "transitions": [["等候", "预填", "被调度"], ["预填", "生成中", "采出第一个 token"], ["生成中", "生成中", "下一个 token"],
+                                ["生成中", "完成", "EOS"], ["完成", "回收", "释放"]]}
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # input-method slips: 重负 for 重复 before a verb of computing, 家入 for 加入 before what it joins
+    ("task2_kv_explain", "保存算过的 key/value，后面不用重负计算，不过显存会随着长度增长", 2),
+    ("task2_kv_explain", "显存不堪重负，推理也慢", 0),  # the real word 重负 (a heavy load) stays itself
+    ("task4_sampling", "采样得到的词会家入上下文，下一步的计算以它为基础", 2),
+    # a distributive predicate without a verb is a sentence, not a keyword list
+    ("task3_pressure", [("长prompt", "prompt 长"), ("多用户", "每个用户一份 KV cache"), ("长回答", "生成越多 KV 越多")], 5),
+    ("task3_pressure", [("长prompt", "prompt 长"), ("多用户", "用户 KV cache"), ("长回答", "生成越多 KV 越多")], 4),
+    # task 5: the exercise kept by a 把 phrase (object first); one claim made for both policies is never right
+    ("task5_trim_policy", ("摘要", "可以把题目压缩进摘要里一直带着"), 2),
+    ("task5_trim_policy", ("summary", "可以把对话压缩进摘要里"), 1),
+    ("task5_trim_policy", ("summary", "摘要不会把题目带着，只有最近几轮会"), 1),
+    ("task5_trim_policy", ("summary", "summary 和 last_n 都会丢掉第一轮，所以无所谓"), 1),
+    ("task5_trim_policy", ("summary", "last_n 会丢掉第一轮的题目，summary 会保留它"), 2),
+    # 等候 (waiting) names the queue state
+    ("task1_diagram", _C20_DIAGRAM, 12),
+])
+def test_c20_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+def test_waiting_synonyms_name_the_queue_and_nothing_else():
+    assert roles_of("等候") == {"enqueue"} and roles_of("待处理") == {"enqueue"}
+    assert "enqueue" not in roles_of("回收") and "enqueue" not in roles_of("生成中")

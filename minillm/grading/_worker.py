@@ -152,9 +152,10 @@ def _has_last_word(data: bytes) -> bool:
 
 
 def _call_here(fn, args, kwargs, forbid: list, w: int, prog: bytes, install_filter) -> None:
-    """The forked process's part: filter, call under the clean room's watch, write the outcome."""
+    """The forked process's part: filter (no files, programs, signals; no code made from text),
+    call under the clean room's watch, write the outcome."""
     from . import export, wire  # noqa: F401 - everything the watch imports, imported before files close
-    from .engine_guard import clean_room_call, prepare
+    from .engine_guard import clean_room_call, prepare, refuse_new_code
 
     prepare()  # the engine's fingerprints (done once in the clean room; here too when called directly)
 
@@ -164,6 +165,7 @@ def _call_here(fn, args, kwargs, forbid: list, w: int, prog: bytes, install_filt
         write(w, (dumps({"op": "note", "what": str(what)[:300]}) + "\n").encode("utf-8"))
 
     install_filter(prog)
+    refuse_new_code(forbid)
     try:
         with clean_room_call(forbid, emit) as reached:
             value = fn(*args, **kwargs)

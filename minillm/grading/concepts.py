@@ -499,7 +499,9 @@ _ABBREVIATIONS = [(re.compile(p, _I), w) for p, w in (
 # Chinese input-method slips (a homophone typed for the word meant) that carry no other meaning in an answer
 _ZH_SLIPS = [(re.compile(p), w) for p, w in (
     (r"从新(?=[^，。；,;]{0,2}(计算|算|生成|处理|跑|做|来|投影|编码))", "重新"), (r"站用", "占用"), (r"上下问", "上下文"),
-    (r"线存", "显存"), (r"显村", "显存"))]
+    (r"线存", "显存"), (r"显村", "显存"),
+    # 重负/重付 for 重复 only before a verb of computing ("不堪重负" stays); 家入/价入 for 加入 before what it joins
+    (r"重[负付](?=\s*(计算|算|运算|处理|生成))", "重复"), (r"[家价]入(?=\s*(上下文|历史|序列|输入|context|kv|KV))", "加入"))]
 
 
 def expand_abbreviations(text: str) -> str:

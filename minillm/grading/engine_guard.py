@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import dis
+import functools
 import importlib
 import os
 import sys
@@ -54,8 +55,10 @@ def _resolve(spec: str):
     return fn if hasattr(fn, "__code__") else None
 
 
+@functools.lru_cache(maxsize=None)
 def _blocked(spec: str):
-    """Code that raises, needing no globals or closure of its own (it runs as the engine function)."""
+    """Code that raises, needing no globals or closure of its own (it runs as the engine function).
+    Kept once made: a graded call's process makes it before it refuses new code (:func:`refuse_new_code`)."""
     source = f"def blocked(*args, **kwargs):\n    raise RuntimeError({spec.replace(':', '.') + ' ' + MESSAGE!r})\n"
     namespace: dict = {}
     exec(compile(source, "<minillm grading: engine function unavailable>", "exec"), namespace)  # noqa: S102
@@ -372,6 +375,29 @@ def clean_room_call(specs, emit):
                 note("(the grader's profiler was removed)")
             if check.__code__ is not check_code or check() != state:
                 note("(the grader's guard was changed during the call)")
+
+
+#: audit events of code made from text or bytes at run time: what a copy of the engine hidden in data
+#: (a string encoded so that no reading before the call recognises it) needs in order to run
+NEW_CODE_EVENTS = frozenset({"exec", "compile", "marshal.loads", "marshal.load", "code.__new__", "function.__new__"})
+
+
+def refuse_new_code(specs=()) -> None:
+    """For the rest of this process (a graded call's own, forked for it): exec, eval, compile,
+    marshal and the code and function constructors raise. A learner's function needs none of
+    them (the watch already notes them), but with the watch silenced a copy of the engine kept as
+    text, decoded during the call, would run unseen. An audit hook, because it cannot be removed;
+    the blocked code of ``specs`` (:func:`swapped`'s) is made first, since that uses compile."""
+    for spec in specs or ():
+        if spec != WHOLE_ENGINE and not spec.startswith(ALLOW):
+            _blocked(spec)
+    events, message = NEW_CODE_EVENTS, "code made from text or bytes is refused during a graded call"
+
+    def hook(event, args):
+        if event in events:
+            raise RuntimeError(f"{message} ({event})")
+
+    sys.addaudithook(hook)
 
 
 # --- the guard ------------------------------------------------------------------------------

@@ -293,10 +293,11 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
                 results.append(grade(ex, answers[ex.answer_name], lang))
     finally:
         if session is not None:
-            session.close()
+            session.close()  # the kernel and every process it started: dead
         # only a kernel without the read-only view could have written here; otherwise a change is
         # someone else's (an editor, a package upgrade) and is not the submission's to undo
-        tampered = snapshot.restore() if session is not None and not session.isolated else []
+        tampered = (snapshot.restore(kernel_ended_ns=time.time_ns())
+                    if session is not None and not session.isolated else [])
     viewed = sorted(v for v in found.solutions_viewed | solution_lookups(nb) if v)
     for r in results:  # "?": a model answer was asked for and we cannot tell which: a person reads them all
         if r.exercise_id in viewed or any(v == UNKNOWN or r.exercise_id.startswith(v) for v in viewed):
@@ -328,7 +329,8 @@ def grade_notebook(path: str | os.PathLike, cell_timeout: float = DEFAULT_CELL_T
         "seed": coding_seed(),
         "cell_errors": session.cell_errors if session else [],
         "problems": (session.problems if session else []) + [
-            f"the submission modified the grader's files (restored): {c}" for c in tampered[:20]],
+            f"the grader's files changed while the submission's code ran (restored; what was there is kept in "
+            f"{snapshot.kept_copies}): {c}" for c in tampered[:20]],
     })
     return report
 

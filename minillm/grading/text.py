@@ -97,7 +97,9 @@ if as by it its they them their this these those is are was were be been being h
 will would must should may might does do did who whose where instead each every than through via
 """.split())
 _GLUE_ZH = re.compile(r"因为|所以|但|而|从而|因此|这样|它|会(?!话)|能够|可以|让|使|把|由于|不过|同时|却|就|才|"
-                      r"用于|通过|是|将(?!来)|需要|于是|并且|导致|带来|如果|当|随|越|被|用来|以便|只有|只要")
+                      r"用于|通过|是|将(?!来)|需要|于是|并且|导致|带来|如果|当|随|越|被|用来|以便|只有|只要|"
+                      # a distributive predicate without a verb: "每个用户一份 KV cache", "每个请求各自的块"
+                      r"每(个|一个|位|条|次)[^，。；,;]{1,8}?(一份|各一份|各自|一套|都有)")
 _VERBISH_EN = re.compile(r"\b\w+(s|ed|ing)\b", _FLAGS)
 
 

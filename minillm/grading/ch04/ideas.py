@@ -131,12 +131,12 @@ TOKEN_TO_HISTORY = idea(
 _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|inputs?|"
          r"iterations?|forward|pass(es)?|generation|outputs?|predictions?|distributions?|computation|continuation)",
          r"\b(later|next|following|subsequent)\s+(one|ones)\b", r"\blater\b\s+(steps?|on)\b",
-         r"\b(path|trajectory|direction|branch)\b", r"\bautoregress\w*", r"\bfeedback loop\b",
+         r"\b(path|trajectory|direction|branch)\b", r"\bfeedback loop\b",
          r"\bfrom then on\b", r"\bafterwards\b", r"\bthereafter\b", r"\bdownstream\b", r"\bwhat comes (next|after)\b",
          r"\beverything after\b", r"\bcondition\w*\b", r"\bdepend\w*", r"\bbuilds?\s+on\b", r"\bbased on\b", r"\bcontinuations\b",
          r"\brel(y|ies)\s+on\b", r"\battends? to\b", r"\bsteer\w*", r"\bdiverg\w*", r"\bcontinuation\b",
          r"下一(轮|步|个|次)", r"后续", r"(之后|以后|后面)(的)?[^，。；,;]{0,3}(每一?步|步|token|计算|生成|输出|解码|decode|内容|路径|轮|预测|都)",
-         r"(影响|决定|改变|左右)[^，。；,;]{0,2}(之后|以后|后面)", r"接下来", r"路径", r"走向", r"轨迹", r"方向", r"自回归",
+         r"(影响|决定|改变|左右)[^，。；,;]{0,2}(之后|以后|后面)", r"接下来", r"路径", r"走向", r"轨迹", r"方向",
          r"依赖", r"基于", r"为条件", r"depend", r"next step", r"(顺着|接着|沿着)(它|这个)", r"(接着|顺着|沿着)[^，。；,;]{0,4}(往后|往下|继续)",
          r"\b(generat\w*|produc\w*|predict\w*|comes?|outputs?)\s+next\b", r"(影响|决定|改变)[^，。；,;]{0,3}(每一步|后面每|之后每)",
          r"(后面|之后|接下来)[^，。；,;]{0,6}(顺着|沿着|跟着|接着)"]
@@ -148,7 +148,9 @@ NEXT_STEP_DEPENDS = idea(
                         r"\b(continu\w*|carr(y|ies) on|goes on|builds?)\s+from\s+(it|that|this|there)\b", r"\bcontinu\w*\s+from\b",
                         r"\b(computed|calculated|conditioned|predicted)\s+(from|on)\s+(the\s+)?(\w+\s+){0,2}?(tokens?|samples?|choices?)\b",
                         r"\binput\s+(of|for|to)\s+(the\s+)?(next|following|later)\b", r"(下一步|后面|之后)[^，。；]{0,4}(的)?输入",
-                        r"(再|又|重新)\s*(送|喂|输|传|放)(进|回|给|入)[^，。；,;]{0,4}模型"])
+                        r"(再|又|重新)\s*(送|喂|输|传|放)(进|回|给|入)[^，。；,;]{0,4}模型"],
+    # "LLMs are autoregressive" names the property, not what follows from the token: a hint, not the idea
+    weak=[r"\bautoregress\w*", r"自回归"])
 
 REQUEST_STATE = idea(
     "request_state", "it is execution state that belongs to one live request", "它是属于某一个活跃请求的执行状态",
@@ -274,7 +276,9 @@ EARLY_TURN_MATTERS = idea(
                 r"content)", r"\b(exercise|problem statement|the task)\b[^.;]{0,60}\b(lost|dropp\w*|forg\w*|cut|gone|"
                 r"kept|keep\w*|preserv\w*|remain\w*|retain\w*)", r"\b(lose|loses|lost|drop\w*|forget\w*|cut\w*\s+((it|them|that|this|those)\s+)?off)\b",
                 r"第一轮", r"第 ?1 ?轮", r"最早", r"开头", r"早期", r"最前(面|头|边)", r"一开始", r"最初", r"之前的(题目|内容|信息)",
-                r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|(留|保|记)不?住|留下|扔|挤掉|挤出|裁掉|删掉|去掉)"])
+                r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|(留|保|记)不?住|留下|扔|挤掉|挤出|裁掉|删掉|去掉)",
+                # the exercise carried along, the object first in a 把 phrase: "把题目压缩进摘要里一直带着"
+                r"把\s*(第一轮|第 ?1 ?轮|最早的?|开头的?|题目)[^，。；,;]{0,12}?(带着|带上|留着|记着|存着|放进|压缩进|写进|装进)"])
 BOUNDED_KV = idea(
     "bounded_kv", "the KV each turn holds stays bounded", "每轮占用的 KV 保持有界",
     standalone=[r"\b(bound\w*|budget|cap\w*|limit\w*|fixed|constant|stays? (small|flat)|fits?)\b", r"预算|上限|有界|固定|不再增长|受控"])

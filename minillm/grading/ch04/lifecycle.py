@@ -30,7 +30,7 @@ ROLES: dict[str, tuple[str, str]] = {
     "new": (r"\bnew\b|\barriv\w*|\breceiv\w*|\bsubmit\w*|\bincoming\b|\bcreated\b|\brequest in\b|"
             r"进入请求|新请求|到达|接收|提交|进入系统", "NEW / ARRIVED"),
     "tokenize": (r"tokeni[sz]\w*|分词", "TOKENIZE"),
-    "enqueue": (r"\bqueue\w*|\benqueue\w*|\bwait\w*|\bpending\b|\badmi\w*|入队|排队|等待|队列|待调度", "WAITING / QUEUED / 入队"),
+    "enqueue": (r"\bqueue\w*|\benqueue\w*|\bwait\w*|\bpending\b|\badmi\w*|入队|排队|等待|等候|队列|待调度|待处理", "WAITING / QUEUED / 入队"),
     "prefill": (r"pre-?\s?fill\w*|prompt process\w*|process\w* (the )?prompt|context encod\w*|context[ _]?init\w*|"
                 r"context (phase|stage)|prompt (phase|stage)|first token|encode prompt|预填充|预填|首 ?token|提示处理|"
                 r"prompt ?(处理|计算)|上下文(阶段|计算|编码)|首轮", "PREFILL"),

@@ -1014,7 +1014,13 @@ _LAST_N = re.compile(r"最近|最后|\blast\b|\brecent\b|window|窗口|\bN\s*(�
 _SUMMARY = re.compile(r"摘要|总结|summar\w*", re.I)
 _LOSES = re.compile(r"(留|保|记)不住|存不下|丢|忘|截掉|删|扔|挤掉|挤出|裁掉|去掉|\blos[et]\w*|\bdrop\w*|\bforg[eo]t\w*|\bcut\w*|\bevict\w*", re.I)
 _KEEPS = re.compile(r"(保留|留住|留下|保住|\bkeep\w*|\bkept\b|\bretain\w*|\bpreserv\w*)\s*(\w+\s+)?"
-                    r"(第一轮|第 ?1 ?轮|最早|开头|题目|它|\bturn\s*(1|one)\b|\bfirst\b|\bexercise\b|\bproblem\b|\bit\b)", re.I)
+                    r"(第一轮|第 ?1 ?轮|最早|开头|题目|它|\bturn\s*(1|one)\b|\bfirst\b|\bexercise\b|\bproblem\b|\bit\b)|"
+                    # the object first, in a 把 phrase: "把题目压缩进摘要里一直带着"
+                    r"把\s*(第一轮|第 ?1 ?轮|最早的?|开头的?|题目|它)[^，。；,;]{0,12}?"
+                    r"(带着|带上|留着|留住|留下|保留|保住|记着|存着|放进|压缩进|写进|装进)", re.I)
+# both policies in one clause, joined, with one claim for the two ("summary 和 last_n 都会丢掉第一轮")
+_BOTH = re.compile(r"(都|两种|两个|二者|两者|\bboth\b|\beither\b|\bneither\b)", re.I)
+_JOINED = re.compile(r"(和|与|跟|或|还是|以及|、|/|\band\b|\bor\b|\bnor\b)", re.I)
 
 
 def _policy_claims(why: str) -> tuple[bool, bool]:
@@ -1025,8 +1031,13 @@ def _policy_claims(why: str) -> tuple[bool, bool]:
 
     right = wrong = False
     for _, clause in clauses(normalize(why)):
-        last, summary = bool(_LAST_N.search(clause)), bool(_SUMMARY.search(clause))
-        if last == summary:
+        last, summary = _LAST_N.search(clause), _SUMMARY.search(clause)
+        if last and summary:  # one claim for both cannot tell them apart: never right, wrong if wrong for one
+            lo, hi = sorted((last.end(), summary.end()))
+            if _BOTH.search(clause) and _JOINED.search(clause[lo - 1:hi]):
+                wrong = wrong or any(rx.search(clause) for rx in (_LOSES, _KEEPS))
+            continue
+        if not (last or summary):
             continue
         for rx, keeps in ((_LOSES, False), (_KEEPS, True)):
             for m in rx.finditer(clause):
