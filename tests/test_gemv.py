@@ -161,6 +161,21 @@ def test_a_wide_head_over_a_decode_batch_runs_on_the_packed_weight(monkeypatch):
     assert packed.error is None
 
 
+@pytest.mark.skipif(not packed.usable(), reason="torch has no oneDNN packed linear here")
+@pytest.mark.parametrize("avx512", [True, False])
+def test_decode_batch_projections_take_the_packed_weight_on_avx512_only(monkeypatch, avx512):
+    """On a CPU where torch runs AVX-512 kernels a decode batch's projections of MIN_OUT_AVX512
+    outputs or more take oneDNN's packed weight (measured faster there, slower on AVX2); elsewhere
+    only lm-head-wide ones (MIN_OUT) do. Either way the result is F.linear's within rounding."""
+    monkeypatch.setattr(packed, "_avx512", lambda: avx512)
+    assert packed.min_out() == (packed.MIN_OUT_AVX512 if avx512 else packed.MIN_OUT)
+    proj = gemv.stream(nn.Linear(64, packed.MIN_OUT_AVX512))
+    x = torch.randn(16, 64)
+    with torch.inference_mode():
+        torch.testing.assert_close(proj(x), F.linear(x, proj.weight, proj.bias), rtol=1e-5, atol=1e-5)
+    assert ("_packed_weight" in proj.__dict__) is avx512
+
+
 def test_engine_streams_float32_projections_with_the_reference_tokens(model_factory):
     folder, _ = model_factory("qwen2")  # biases on q/k/v
     llm = LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, num_threads=2)

@@ -350,7 +350,7 @@ def _many_rows(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     (an lm head over a decode batch) on oneDNN's packed weight (``packed``), else in slices
     (``_wide``), else ``F.linear``."""
     w = linear.weight
-    if (w.shape[0] >= packed.MIN_OUT and x.shape[0] <= packed.MAX_ROWS and x.dtype is _F32
+    if (w.shape[0] >= packed.min_out() and x.shape[0] <= packed.MAX_ROWS and x.dtype is _F32
             and w.dtype is _F32):
         y = packed.linear(linear, x)
         if y is not None:

@@ -20,15 +20,32 @@ the first call returns the packed product too: the same input gives the same bit
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
 #: products with at least this many outputs (an lm head) take this path
 MIN_OUT = 2048
+#: ... and on a CPU with AVX-512, projections from this many outputs: on an AMD EPYC Zen 4 core oneDNN's
+#: packed product took 0.64-0.92x MKL's CPU time for SmolLM2's and the shipped model's projections of 512
+#: outputs and more at 16-64 rows (256 x 256: 1.02-1.22x), where on Zen 3 (AVX2) it lost (0.8-1.9x)
+MIN_OUT_AVX512 = 512
 #: and more than ``gemv.MAX_ROWS`` but at most this many rows (decode batches; measured to 64)
 MAX_ROWS = 256
 #: why the path is off in this process (None: on, or not tried yet)
 error: str | None = None
+
+
+@functools.lru_cache(maxsize=None)
+def _avx512() -> bool:
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
+def min_out() -> int:
+    """The fewest outputs a product needs to take this path on this CPU: ``MIN_OUT``, or
+    ``MIN_OUT_AVX512`` where torch runs its AVX-512 kernels, whichever is smaller."""
+    return min(MIN_OUT, MIN_OUT_AVX512) if _avx512() else MIN_OUT
 
 
 def usable() -> bool:
