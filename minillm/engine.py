@@ -74,6 +74,8 @@ class StepInterrupts:
         self._open = True
 
     def close(self) -> None:
+        """From here a SIGINT is held back. Python runs a signal's handler at the next bytecode
+        it checks, which may be this call's first: the step's ``try`` must still be around it."""
         self._open = False
 
     def __exit__(self, exc_type, exc, tb):
@@ -248,18 +250,26 @@ class EngineCore:
                 sigint.open()
             logits = self.runner.run(batch.decodes, batch.prefills, batch.prefill_chunks)
             token_ids, logprobs, errors = self.runner.sample(self.sampler, logits, batch.sampled, saved)
-        except BaseException:
-            for req, state in saved:
-                req._generator.set_state(state)
-            if hasattr(self.sampler, "set_rng_state"):
-                self.sampler.set_rng_state(shared)
-            self.scheduler.rollback(batch)
-            raise
-        finally:
             if sigint is not None:
+                # inside the try: a signal that arrived during the last C call is often handled
+                # only here, at the call's first bytecode, and must still undo the step
                 sigint.close()
+        except BaseException:
+            if sigint is not None:  # closed before any call (a call is where a handler may run),
+                sigint._open = False   # so a second SIGINT cannot cut the rollback short
+            self._undo(batch, saved, shared)
+            raise
         self.scheduler.update_from_output(batch, token_ids, logprobs, errors)
         return batch
+
+    def _undo(self, batch: ScheduledBatch, saved: list, shared) -> None:
+        """Put back what a step that raised had changed: the seeded generators' states, the fast
+        sampler's shared generator, and the scheduler's view of the batch."""
+        for req, state in saved:
+            req._generator.set_state(state)
+        if hasattr(self.sampler, "set_rng_state"):
+            self.sampler.set_rng_state(shared)
+        self.scheduler.rollback(batch)
 
     def _emit_step(self, batch: ScheduledBatch, duration: float) -> None:
         """The step's own event: what ran, and the KV pool right after it."""

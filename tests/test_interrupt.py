@@ -135,8 +135,71 @@ def _check_trial(llm, reqs, reference, trial):
     check_block_invariants(llm)
 
 
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
+@pytest.mark.parametrize("kw", [{"fast": False}, {}, {"decode_graphs": "eager"}])
+def test_a_sigint_handled_only_as_the_forward_pass_closes_still_undoes_the_step(make_llm, reference, monkeypatch, kw):
+    """Python runs a signal's handler at the next bytecode where it checks for one, and after a
+    long C call (a compiled graph) that can be the first bytecode of ``StepInterrupts.close()``:
+    the step must be undone then too (CI once saw seeded rows' generators left advanced by a step
+    that was dropped, with compiled graphs and the kernel). Here the handler is run exactly
+    there, every third step, instead of waiting for a timer to hit that window."""
+    from minillm.engine import StepInterrupts
+
+    real_close, count = StepInterrupts.close, {"n": 0}
+
+    def close_with_a_signal_at_its_entry(self):
+        count["n"] += 1
+        if count["n"] % 3 == 0 and self._previous is not None:
+            self._handle(signal.SIGINT, None)
+        real_close(self)
+
+    monkeypatch.setattr(StepInterrupts, "close", close_with_a_signal_at_its_entry)
+    armed = {"on": False}
+    previous = signal.signal(signal.SIGINT, _raise_when_armed(armed))
+    try:
+        llm = make_llm(**kw)
+        reqs = _add_all(llm, PROMPTS + SHARED)
+        assert _drive(llm, armed) > 0
+        monkeypatch.undo()
+        _check_trial(llm, reqs, reference, 0)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Boom(Exception):
     pass
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs the main thread")
+def test_a_sigint_during_the_rollback_of_a_failed_step_does_not_cut_it_short(make_llm, reference, monkeypatch):
+    """A model error undoes the step; Ctrl-C pressed while that happens must not stop the undoing
+    halfway (it is dropped: the step raises its own error)."""
+    llm = make_llm()
+    reqs = _add_all(llm, PROMPTS + SHARED)
+    llm.step()
+    real_run, real_rollback = llm.runner.run, llm.scheduler.rollback
+
+    def fail(*a, **k):
+        raise Boom("model down")
+
+    def rollback_hit_by_a_signal(batch):
+        signal.raise_signal(signal.SIGINT)  # its handler runs here, before the rollback
+        real_rollback(batch)
+
+    armed = {"on": True}
+    previous = signal.signal(signal.SIGINT, _raise_when_armed(armed))
+    try:
+        monkeypatch.setattr(llm.runner, "run", fail)
+        monkeypatch.setattr(llm.scheduler, "rollback", rollback_hit_by_a_signal)
+        with pytest.raises(Boom):
+            llm.step()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    monkeypatch.setattr(llm.runner, "run", real_run)
+    monkeypatch.setattr(llm.scheduler, "rollback", real_rollback)
+    check_block_invariants(llm)
+    _drive(llm)
+    _check_trial(llm, reqs, reference, 0)
 
 
 @pytest.mark.parametrize("exc", [Boom, KeyboardInterrupt])
