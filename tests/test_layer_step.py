@@ -1,0 +1,132 @@
+"""A decode step's decoder layer in one C call (``minillm.fast.layer_step``): the eager layer's
+output bit for bit, float32 and int8, one thread and two; the cases it leaves to the eager layer
+(prefills, more rows than the kernel takes, a hook inside the layer, q/k norms); a weight
+replaced under it; a slot outside the pool refused before anything is written; and the engine
+without the library."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minillm import LLM
+from minillm.fast import layer_step, small_ops
+from minillm.fast.attention import DecodeMeta, PagedKernel
+from minillm.models.llama import AttentionBatch
+from conftest import greedy_tokens
+
+pytestmark = pytest.mark.skipif(not layer_step.available(), reason=f"unavailable: {layer_step.unavailable_reason()}")
+
+PROMPTS = [[5, 17, 42, 99, 7, 3] * 4, [5, 17], list(range(20, 50))]
+
+
+def engine(folder, **kw):
+    return LLM(str(folder), device="cpu", dtype="float32", enable_prefix_caching=False, attention_backend="kernel",
+               block_size=4, num_kv_blocks=128, **kw)
+
+
+@pytest.fixture
+def checked_calls(monkeypatch):
+    """Every one call made also runs the eager layer on the same inputs: both outputs must be
+    the same bits. Counts the one calls made and those that fell back (None)."""
+    seen = {"one": 0, "none": 0}
+    one_call = layer_step.one_call
+
+    def checked(layer, x, cos, sin, batch, k_cache, v_cache):
+        out = one_call(layer, x, cos, sin, batch, k_cache, v_cache)
+        if out is None:
+            seen["none"] += 1
+            return None
+        seen["one"] += 1
+        assert torch.equal(out, small_ops.FusedDecoderLayer.forward(layer, x, cos, sin, batch, k_cache, v_cache))
+        return out
+
+    monkeypatch.setattr(layer_step, "one_call", checked)
+    return seen
+
+
+@pytest.mark.parametrize("family, weight_dtype, threads", [("llama", None, 1), ("qwen2", None, 2),
+                                                           ("llama3rope", None, 1), ("llama", "int8", 2)])
+def test_one_call_is_the_eager_layer_bit_for_bit(model_factory, checked_calls, family, weight_dtype, threads):
+    before = torch.get_num_threads()
+    try:
+        llm = engine(model_factory(family)[0], weight_dtype=weight_dtype, num_threads=threads)
+        assert {type(layer) for layer in llm.model.model.layers} == {layer_step.StepDecoderLayer}
+        # three rows decoding together, then rows leaving: 3, 2 and 1-row steps
+        got = greedy_tokens(llm, PROMPTS, n=10)
+    finally:
+        torch.set_num_threads(before)
+    assert checked_calls["one"] >= 2 * 9  # every decode step of both layers
+    # float32: the reference path's tokens; int8 (a fast-path option): the gather backend's eager layers
+    kw = {"fast": False} if weight_dtype is None else {"attention_backend": "gather", "weight_dtype": weight_dtype}
+    reference = LLM(str(model_factory(family)[0]), device="cpu", dtype="float32", enable_prefix_caching=False, **kw)
+    assert got == greedy_tokens(reference, PROMPTS, n=10)
+
+
+def test_steps_outside_its_case_run_the_eager_layer(model_factory, checked_calls):
+    """Nine rows decoding together (more than gemv.MAX_ROWS) and every prefill: no one call."""
+    llm = engine(model_factory("llama")[0], max_num_seqs=16)
+    prompts = [[(3 * i + j) % 50 + 3 for j in range(2 + i)] for i in range(9)]
+    greedy_tokens(llm, prompts, n=3)
+    assert checked_calls["one"] == 0 and checked_calls["none"] > 0
+
+
+def test_a_hook_inside_the_layer_turns_it_off_and_runs(model_factory, checked_calls):
+    llm = engine(model_factory("llama")[0])
+    ran = []
+    handle = llm.model.model.layers[1].mlp.down_proj.register_forward_hook(lambda m, a, out: ran.append(a[0].shape))
+    greedy_tokens(llm, PROMPTS[:1], n=4)
+    assert len(ran) == 4  # the prefill and three decode steps: the hook saw every one
+    ones = checked_calls["one"]
+    assert ones == 3  # layer 0's decode steps only
+    handle.remove()
+    greedy_tokens(llm, PROMPTS[:1], n=4)
+    assert checked_calls["one"] == ones + 6
+
+
+def test_a_weight_replaced_under_it_is_read(model_factory, checked_calls):
+    """New parameter data (same Parameter object) and a new Parameter: the next step uses them
+    (the checked fixture compares with the eager layer, which reads them afresh)."""
+    llm = engine(model_factory("llama")[0])
+    first = greedy_tokens(llm, PROMPTS, n=4)
+    layer = llm.model.model.layers[0]
+    with torch.no_grad():
+        layer.self_attn.qkv_proj.weight.data = layer.self_attn.qkv_proj.weight.data * 0.5
+        layer.mlp.down_proj.weight = torch.nn.Parameter(layer.mlp.down_proj.weight * -1.0)
+    assert greedy_tokens(llm, PROMPTS, n=4) != first
+    assert checked_calls["one"] == 2 * 2 * 3
+
+
+def test_q_k_norms_stay_on_the_eager_layer(model_factory, checked_calls):
+    llm = engine(model_factory("qwen3")[0])
+    greedy_tokens(llm, PROMPTS, n=3)
+    assert checked_calls["one"] == 0
+
+
+def test_a_slot_outside_the_pool_is_refused_before_any_write(model_factory):
+    llm = engine(model_factory("llama")[0])
+    greedy_tokens(llm, PROMPTS[:1], n=2)  # the struct of layer 0 is made
+    model, kv = llm.model, llm.kv_cache
+    layer = model.model.layers[0]
+    slots = kv.k[0].shape[0] * kv.k[0].shape[1]
+    for slot, length, block in ((slots, 3, 0), (5, 3, kv.k[0].shape[0]), (5, 9, 0)):
+        meta = DecodeMeta(torch.tensor([[block, 1]]), torch.tensor([length]), torch.tensor([slot]), 2)
+        batch = AttentionBatch(positions=torch.tensor([2]), slot_mapping=meta.slot_mapping, num_decode=1,
+                               attention=PagedKernel(), decode_meta=meta)
+        x = torch.randn(1, model.config.hidden_size)
+        cos, sin = model.rotary(batch.positions, torch.float32)
+        k0, v0 = kv.k[0].clone(), kv.v[0].clone()
+        with torch.inference_mode():
+            assert layer_step.one_call(layer, x, cos, sin, batch, kv.k[0], kv.v[0]) is None
+        assert torch.equal(kv.k[0], k0) and torch.equal(kv.v[0], v0)
+
+
+def test_without_the_library_the_engine_keeps_the_eager_layers(model_factory, monkeypatch):
+    monkeypatch.setattr(layer_step, "_lib", None)
+    monkeypatch.setattr(layer_step, "_error", "RuntimeError: no C compiler here")
+    assert not layer_step.available() and "compiler" in layer_step.unavailable_reason()
+    llm = engine(model_factory("llama")[0])
+    assert {type(layer) for layer in llm.model.model.layers} == {small_ops.FusedDecoderLayer}
+    reference = LLM(str(model_factory("llama")[0]), device="cpu", dtype="float32", fast=False,
+                    enable_prefix_caching=False)
+    assert greedy_tokens(llm, PROMPTS, n=6) == greedy_tokens(reference, PROMPTS, n=6)
