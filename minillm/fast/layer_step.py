@@ -30,6 +30,7 @@ import torch.nn.modules.module as _module
 
 from . import cpu_kernel, gemv, small_ops
 from .attention import PagedKernel
+from ..models.llama import LlamaForCausalLM
 from .small_ops import FusedDecoderLayer
 
 SOURCE = Path(__file__).with_name("kernels") / "decoder_layer.c"
@@ -74,8 +75,9 @@ def _declare(lib):
     lib.decoder_layer_f32.argtypes = [ctypes.POINTER(_Kernels), ctypes.POINTER(_Weights), ctypes.POINTER(_Step),
                                       _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
     lib.decoder_layer_f32.restype = ctypes.c_int
-    lib.layer_scratch_floats.argtypes = [_i64] * 6
-    lib.layer_scratch_floats.restype = _i64
+    lib.decoder_stack_f32.argtypes = [ctypes.POINTER(_Kernels), _ptr, _i64, ctypes.POINTER(_Step),
+                                      _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
+    lib.decoder_stack_f32.restype = ctypes.c_int
     return lib
 
 
@@ -179,11 +181,12 @@ def _hooked(mods) -> bool:
     return any(m._forward_hooks or m._forward_pre_hooks for m in mods)
 
 
-def _step(meta, m: int, k_cache: torch.Tensor, weights: _Weights):
-    """The step's shared C struct (slots, tables, lengths, scratch), made by the first layer and
-    kept on the step's ``DecodeMeta``; None when the step is not the one call's case."""
+def _step(meta, m: int, k_cache: torch.Tensor, per_row: int):
+    """The step's shared C struct (slots, tables, lengths, scratch of ``per_row`` floats a row),
+    made by the first layer and kept on the step's ``DecodeMeta``; None when the step is not the
+    one call's case."""
     cached = meta.layer_step
-    size = m * weights.per_row
+    size = m * per_row
     if cached is not None and cached[0] == (m, k_cache.shape) and cached[1].scratch_floats >= size:
         return cached[1]
     slots, tables, lens = meta.slot_mapping, meta.block_tables, meta.context_lens
@@ -215,10 +218,9 @@ def _case(layer, x, cos, sin, batch, k_cache, v_cache) -> bool:
             and (gemv.ONE_THREAD_F32 or (gemv._threads or torch.get_num_threads()) > 1))
 
 
-def one_call(layer, x, cos, sin, batch, k_cache, v_cache) -> torch.Tensor | None:
-    """The layer's output by one C call, or None when this step or layer is not its case."""
-    if not _case(layer, x, cos, sin, batch, k_cache, v_cache):
-        return None
+def _layer_weights(layer) -> _Weights | None:
+    """``layer``'s C weights struct, remade when a weight changed; None when the layer is not
+    the one call's case or a hook would run inside it."""
     mods = _inner_modules(layer)
     if _hooked(mods):
         return None
@@ -226,10 +228,17 @@ def one_call(layer, x, cos, sin, batch, k_cache, v_cache) -> torch.Tensor | None
     now = _current(mods)
     if cached is None or not _same(cached[0], now):
         _made[layer] = cached = (now, _weights(mods))
-    weights = cached[1]
+    return cached[1]
+
+
+def one_call(layer, x, cos, sin, batch, k_cache, v_cache) -> torch.Tensor | None:
+    """The layer's output by one C call, or None when this step or layer is not its case."""
+    if not _case(layer, x, cos, sin, batch, k_cache, v_cache):
+        return None
+    weights = _layer_weights(layer)
     if weights is None or weights.hidden != x.shape[1] or weights.head_dim != k_cache.shape[3]:
         return None
-    st = _step(batch.decode_meta, x.shape[0], k_cache, weights)
+    st = _step(batch.decode_meta, x.shape[0], k_cache, weights.per_row)
     if st is None:
         return None
     out = torch.empty_like(x)
@@ -254,4 +263,97 @@ def use_layer_step(model: torch.nn.Module) -> bool:
     for module in model.modules():
         if type(module) is FusedDecoderLayer:
             module.__class__ = StepDecoderLayer
+    if type(model) is LlamaForCausalLM:
+        model.__class__ = StepLlamaForCausalLM
     return True
+
+
+class _Stack:
+    """A model's layers as the C stack call takes them: pointer arrays to each layer's weights
+    struct and KV pools, remade when a struct or a pool changes."""
+
+    def __init__(self, weights: list, k_pools: list, v_pools: list):
+        n = len(weights)
+        self.key = (tuple(weights), tuple(k_pools), tuple(v_pools), tuple(t.data_ptr() for t in k_pools + v_pools))
+        self.weights = (ctypes.POINTER(_Weights) * n)(*(ctypes.pointer(w) for w in weights))
+        self.k = (_ptr * n)(*(t.data_ptr() for t in k_pools))
+        self.v = (_ptr * n)(*(t.data_ptr() for t in v_pools))
+        self.n, self.per_row, self.pool = n, max(w.per_row for w in weights), k_pools[0]
+
+
+def _pools_ok(k_pools: list, v_pools: list) -> bool:
+    shape = k_pools[0].shape
+    return len(shape) == 4 and all(t.dtype is _F32 and t.shape == shape and t.is_cpu and t.is_contiguous()
+                                   for t in k_pools + v_pools)
+
+
+def _stack(model, kv_cache) -> _Stack | None:
+    """The model's ``_Stack`` for this step (None: a layer is not the one call's case or has a
+    hook of its own, which the stack call would skip)."""
+    weights = []
+    for layer in model.model.layers:
+        if type(layer) is not StepDecoderLayer or layer._forward_hooks or layer._forward_pre_hooks:
+            return None
+        w = _layer_weights(layer)
+        if w is None:
+            return None
+        weights.append(w)
+    k_pools, v_pools = list(kv_cache.k), list(kv_cache.v)
+    if len(k_pools) != len(weights) or len(v_pools) != len(weights):
+        return None
+    cached = _made.get(model)
+    if cached is not None and _same_stack(cached.key, weights, k_pools, v_pools):
+        return cached
+    if not _pools_ok(k_pools, v_pools) or any(w.head_dim != k_pools[0].shape[3] for w in weights):
+        return None
+    _made[model] = stack = _Stack(weights, k_pools, v_pools)
+    return stack
+
+
+def _same_stack(key: tuple, weights: list, k_pools: list, v_pools: list) -> bool:
+    return (len(key[0]) == len(weights) and all(a is b for a, b in zip(key[0], weights))
+            and all(a is b for a, b in zip(key[1], k_pools)) and all(a is b for a, b in zip(key[2], v_pools))
+            and key[3] == tuple(t.data_ptr() for t in k_pools + v_pools))
+
+
+def _stack_case(input_ids, batch, kv_cache) -> bool:
+    m = input_ids.shape[0]
+    return (_lib is not None and kv_cache is not None and type(batch.attention) is PagedKernel
+            and batch.decode_meta is not None and batch.num_decode == m and not batch.prefills
+            and 0 < m <= gemv.MAX_ROWS and input_ids.dim() == 1 and not torch.is_grad_enabled()
+            and not torch.compiler.is_compiling()
+            and (gemv.ONE_THREAD_F32 or (gemv._threads or torch.get_num_threads()) > 1))
+
+
+def stack_call(stack: _Stack, x, cos, sin, meta) -> torch.Tensor | None:
+    """The last layer's output for the step's hidden states ``x`` by one C call (None: refused)."""
+    m = x.shape[0]
+    if (x.dtype is not _F32 or x.dim() != 2 or not x.is_contiguous() or cos.dtype is not _F32
+            or sin.dtype is not _F32 or not cos.is_contiguous() or not sin.is_contiguous()
+            or cos.numel() != m * stack.pool.shape[3] or sin.numel() != cos.numel()):
+        return None
+    st = _step(meta, m, stack.pool, stack.per_row)
+    if st is None:
+        return None
+    out, between = torch.empty_like(x), torch.empty_like(x)
+    status = _lib.decoder_stack_f32(_kernels, stack.weights, stack.n, st, x.data_ptr(), out.data_ptr(),
+                                    between.data_ptr(), stack.k, stack.v, cos.data_ptr(), sin.data_ptr())
+    return out if status == 0 else None
+
+
+class StepLlamaForCausalLM(LlamaForCausalLM):
+    """A model whose decode steps of a few rows run every decoder layer in one C call
+    (``stack_call``) when each layer is ``StepDecoderLayer``'s case and no layer has a hook;
+    otherwise (or when the call refuses its arguments) the model's own forward, layer by layer."""
+
+    def forward(self, input_ids, batch, kv_cache=None, logits_rows=None):
+        stack = _stack(self, kv_cache) if _stack_case(input_ids, batch, kv_cache) else None
+        if stack is not None:
+            x = self.model.embed_tokens(input_ids)
+            cos, sin = self.rotary(batch.positions, x.dtype)
+            h = stack_call(stack, x, cos, sin, batch.decode_meta)
+            if h is not None:
+                if logits_rows is not None:
+                    h = h.index_select(0, logits_rows)
+                return self.lm_head(self.model.norm(h))
+        return super().forward(input_ids, batch, kv_cache, logits_rows)

@@ -143,13 +143,11 @@ static void rotate(float *heads, int64_t count, int64_t d, const float *cos, con
     }
 }
 
-int decoder_layer_f32(const struct layer_kernels *kern, const struct layer_weights *lw,
-                      const struct decode_step *st, const float *x, float *out, float *k_pool, float *v_pool,
-                      const float *cos, const float *sin)
+/* one layer, its arguments checked */
+static int run_layer(const struct layer_kernels *kern, const struct layer_weights *lw, const struct decode_step *st,
+                     const float *x, float *out, float *k_pool, float *v_pool, const float *cos, const float *sin)
 {
-    int rc = check(kern, lw, st, x, out, k_pool, v_pool, cos, sin);
-    if (rc != 0)
-        return rc;
+    int rc;
     const int64_t m = st->m, hidden = lw->hidden, d = lw->head_dim, inter = lw->inter;
     const int64_t q = lw->heads * d, kv = lw->kv_heads * d, qkv_n = q + 2 * kv;
     float *h = st->scratch, *qkv = h + m * hidden, *att = qkv + m * qkv_n, *a = att + m * q;
@@ -174,5 +172,41 @@ int decoder_layer_f32(const struct layer_kernels *kern, const struct layer_weigh
         return rc;
     for (int64_t i = 0; i < m * hidden; i++)
         out[i] += down[i];
+    return 0;
+}
+
+int decoder_layer_f32(const struct layer_kernels *kern, const struct layer_weights *lw,
+                      const struct decode_step *st, const float *x, float *out, float *k_pool, float *v_pool,
+                      const float *cos, const float *sin)
+{
+    const int rc = check(kern, lw, st, x, out, k_pool, v_pool, cos, sin);
+    return rc != 0 ? rc : run_layer(kern, lw, st, x, out, k_pool, v_pool, cos, sin);
+}
+
+/* Every layer of the step in turn (layer i's weights layers[i], its pools k_pools[i] and
+ * v_pools[i]): x in, the last layer's output in out, the layers between alternating through out
+ * and between ([m, hidden] floats). Every layer's arguments are checked before anything is
+ * written. The same calls in the same order as decoder_layer_f32 layer by layer. */
+int decoder_stack_f32(const struct layer_kernels *kern, const struct layer_weights *const *layers, int64_t n_layers,
+                      const struct decode_step *st, const float *x, float *out, float *between,
+                      float *const *k_pools, float *const *v_pools, const float *cos, const float *sin)
+{
+    if (!layers || !k_pools || !v_pools || !between || n_layers < 1)
+        return -3;
+    for (int64_t i = 0; i < n_layers; i++) {
+        const int rc = check(kern, layers[i], st, x, out, k_pools[i], v_pools[i], cos, sin);
+        if (rc != 0)
+            return rc;
+        if (layers[i]->hidden != layers[0]->hidden)
+            return -3;
+    }
+    const float *in = x;
+    for (int64_t i = 0; i < n_layers; i++) {
+        float *dst = (n_layers - 1 - i) % 2 == 0 ? out : between;
+        const int rc = run_layer(kern, layers[i], st, in, dst, k_pools[i], v_pools[i], cos, sin);
+        if (rc != 0)
+            return rc;
+        in = dst;
+    }
     return 0;
 }
