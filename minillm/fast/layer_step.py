@@ -22,6 +22,7 @@ too, whose own checks then raise).
 from __future__ import annotations
 
 import ctypes
+import operator
 import weakref
 from pathlib import Path
 
@@ -268,17 +269,70 @@ def use_layer_step(model: torch.nn.Module) -> bool:
     return True
 
 
+class _Watch:
+    """What a ``_Stack`` was made from, checked at each step in a few C-level passes (checking
+    layer by layer in Python cost ~0.8 ms of a SmolLM2-135M step: run right after the previous
+    step's weights went through the caches, each attribute look-up missed them): the modules
+    and tensors at every place the structs were read from (replaced: another object there), the
+    tensors' addresses (``.data`` replaced under the same object), the modules' classes, and no
+    forward hook on any of them."""
+
+    def __init__(self, model, kv_cache):
+        self.places, self.keys, self.found, self.modules, self.tensors = [], [], [], [], []
+        self._at(model._modules, "model")
+        self._at(model.model._modules, "layers")
+        layers = model.model.layers
+        for i, layer in enumerate(layers):
+            self._at(layers._modules, str(i))
+            attn, mlp = layer._modules["self_attn"], layer._modules["mlp"]
+            for owner, names in ((layer, ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")),
+                                 (attn, ("qkv_proj", "o_proj")), (mlp, ("gate_up_proj", "down_proj"))):
+                for name in names:
+                    self._at(owner._modules, name)
+            self.modules.append(layer)
+            for module in self.found[-8:]:
+                self.modules.append(module)
+                for name in module._parameters:
+                    self._at(module._parameters, name)
+                if getattr(module, "_stream", None) is not None:
+                    self._at(module.__dict__, "_stream")
+                    self.tensors += [t for t in module._stream if t is not None]
+        for pools in (kv_cache.k, kv_cache.v):
+            for i in range(len(pools)):
+                self._at(pools, i)
+        self.tensors += [t for t in self.found if isinstance(t, torch.Tensor)]
+        self.classes = list(map(type, self.modules))
+        self.hooks = [d for m in self.modules for d in (m._forward_hooks, m._forward_pre_hooks)]
+        self.addresses = list(map(torch.Tensor.data_ptr, self.tensors))
+        self.sizes = (len(layers), len(kv_cache.k), len(kv_cache.v))
+
+    def _at(self, place, key) -> None:
+        self.places.append(place)
+        self.keys.append(key)
+        self.found.append(place[key])
+
+    def holds(self, model, kv_cache) -> bool:
+        try:
+            return (not any(self.hooks) and (len(model.model.layers), len(kv_cache.k), len(kv_cache.v)) == self.sizes
+                    and all(map(operator.is_, map(operator.getitem, self.places, self.keys), self.found))
+                    and all(map(operator.is_, map(type, self.modules), self.classes))
+                    and list(map(torch.Tensor.data_ptr, self.tensors)) == self.addresses)
+        except (KeyError, IndexError, AttributeError):
+            return False
+
+
 class _Stack:
     """A model's layers as the C stack call takes them: pointer arrays to each layer's weights
-    struct and KV pools, remade when a struct or a pool changes."""
+    struct and KV pools, and the ``_Watch`` that says when to remake them."""
 
-    def __init__(self, weights: list, k_pools: list, v_pools: list):
+    def __init__(self, model, kv_cache, weights: list):
         n = len(weights)
-        self.key = (tuple(weights), tuple(k_pools), tuple(v_pools), tuple(t.data_ptr() for t in k_pools + v_pools))
+        self.watch = _Watch(model, kv_cache)
+        self.structs = weights  # (kept alive: the arrays point into them)
         self.weights = (ctypes.POINTER(_Weights) * n)(*(ctypes.pointer(w) for w in weights))
-        self.k = (_ptr * n)(*(t.data_ptr() for t in k_pools))
-        self.v = (_ptr * n)(*(t.data_ptr() for t in v_pools))
-        self.n, self.per_row, self.pool = n, max(w.per_row for w in weights), k_pools[0]
+        self.k = (_ptr * n)(*(t.data_ptr() for t in kv_cache.k))
+        self.v = (_ptr * n)(*(t.data_ptr() for t in kv_cache.v))
+        self.n, self.per_row, self.pool = n, max(w.per_row for w in weights), kv_cache.k[0]
 
 
 def _pools_ok(k_pools: list, v_pools: list) -> bool:
@@ -288,8 +342,12 @@ def _pools_ok(k_pools: list, v_pools: list) -> bool:
 
 
 def _stack(model, kv_cache) -> _Stack | None:
-    """The model's ``_Stack`` for this step (None: a layer is not the one call's case or has a
-    hook of its own, which the stack call would skip)."""
+    """The model's ``_Stack`` for this step: the last one while its watch holds, else made
+    afresh (None: a layer is not the one call's case or has a hook of its own, which the stack
+    call would skip)."""
+    cached = _made.get(model)
+    if cached is not None and cached.watch.holds(model, kv_cache):
+        return cached
     weights = []
     for layer in model.model.layers:
         if type(layer) is not StepDecoderLayer or layer._forward_hooks or layer._forward_pre_hooks:
@@ -299,26 +357,17 @@ def _stack(model, kv_cache) -> _Stack | None:
             return None
         weights.append(w)
     k_pools, v_pools = list(kv_cache.k), list(kv_cache.v)
-    if len(k_pools) != len(weights) or len(v_pools) != len(weights):
+    if (len(k_pools) != len(weights) or len(v_pools) != len(weights) or not _pools_ok(k_pools, v_pools)
+            or any(w.head_dim != k_pools[0].shape[3] for w in weights)):
         return None
-    cached = _made.get(model)
-    if cached is not None and _same_stack(cached.key, weights, k_pools, v_pools):
-        return cached
-    if not _pools_ok(k_pools, v_pools) or any(w.head_dim != k_pools[0].shape[3] for w in weights):
-        return None
-    _made[model] = stack = _Stack(weights, k_pools, v_pools)
+    _made[model] = stack = _Stack(model, kv_cache, weights)
     return stack
-
-
-def _same_stack(key: tuple, weights: list, k_pools: list, v_pools: list) -> bool:
-    return (len(key[0]) == len(weights) and all(a is b for a, b in zip(key[0], weights))
-            and all(a is b for a, b in zip(key[1], k_pools)) and all(a is b for a, b in zip(key[2], v_pools))
-            and key[3] == tuple(t.data_ptr() for t in k_pools + v_pools))
 
 
 def _stack_case(input_ids, batch, kv_cache) -> bool:
     m = input_ids.shape[0]
     return (_lib is not None and kv_cache is not None and type(batch.attention) is PagedKernel
+            and not (_module._global_forward_hooks or _module._global_forward_pre_hooks)
             and batch.decode_meta is not None and batch.num_decode == m and not batch.prefills
             and 0 < m <= gemv.MAX_ROWS and input_ids.dim() == 1 and not torch.is_grad_enabled()
             and not torch.compiler.is_compiling()
