@@ -358,3 +358,29 @@ def test_slips_and_clefts_rewrite_only_what_they_name():
     assert expand_abbreviations("大家到上下文里找找") == "大家到上下文里找找"  # 大家 (everyone) stays
     assert unfold_cleft("它避免的不是显存开销，而是重复计算") == "它避免的是重复计算，不是显存开销"
     assert unfold_cleft("它不是答案，是中间结果") == "它不是答案，是中间结果"  # no cleft: untouched
+
+
+_T3_OTHERS = [("高并发", "每个请求各占一份 KV"), ("长输出", "每生成一个 token 缓存就多一份")]
+
+
+@pytest.mark.parametrize("reason, score", [
+    # the slash of a term ("K/V", "Q/K/V") or of one pair of words ("prefill/decode") splits no sentence
+    ("每个 prompt token 都要存 K/V", 6),
+    ("每个 prompt token 都要存K/V", 6),
+    ("prompt 里每个 token 的 Q/K/V 里 K/V 都要留着", 6),
+    # slashes between keywords still make a keyword run
+    ("KV/显存/token", 5),
+    ("prefill/decode/KV", 5),
+    ("K/V / 显存 / 长度", 5),
+])
+def test_a_slash_inside_a_term_is_no_list_mark(reason, score):
+    assert check("task3_pressure", [("长文档", reason)] + _T3_OTHERS).score == score
+
+
+def test_a_pair_joined_by_a_slash_is_one_term_not_a_sentence():
+    from minillm.grading.text import keyword_list
+
+    assert keyword_list("prefill/decode 都要读 KV") is None
+    assert keyword_list("prefill/decode") == "list"  # a bare pair is still keywords
+    assert keyword_list("K/V") == "list"
+    assert keyword_run("KV/显存/并发") and keyword_run("prefill/decode, KV cache, memory")

@@ -389,6 +389,20 @@ _LINK_ZH = re.compile(r"有的[^。；]{0,10}有的|谁[^。；]{0,10}谁|因为
 CLAUSE_ZH = re.compile(r"了|着|都|也|还|再|又|各|已经|一直|直接|很|太|非常|特别|更|挺|比较|不用|不必|无需|不需要|不会|没有|下次|每次")
 LIST_MARKS = re.compile(r"[、/|•·→⇒]|->|=>")
 
+# A slash inside one term is no list mark: an abbreviation spelt letter by letter ("K/V", "Q/K/V", "I/O") or one
+# pair of Latin words coordinated inside a phrase ("prefill/decode 都要读它", "top-k/top-p"), as an instructor reads
+# "存 K/V" as "存 KV". A chain of three words or more ("prefill/decode/KV"), a slash next to Chinese ("KV/显存") or
+# one with spaces round it ("KV / memory") still separates keywords.
+_TERM_SLASH = re.compile(r"(?<![A-Za-z0-9_/-])(?:[A-Za-z](?:/[A-Za-z])+|[A-Za-z][\w-]*/[A-Za-z][\w-]*)(?![A-Za-z0-9_/-])",
+                         re.ASCII)
+TERM_SLASH = "\u2044"  # the fraction slash: not a separator, and left alone by NFKC
+
+
+def join_term_slashes(text: str) -> str:
+    """The text with the slash inside a term ("K/V", "prefill/decode") written as a fraction slash, so that
+    keyword-run readers do not split the term; slashes between keywords are kept."""
+    return _TERM_SLASH.sub(lambda m: m.group(0).replace("/", TERM_SLASH), text)
+
 
 # English verbs that make a short piece a predicate ("saves compute", "memory grows"): pieces that have
 # one are telegraphic statements, not keywords
@@ -420,7 +434,7 @@ _VO_PIECE = re.compile(f"^((缺点|代价|坏处|好处|优点|作用|收益|开
 def verb_object_pieces(text: str) -> bool:
     """Comma-chained Chinese pieces that each open with a verb and its object ("节省计算量，增加显存占用",
     "省计算，费显存"): a sentence with its subject left out. Enumeration marks and semicolons still make a list."""
-    if LIST_MARKS.search(text) or re.search(r"[；;]", text):
+    if LIST_MARKS.search(join_term_slashes(text)) or re.search(r"[；;]", text):
         return False
     pieces = [p.strip(" .。!！") for p in re.split(r"[，,]", text) if p.strip(" .。!！")]
     return len(pieces) >= 2 and all(_VO_PIECE.match(p) for p in pieces)
@@ -428,13 +442,13 @@ def verb_object_pieces(text: str) -> bool:
 
 def clause_marked(text: str) -> bool:
     """Chinese pieces that carry a clause marker and no list marks ("存K和V，下次不用算了，占内存")."""
-    return not LIST_MARKS.search(text) and bool(CLAUSE_ZH.search(_ZH_TERMS.sub("", text)))
+    return not LIST_MARKS.search(join_term_slashes(text)) and bool(CLAUSE_ZH.search(_ZH_TERMS.sub("", text)))
 
 
 def keyword_run(text: str) -> bool:
     """Short pieces between separators and nothing linking them into a clause: three or more
     ("避免重算；显存增长；长上下文"), or two bare terms ("requests, memory")."""
-    t = normalize(text)
+    t = join_term_slashes(normalize(text))
     segments = [s for s in _SEGMENT_SPLIT.split(t) if s and s.strip(" .。!！?？")]
     if len(segments) < 2:
         return False
