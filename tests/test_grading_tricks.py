@@ -384,3 +384,43 @@ def test_a_pair_joined_by_a_slash_is_one_term_not_a_sentence():
     assert keyword_list("prefill/decode") == "list"  # a bare pair is still keywords
     assert keyword_list("K/V") == "list"
     assert keyword_run("KV/显存/并发") and keyword_run("prefill/decode, KV cache, memory")
+
+
+_T3_TWO = [("长文档", "每个 prompt token 都要存 KV"), ("高并发", "每个请求各占一份 KV")]
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # the sampled token named among the tokens the next step reads: "previous tokens including the sampled one"
+    ("task4_sampling", "because next token prob depend on all previous tokens including the sampled one", 2),
+    ("task4_sampling", "下一步要看前面所有 token，包括刚采样出的那个", 2),
+    ("task4_sampling", "the next step depends on all previous tokens, including the sampled one", 2),
+    ("task4_sampling", "the softmax gives a probability to all tokens including the sampled one", 0),
+    ("task4_sampling", "the next step reads the previous tokens, not including the sampled one", 1),
+    ("task4_sampling", "下一步要看前面所有 token，不包括刚采样出的那个", 1),
+    # task 3: a cancel the engine never hears of is a request that is not released
+    ("task3_pressure", _T3_TWO + [("请求取消没通知引擎", "块一直不释放")], 6),
+    ("task3_pressure", _T3_TWO + [("the engine never hears that the user left", "its KV blocks are still held by the request")], 6),
+    ("task3_pressure", _T3_TWO + [("用户取消了请求", "取消后引擎马上释放块")], 4.5),
+])
+def test_c22_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+def _lifecycle(released_note: str) -> dict:
+    return {"states": {"WAITING": "prompt tokens, no KV yet", "PREFILL": "KV blocks for the prompt",
+                       "DECODE": "own KV blocks, +1 token per step", "FINISHED": "stop reason, blocks still held",
+                       "RELEASED": released_note},
+            "transitions": [["WAITING", "PREFILL", "admit"], ["PREFILL", "DECODE", "first token"],
+                            ["DECODE", "DECODE", "next token"], ["DECODE", "FINISHED", "EOS"],
+                            ["FINISHED", "RELEASED", "free"]]}
+
+
+@pytest.mark.parametrize("note, holds", [
+    ("blocks 回 pool", False),  # the pool named in English inside a Chinese note
+    ("blocks 还给 allocator", False),
+    ("blocks 还没回 pool", True),  # not yet returned: still held
+    ("KV blocks 从 pool 分配", True),
+])
+def test_blocks_back_in_the_pool_said_in_two_languages(note, holds):
+    assert _holds_kv(note) is holds
+    assert check("task1_diagram", _lifecycle(note)).score == (11 if holds else 12)

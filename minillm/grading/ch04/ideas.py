@@ -107,6 +107,10 @@ _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprom
          r"\btoken\s+(list|ids)\b", r"\blist of tokens\b", r"token\s*列表", r"\b(input|token)_?ids\b",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bso far\b", r"\bback\b",
          r"历史", r"上下文", r"序列", r"输入", r"状态", r"前缀", r"KV", r"缓存", r"context", r"history"]
+# the sampled token named among the past tokens the next step reads; SEP is what joins the two halves
+_AMONG_PAST_EN = (r"\b(previous|prior|earlier|past|preceding)\s+(\w+\s+){0,2}?tokens?SEP(including|incl\.?|plus)\s+(the\s+)?"
+                  r"(just[- ]|newly\s+)?(sampled|chosen|picked|selected|new)\s+(one|token|id)\b")
+_AMONG_PAST_ZH = r"(之前|前面|以前|历史|已有)[^，。；,;]{0,6}(token|词|字)SEP(包括|连同|加上)[^，。；,;]{0,3}(刚|新)[^，。；,;]{0,2}(采样|选|生成|挑)"
 TOKEN_TO_HISTORY = idea(
     "token_to_history", "the sampled token is appended to the request's history", "采样出的 token 会加入请求的历史（上下文）",
     parts=[_HIST, _JOIN],  # the subject is often in the clause before ("… 不会被丢弃，而是追加到历史里")
@@ -125,10 +129,13 @@ TOKEN_TO_HISTORY = idea(
                 r"\bfe(d|eds?)\s+(back\s+)?(in)?to\s+the\s+model\b",
                 r"(包含|含有|带着|带上|加上)[^，。；,;]{0,6}(token|它|这个词|这个字)[^，。；,;]{0,3}的(上下文|序列|历史|输入)",
                 r"\b(context|history|sequence|input)\s+(that\s+|which\s+)?(now\s+)?(contains?|includ\w+|with)\s+(it|that token|the (sampled|chosen|picked) token)\b",
+                # it is one of the tokens the next step reads: "depends on all previous tokens including the sampled one"
+                _AMONG_PAST_EN.replace("SEP", r"\s+"), _AMONG_PAST_ZH.replace("SEP", ""),
                 # it goes into the later computation itself
                 r"(进|进入|进到|加入|用于|参与)[^，。；,;]{0,2}(后续|之后|后面|下一步)的?(计算|生成|步骤|decode|前向)",
                 r"\b(goes|fed|feeds|enters?)\s+(back\s+)?into\s+(the\s+)?(next|later|following|subsequent)\b"],
-    weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"])
+    weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"],
+    across=[_AMONG_PAST_EN.replace("SEP", r"\s*，\s*"), _AMONG_PAST_ZH.replace("SEP", r"\s*，\s*")])  # "…tokens, including it"
 
 _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|inputs?|"
          r"iterations?|forward|pass(es)?|generation|outputs?|predictions?|distributions?|computation|continuation)",

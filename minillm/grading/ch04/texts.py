@@ -363,7 +363,11 @@ SCENARIO_KINDS = [
         rf"cancel\w*\s+{W}{{0,5}}(api|layer|never|doesn't|does not|not)", r"zombie", r"orphan\w*", r"idle\s+sessions?",
         r"没(有)?取消|未取消|(客户端|用户|连接)[^。；;]{0,4}(断开|断连|掉线|关闭|离开)|泄漏|泄露|没有?释放|未释放|释放[^。；;]{0,2}晚|取消[^。；;]{0,10}(接口|没有|未)|僵尸|残留",
         rf"(never|not)\s+{W}{{0,2}}cancel\w*", r"\btim(e|es|ed|ing)\s*out\b|\btimeouts?\b",
-        r"\b(stay|stays|remain|remains|left)\s+allocated\b", r"超时|一直占着|迟迟不释放"]),
+        r"\b(stay|stays|remain|remains|left)\s+allocated\b", r"超时|一直占着|迟迟不释放",
+        # a cancel the engine never hears of: "取消没通知引擎", "cancel 没传到 engine", "the engine never learns of it"
+        r"(取消|cancel\w*)[^。；;]{0,10}(没|不|未)[^。；;]{0,3}(通知|传|告诉|到达|同步|下发|转发)",
+        r"(引擎|engine)[^。；;]{0,3}(不知道|没收到|收不到|不知情)",
+        r"\bengine\s+(never|doesn't|does not|didn't|did not)\s+(know|hear|learn|see|get|receive)\w*"]),
     _kind("bigger_model", "a model with more layers or KV heads (more bytes per token)", [
         r"(more|many|deep\w*)\s+layers", r"(more|many)\s+(kv\s+)?heads", r"larger\s+(model|head_dim|hidden)",
         r"\bfp32\b|float32|higher\s+precision", r"\bmha\b|no\s+gqa", r"层数多|更多层|头数多|大模型|精度高|fp32"]),
