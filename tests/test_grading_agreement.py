@@ -33,15 +33,15 @@ ROWS = split.rows()
 ORDINARY = {"ordinary", "format"}
 
 # measured on the last change (README, grading section); each is a floor (or a ceiling), not a target
-FLOORS = {  # measured (2343 answers, with c9-c20, the second reader built from the tune part): tune 99.2 % (ordinary 99.3,
-    # adversarial 98.8; zh 99.1, en 99.3), 0.6 % (5/796) not-full→full, 12 of 13 disagreements flagged, 32 % of answers
-    # flagged; held out (793) 89.9 % (89.5 / 90.8; zh 88.4, en 91.8), 2.8 % (11/398) not-full→full, 67 of 80 flagged,
-    # 42 % flagged. The 694 held-out rows of c1-c16 score 91.2 %; the 70 of c17-c19 80.0 %; the 29 of c20 82.8 %
-    # (c20 measured before its fixes: all 74 85.1 %, tune 86.7 %, held out 82.8 %).
+FLOORS = {  # measured (2426 answers, with c9-c21, the second reader built from the tune part): tune 99.2 % (ordinary 99.4,
+    # adversarial 98.8; zh 99.1, en 99.3), 0.6 % (5/820) not-full→full, 12 of 13 disagreements flagged, 32 % of answers
+    # flagged; held out (824) 90.3 % (89.9 / 91.1; zh 89.1, en 91.9), 2.7 % (11/410) not-full→full, 67 of 80 flagged,
+    # 41 % flagged. The 694 held-out rows of c1-c16 score 91.4 %; the 70 of c17-c19 81.4 %; the 29 of c20 82.8 %; the
+    # 31 of c21 93.5 % (c21 measured before its fixes: all 83 86.7 %, tune 82.7 %, held out 93.5 %).
     "tune": {"agreement": 0.99, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.007, "flagged": 0.92,
              "zh_en_gap": 0.01, "load": 0.32},
-    "holdout": {"agreement": 0.89, "ordinary": 0.89, "adversarial": 0.90, "wrong_full": 0.028, "flagged": 0.83,
-                "zh_en_gap": 0.035, "load": 0.43},
+    "holdout": {"agreement": 0.90, "ordinary": 0.89, "adversarial": 0.91, "wrong_full": 0.027, "flagged": 0.83,
+                "zh_en_gap": 0.03, "load": 0.42},
 }
 
 

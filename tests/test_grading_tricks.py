@@ -314,3 +314,47 @@ def test_c20_kinds_of_wording(exercise, answer, score):
 def test_waiting_synonyms_name_the_queue_and_nothing_else():
     assert roles_of("等候") == {"enqueue"} and roles_of("待处理") == {"enqueue"}
     assert "enqueue" not in roles_of("回收") and "enqueue" not in roles_of("生成中")
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # growth said by doubling: "长度翻倍显存也翻倍", "memory doubles"; speed that doubles is no memory cost
+    ("task2_kv_explain", "上下文长度翻倍，显存也翻倍", 1),
+    ("task2_kv_explain", "Reuses the cached keys; the memory doubles when the context doubles.", 2),
+    ("task2_kv_explain", "有了它速度翻倍", 0),
+    # a cleft "V 的不是 A，而是 B": B is the verb's object, whichever way it is right or wrong
+    ("task2_kv_explain", "它省的不是显存，而是重复计算；代价是显存随长度增长", 2),
+    ("task2_kv_explain", "KV cache 省的不是计算，而是显存", 0),
+    # a reuse verb run on into the idea said by negation ("直接读不用再算") agrees with it
+    ("task2_kv_explain", "旧 token 的 K/V 直接读不用再算，显存会随长度增长", 2),
+    ("task2_kv_explain", "KV 直接读不到，每一步都要重新计算，显存随长度增长", 1),
+    # the past tokens' part taken from the cache ("之前的 k v 拿缓存的"); putting it into the cache is not the saving
+    ("task2_kv_explain", "历史 token 的 KV 都读 cache，代价是显存随长度变大", 2),
+    ("task2_kv_explain", "历史 token 的 KV 都存进缓存，代价是显存随长度变大", 1),
+    # 家到 for 加到 before what the token joins
+    ("task4_sampling", "选出的 token 会家到历史里，后面每一步都基于它", 2),
+    # an English verb or identifier inside Chinese: "concat 到 input_ids"; concatenated for display is not the history
+    ("task4_sampling", "新 token concat 到 input_ids 里，下一步 forward 就基于它", 2),
+    ("task4_sampling", "sample 完把 token concat 成字符串给用户看", 0),
+    # a reasoning model's thinking is generated tokens: long outputs; "reasoning" alone names no scenario
+    ("task3_pressure", [("长文档", "每个 prompt token 都要存 KV"), ("高并发", "每个请求各占一份 KV"),
+                        ("reasoning model", "思考的每个 token 都追加 KV")], 6),
+    ("task3_pressure", [("长文档", "每个 prompt token 都要存 KV"), ("高并发", "每个请求各占一份 KV"),
+                        ("reasoning", "思考的每个 token 都追加 KV")], 5),
+    # task 5: the exercise given at the very start, a window that discards it or where it can no longer be found
+    ("task5_trim_policy", ("summary", "the exercise was pasted at the beginning of the chat; a window of recent turns discards it"), 2),
+    ("task5_trim_policy", ("摘要", "题目从最开始就给了，只看最近几轮就看不到它了"), 2),
+    ("task5_trim_policy", ("summary", "At the start I liked last_n, but a summary reads better"), 1),
+    ("task5_trim_policy", ("摘要", "最开始我想选最近几轮，后来觉得摘要更好"), 1),
+    ("task5_trim_policy", ("summary", "摘要有时会找不到重点"), 1),
+])
+def test_c21_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+def test_slips_and_clefts_rewrite_only_what_they_name():
+    from minillm.grading.concepts import expand_abbreviations, unfold_cleft
+
+    assert expand_abbreviations("会家到上下文里") == "会加到上下文里"
+    assert expand_abbreviations("大家到上下文里找找") == "大家到上下文里找找"  # 大家 (everyone) stays
+    assert unfold_cleft("它避免的不是显存开销，而是重复计算") == "它避免的是重复计算，不是显存开销"
+    assert unfold_cleft("它不是答案，是中间结果") == "它不是答案，是中间结果"  # no cleft: untouched

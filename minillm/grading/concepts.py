@@ -240,9 +240,19 @@ class Idea:
         if not self.polar:
             return False
         inside = m.group(0)[2:]  # "占用也不会增长": a negator inside the phrase (not one it starts with)
-        after = negated_after(clause, m.end()) and not _contrast(clause, m)
+        after = negated_after(clause, m.end()) and not _contrast(clause, m) and not self._said_again(clause, m.end())
         if negated_at(clause, m.start()) or after or _NEG_NEAR.search(inside):
             return not double_negative(clause, m)
+        return False
+
+    def _said_again(self, clause: str, end: int) -> bool:
+        """"KV 直接读不用再算": the negator after the phrase opens the idea said by negation (an
+        inverted phrase, negated), which agrees with the phrase; it does not deny it."""
+        for p in self.inverted:
+            for m in p.finditer(clause):
+                if end <= m.start() <= end + NEG_AFTER_ZH and (
+                        _NEG_NEAR.search(m.group(0)[:3]) or negated_at(clause, m.start())):
+                    return True
         return False
 
     def _in_clause(self, clause: str, prev: str = "") -> str:
@@ -501,7 +511,9 @@ _ZH_SLIPS = [(re.compile(p), w) for p, w in (
     (r"从新(?=[^，。；,;]{0,2}(计算|算|生成|处理|跑|做|来|投影|编码))", "重新"), (r"站用", "占用"), (r"上下问", "上下文"),
     (r"线存", "显存"), (r"显村", "显存"),
     # 重负/重付 for 重复 only before a verb of computing ("不堪重负" stays); 家入/价入 for 加入 before what it joins
-    (r"重[负付](?=\s*(计算|算|运算|处理|生成))", "重复"), (r"[家价]入(?=\s*(上下文|历史|序列|输入|context|kv|KV))", "加入"))]
+    (r"重[负付](?=\s*(计算|算|运算|处理|生成))", "重复"),
+    # 家入/家到/家进 for 加入/加到/加进 (价 likewise) before what it joins; 大家, 回家, 国家 … stay themselves
+    (r"(?<![大回国专作])[家价](?=(入|到|进)\s*(上下文|历史|序列|输入|缓存|context|kv|KV))", "加"))]
 
 
 def expand_abbreviations(text: str) -> str:
@@ -510,12 +522,21 @@ def expand_abbreviations(text: str) -> str:
     return text
 
 
+# "它避免的不是显存，而是重复计算": a cleft whose verb stands before the denied part; what follows 而是 is its
+# object. Read as "它避免的是重复计算，不是显存", so the verb and its real object share a clause.
+_CLEFT_ZH = re.compile(r"(?P<verb>[^，。；,;的]{1,12})的(并)?不是(?P<a>[^，。；,;]{1,24}?)[，,]?\s*而是(?P<b>[^，。；,;]{1,24})")
+
+
+def unfold_cleft(text: str) -> str:
+    return _CLEFT_ZH.sub(lambda m: f"{m['verb']}的是{m['b']}，不是{m['a']}", text)
+
+
 MAX_READ = 4000  # characters the matcher looks at: a pasted novel cannot stall the grader
 
 
 def read(text: str, ideas, misconceptions=(), prompts=()) -> Reading:
     t = normalize(text)[:MAX_READ]
-    fixed = re.sub(r"\bO\(([\w^*]{1,12})\)", r"O_of_\1", fix_typos(expand_abbreviations(t)))  # "O(n)" is a growth rate, not a clause break
+    fixed = re.sub(r"\bO\(([\w^*]{1,12})\)", r"O_of_\1", fix_typos(unfold_cleft(expand_abbreviations(t))))  # "O(n)" is a growth rate, not a clause break
     r = Reading(t, language(t), salad=is_salad(t), copied=copied_from(t, prompts))
     for i in ideas:
         r.ideas[i.key] = i.find(fixed)

@@ -45,7 +45,9 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
 
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
           r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
-          r"(从|在)(KV ?)?缓存(里|中)?(直接)?(读|取|拿)", r"(算|计算)一次就(存|保存|缓存)",
+          r"(从|在)(KV ?)?缓存(里|中)?(直接)?(读|取|拿)", 
+          # the past tokens' part taken from the cache: "之前的 k v 拿缓存的"
+          r"(之前|前面|以前|历史|过去|老|旧)的?[^，。；,;]{0,14}(直接)?(拿|读|取)\s*(缓存|cache)", r"(算|计算)一次就(存|保存|缓存)",
           r"只(需要?|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前|最后|最近)", r"只(需|要|用)?(计算|算|处理)(它|它们)?自己", r"每(一)?步只(需|要)?(计算|算|处理)"]
 
 RECOMPUTE = idea(
@@ -68,7 +70,7 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
          r"\brun\w*\s+out\b", r"\bloss\b", r"\bdownside\w*", r"\bdrawback\w*", r"\bthe catch\b", r"\bpenalty\b", r"缺点|坏处|副作用|牺牲", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
          r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
          r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨",
-         r"换", r"越多", r"越大", r"耗", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
+         r"换", r"越多", r"越大", r"耗", r"翻倍", r"加倍", r"\bdoubl\w*", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
 MEMORY = idea(
     "memory_cost", "it costs memory that grows", "它要占用显存，而且随长度和请求数增长",
     parts=[_MEM, _COST], opposite=True,
@@ -93,7 +95,7 @@ MEMORY = idea(
     weak=_MEM)
 
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
-         r"\bgo(es)?\s+(back\s+)?in(to)?\b", r"\benter\w*", r"\bwritten\b", r"\bwrit\w*", r"\bconcatenat\w*",
+         r"\bgo(es)?\s+(back\s+)?in(to)?\b", r"\benter\w*", r"\bwritten\b", r"\bwrit\w*", r"\bconcat\w*",
          r"\bpart of\b", r"\binsert\w*", r"\bextend\w*", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",
          r"\bused as\b", r"\bserves? as\b", r"\battach\w*", r"\bstays? in\b", r"\bstored\b", r"\bsaved\b", r"\brecorded\b",
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
@@ -102,7 +104,7 @@ _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*
          r"成了", r"变为", r"当成", r"当作", r"的一部分", r"存到", r"放进", r"记(到|入|进)", r"留在", r"保留在", r"(拼|加|接|塞|存)回", r"进(了)?(历史|上下文|序列|输入|缓存|KV)",
          r"(在|位于|存在)(历史|上下文|序列|输入|缓存|KV)\s*(里|中|当中)"]
 _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
-         r"\btoken\s+(list|ids)\b", r"\blist of tokens\b", r"token\s*列表",
+         r"\btoken\s+(list|ids)\b", r"\blist of tokens\b", r"token\s*列表", r"\b(input|token)_?ids\b",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bso far\b", r"\bback\b",
          r"历史", r"上下文", r"序列", r"输入", r"状态", r"前缀", r"KV", r"缓存", r"context", r"history"]
 TOKEN_TO_HISTORY = idea(
@@ -276,7 +278,11 @@ EARLY_TURN_MATTERS = idea(
                 r"content)", r"\b(exercise|problem statement|the task)\b[^.;]{0,60}\b(lost|dropp\w*|forg\w*|cut|gone|"
                 r"kept|keep\w*|preserv\w*|remain\w*|retain\w*)", r"\b(lose|loses|lost|drop\w*|forget\w*|cut\w*\s+((it|them|that|this|those)\s+)?off)\b",
                 r"第一轮", r"第 ?1 ?轮", r"最早", r"开头", r"早期", r"最前(面|头|边)", r"一开始", r"最初", r"之前的(题目|内容|信息)",
-                r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|(留|保|记)不?住|留下|扔|挤掉|挤出|裁掉|删掉|去掉)",
+                # the very start of the chat, named as a time the exercise was given ("在最开始就贴了", "from the very start")
+                r"(在|从)最开始|最开始(的|就|贴|给|发|那|提)", r"\bfrom\s+the\s+(very\s+)?(start|beginning)\b",
+                r"\b(at|in)\s+the\s+(very\s+)?(start|beginning)\s+of\s+the\s+(chat|conversation|dialog\w*|session)\b",
+                r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|(留|保|记)不?住|留下|扔|挤掉|挤出|裁掉|删掉|去掉|找不到|看不到)",
+                r"\b(throw\w*|threw|thrown)\s+(\w+\s+)?(away|out)\b", r"\bdiscard\w*", r"\bget\s+rid\s+of\b",
                 # the exercise carried along, the object first in a 把 phrase: "把题目压缩进摘要里一直带着"
                 r"把\s*(第一轮|第 ?1 ?轮|最早的?|开头的?|题目)[^，。；,;]{0,12}?(带着|带上|留着|记着|存着|放进|压缩进|写进|装进)"])
 BOUNDED_KV = idea(
