@@ -424,3 +424,27 @@ def _lifecycle(released_note: str) -> dict:
 def test_blocks_back_in_the_pool_said_in_two_languages(note, holds):
     assert _holds_kv(note) is holds
     assert check("task1_diagram", _lifecycle(note)).score == (11 if holds else 12)
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # one terse clause with no glue word: a verb between its subject and its object is a sentence, in either language
+    ("task2_kv_explain", "KV cache saves compute", 1),
+    ("task4_sampling", "sampling affects next steps", 1),
+    ("task2_kv_explain", "KV缓存省计算", 1),
+    ("task2_kv_explain", "KV cache 省 compute", 1),
+    ("task4_sampling", "采样 token 影响下一步", 1),
+    # nouns strung round a verb stay keyword runs: a long subject, a second predicate, 显存占用 as a noun
+    ("task2_kv_explain", "keys values cache memory grows recompute avoided", 0),
+    ("task2_kv_explain", "cache memory grows recompute avoided", 0),
+    ("task2_kv_explain", "KV缓存显存重算", 0),
+    ("task2_kv_explain", "KV cache 显存占用 context", 0),
+    ("task2_kv_explain", "显存占用 KV", 0),
+])
+def test_a_terse_clause_is_a_sentence_not_a_keyword_run(exercise, answer, score):
+    assert check(exercise, answer).score == score
+    assert is_salad(answer) is (score == 0)
+
+
+def test_a_plural_subject_takes_a_bare_verb_and_a_bare_noun_run_takes_none():
+    assert not is_salad("requests hold KV blocks") and not is_salad("cache memory grows")
+    assert is_salad("sample append next step history") and is_salad("KV cache memory recompute")

@@ -459,6 +459,47 @@ def keyword_run(text: str) -> bool:
     return short and not linked
 
 
+# A terse sentence of one clause and no glue word ("KV cache saves compute", "requests hold KV blocks",
+# "采样 token 影响下一步"): a finite verb between a short subject and its object. A run of nouns around a verb
+# ("keys values cache memory grows recompute avoided") has too long a subject or a second predicate after it;
+# 显存占用 is a noun ("memory use"), not a verb and its subject.
+_FINITE_EN = _VERBS_EN | set("""reads writes shapes drives determines influences caches frees releases limits doubles
+accumulates explodes matters returns""".split())
+_BASE_EN = set("""hold keep store reuse skip avoid save need grow take eat read feed join occupy consume affect determine
+decide depend change steer use cost fill condition become enter""".split())  # after a plural subject: "requests hold KV"
+_INTRANSITIVE_EN = {"grows", "rises", "climbs", "increases", "scales", "accumulates", "explodes", "doubles", "matters",
+                    "grow", "rise", "increase", "scale", "accumulate", "double"}
+_TERM_EN = re.compile(rf"[A-Za-z][\w'{TERM_SLASH}-]*")
+_SVO_ZH = re.compile(rf"(?!(?i:显存|内存|memory|vram)\s*占用)(?:[{CJK}]{{2}}|(?<![A-Za-z])[A-Za-z][\w{TERM_SLASH}-]*)\s*"
+                     rf"(决定|影响|依赖|进入|加入|追加|占用|占着|增加|避免|复用|需要|导致|变成|保存|释放|节省|减少|读取|写入|存下|"
+                     rf"省掉|省去|喂给|接到|拼到|省|占|吃|费(?!用)|进(?!程|度|行|展)|涨)\s*(?:[{CJK}]|[A-Za-z])")
+
+
+def _verb_at(words: list[str], i: int) -> bool:
+    w = words[i].lower()
+    plural_subject = i > 0 and re.fullmatch(r"[a-z]+[^s]s", words[i - 1].lower()) is not None
+    return w in _FINITE_EN or (plural_subject and w in _BASE_EN)
+
+
+def terse_clause(text: str) -> bool:
+    """One clause, no glue word, whose verb stands between a subject of one to three words and an object of at most
+    six (or ends it, if it takes none: "cache memory grows"), with no second predicate after it."""
+    t = join_term_slashes(normalize(text)).strip(" .。!！")
+    if len([s for s in _SEGMENT_SPLIT.split(t) if s and s.strip(" .。!！?？")]) != 1:
+        return False
+    if cjk_chars(t):
+        return bool(_SVO_ZH.search(t))
+    words = _TERM_EN.findall(t)
+    i = next((k for k in range(len(words)) if _verb_at(words, k)), None)
+    if i is None or not 1 <= i <= 3:
+        return False
+    after = [w.lower() for w in words[i + 1:]]
+    if not after:
+        return words[i].lower() in _INTRANSITIVE_EN
+    second = any(w in _FINITE_EN for w in after) or (len(after[-1]) > 4 and after[-1].endswith("ed"))
+    return len(after) <= 6 and not second
+
+
 def is_salad(text: str) -> bool:
     """Key words strung together with nothing to tie them into a statement, in either language
     or both: no glue word at all, or a run of short pieces between separators with no link."""
@@ -471,8 +512,8 @@ def is_salad(text: str) -> bool:
     zh = "".join(_CJK_RE.findall(_ZH_TERMS.sub("", t)))
     if zh and _GLUE_ZH.search(zh):
         return False
-    if _VERB_ZH.search(t) or verb_object_pieces(t):
-        return False  # "输出长度决定步数": a verb between two nouns is a statement
+    if _VERB_ZH.search(t) or verb_object_pieces(t) or terse_clause(t):
+        return False  # "输出长度决定步数", "KV cache saves compute": a verb between two nouns is a statement
     return len(en) + (len(re.findall(f"[{CJK}]+", t))) >= 2
 
 
