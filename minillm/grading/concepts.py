@@ -136,7 +136,7 @@ def fix_typos(text: str) -> str:
 _CLAUSE_SPLIT = re.compile(
     r"\.(?=\s|$|[\u4e00-\u9fff])|[;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
     r"\bso that\b|\bso\b(?!\s+(far|much|many|long)\b)|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
-    r"(?=\bdownsides?\b|\bthe catch\b|\bdrawbacks?\b)|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
+    r"(?=\bdownsides?\b|\bthe catch\b|\bdrawbacks?\b)|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|(?=否则)|可是|只是(?=让)", _I)
 
 
 def clauses(text: str) -> list[tuple[int, str]]:
@@ -265,7 +265,7 @@ class Idea:
         if said:  # "only computes the new token instead of reusing …": one plain mention is enough
             return "present" if any(said) else "negated"
         state = self._parts_state(clause)
-        if state == "present" and _WITHOUT_IT.search(prev):
+        if state == "present" and without_it(prev):
             return "negated"  # "without a cache, memory would grow": said of the world without it
         if state != "absent":
             return state
@@ -310,10 +310,21 @@ _WITHOUT_IT = re.compile(r"^\s*(without\s+(it|the|a|any|kv|caching)\b|如果没�
                          re.IGNORECASE)
 
 
+# "否则 / 不然 / otherwise" followed by its own predicate is a whole counterfactual ("不然每个 step 都要从头算"): the
+# clause after it is about the real world again ("…；memory 随 token 数涨"). Only a bare one reaches the next clause.
+_SAID_IN_FULL = re.compile(r"^\s*(否则|不然|要不然|otherwise)(的话)?\s*\S", re.IGNORECASE)
+
+
+def without_it(prev: str) -> bool:
+    """Is the clause before a condition without the cache ("without it", "如果没有 KV cache 的话", a bare "否则") whose
+    consequence is the clause that follows?"""
+    return bool(_WITHOUT_IT.search(prev)) and not _SAID_IN_FULL.search(prev)
+
+
 def counterfactual(before: str, prev: str) -> bool:
     """"Without it, each step would recompute …", "否则每一步都要重算": what the cache spares is
     named by what would happen without it."""
-    return bool(_COUNTERFACTUAL.search(before) or _WITHOUT_IT.search(prev))
+    return bool(_COUNTERFACTUAL.search(before) or without_it(prev))
 
 
 _DOUBLE_AFTER = re.compile(r"\b(without|unless|except)\b|离不开|都(要|得|会)", re.IGNORECASE)
