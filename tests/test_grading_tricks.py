@@ -314,3 +314,164 @@ def test_c20_kinds_of_wording(exercise, answer, score):
 def test_waiting_synonyms_name_the_queue_and_nothing_else():
     assert roles_of("等候") == {"enqueue"} and roles_of("待处理") == {"enqueue"}
     assert "enqueue" not in roles_of("回收") and "enqueue" not in roles_of("生成中")
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # growth said by doubling: "长度翻倍显存也翻倍", "memory doubles"; speed that doubles is no memory cost
+    ("task2_kv_explain", "上下文长度翻倍，显存也翻倍", 1),
+    ("task2_kv_explain", "Reuses the cached keys; the memory doubles when the context doubles.", 2),
+    ("task2_kv_explain", "有了它速度翻倍", 0),
+    # a cleft "V 的不是 A，而是 B": B is the verb's object, whichever way it is right or wrong
+    ("task2_kv_explain", "它省的不是显存，而是重复计算；代价是显存随长度增长", 2),
+    ("task2_kv_explain", "KV cache 省的不是计算，而是显存", 0),
+    # a reuse verb run on into the idea said by negation ("直接读不用再算") agrees with it
+    ("task2_kv_explain", "旧 token 的 K/V 直接读不用再算，显存会随长度增长", 2),
+    ("task2_kv_explain", "KV 直接读不到，每一步都要重新计算，显存随长度增长", 1),
+    # the past tokens' part taken from the cache ("之前的 k v 拿缓存的"); putting it into the cache is not the saving
+    ("task2_kv_explain", "历史 token 的 KV 都读 cache，代价是显存随长度变大", 2),
+    ("task2_kv_explain", "历史 token 的 KV 都存进缓存，代价是显存随长度变大", 1),
+    # 家到 for 加到 before what the token joins
+    ("task4_sampling", "选出的 token 会家到历史里，后面每一步都基于它", 2),
+    # an English verb or identifier inside Chinese: "concat 到 input_ids"; concatenated for display is not the history
+    ("task4_sampling", "新 token concat 到 input_ids 里，下一步 forward 就基于它", 2),
+    ("task4_sampling", "sample 完把 token concat 成字符串给用户看", 0),
+    # a reasoning model's thinking is generated tokens: long outputs; "reasoning" alone names no scenario
+    ("task3_pressure", [("长文档", "每个 prompt token 都要存 KV"), ("高并发", "每个请求各占一份 KV"),
+                        ("reasoning model", "思考的每个 token 都追加 KV")], 6),
+    ("task3_pressure", [("长文档", "每个 prompt token 都要存 KV"), ("高并发", "每个请求各占一份 KV"),
+                        ("reasoning", "思考的每个 token 都追加 KV")], 5),
+    # task 5: the exercise given at the very start, a window that discards it or where it can no longer be found
+    ("task5_trim_policy", ("summary", "the exercise was pasted at the beginning of the chat; a window of recent turns discards it"), 2),
+    ("task5_trim_policy", ("摘要", "题目从最开始就给了，只看最近几轮就看不到它了"), 2),
+    ("task5_trim_policy", ("summary", "At the start I liked last_n, but a summary reads better"), 1),
+    ("task5_trim_policy", ("摘要", "最开始我想选最近几轮，后来觉得摘要更好"), 1),
+    ("task5_trim_policy", ("summary", "摘要有时会找不到重点"), 1),
+])
+def test_c21_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+def test_slips_and_clefts_rewrite_only_what_they_name():
+    from minillm.grading.concepts import expand_abbreviations, unfold_cleft
+
+    assert expand_abbreviations("会家到上下文里") == "会加到上下文里"
+    assert expand_abbreviations("大家到上下文里找找") == "大家到上下文里找找"  # 大家 (everyone) stays
+    assert unfold_cleft("它避免的不是显存开销，而是重复计算") == "它避免的是重复计算，不是显存开销"
+    assert unfold_cleft("它不是答案，是中间结果") == "它不是答案，是中间结果"  # no cleft: untouched
+
+
+_T3_OTHERS = [("高并发", "每个请求各占一份 KV"), ("长输出", "每生成一个 token 缓存就多一份")]
+
+
+@pytest.mark.parametrize("reason, score", [
+    # the slash of a term ("K/V", "Q/K/V") or of one pair of words ("prefill/decode") splits no sentence
+    ("每个 prompt token 都要存 K/V", 6),
+    ("每个 prompt token 都要存K/V", 6),
+    ("prompt 里每个 token 的 Q/K/V 里 K/V 都要留着", 6),
+    # slashes between keywords still make a keyword run
+    ("KV/显存/token", 5),
+    ("prefill/decode/KV", 5),
+    ("K/V / 显存 / 长度", 5),
+])
+def test_a_slash_inside_a_term_is_no_list_mark(reason, score):
+    assert check("task3_pressure", [("长文档", reason)] + _T3_OTHERS).score == score
+
+
+def test_a_pair_joined_by_a_slash_is_one_term_not_a_sentence():
+    from minillm.grading.text import keyword_list
+
+    assert keyword_list("prefill/decode 都要读 KV") is None
+    assert keyword_list("prefill/decode") == "list"  # a bare pair is still keywords
+    assert keyword_list("K/V") == "list"
+    assert keyword_run("KV/显存/并发") and keyword_run("prefill/decode, KV cache, memory")
+
+
+_T3_TWO = [("长文档", "每个 prompt token 都要存 KV"), ("高并发", "每个请求各占一份 KV")]
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # the sampled token named among the tokens the next step reads: "previous tokens including the sampled one"
+    ("task4_sampling", "because next token prob depend on all previous tokens including the sampled one", 2),
+    ("task4_sampling", "下一步要看前面所有 token，包括刚采样出的那个", 2),
+    ("task4_sampling", "the next step depends on all previous tokens, including the sampled one", 2),
+    ("task4_sampling", "the softmax gives a probability to all tokens including the sampled one", 0),
+    ("task4_sampling", "the next step reads the previous tokens, not including the sampled one", 1),
+    ("task4_sampling", "下一步要看前面所有 token，不包括刚采样出的那个", 1),
+    # task 3: a cancel the engine never hears of is a request that is not released
+    ("task3_pressure", _T3_TWO + [("请求取消没通知引擎", "块一直不释放")], 6),
+    ("task3_pressure", _T3_TWO + [("the engine never hears that the user left", "its KV blocks are still held by the request")], 6),
+    ("task3_pressure", _T3_TWO + [("用户取消了请求", "取消后引擎马上释放块")], 4.5),
+])
+def test_c22_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+def _lifecycle(released_note: str) -> dict:
+    return {"states": {"WAITING": "prompt tokens, no KV yet", "PREFILL": "KV blocks for the prompt",
+                       "DECODE": "own KV blocks, +1 token per step", "FINISHED": "stop reason, blocks still held",
+                       "RELEASED": released_note},
+            "transitions": [["WAITING", "PREFILL", "admit"], ["PREFILL", "DECODE", "first token"],
+                            ["DECODE", "DECODE", "next token"], ["DECODE", "FINISHED", "EOS"],
+                            ["FINISHED", "RELEASED", "free"]]}
+
+
+@pytest.mark.parametrize("note, holds", [
+    ("blocks 回 pool", False),  # the pool named in English inside a Chinese note
+    ("blocks 还给 allocator", False),
+    ("blocks 还没回 pool", True),  # not yet returned: still held
+    ("KV blocks 从 pool 分配", True),
+])
+def test_blocks_back_in_the_pool_said_in_two_languages(note, holds):
+    assert _holds_kv(note) is holds
+    assert check("task1_diagram", _lifecycle(note)).score == (11 if holds else 12)
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # one terse clause with no glue word: a verb between its subject and its object is a sentence, in either language
+    ("task2_kv_explain", "KV cache saves compute", 1),
+    ("task4_sampling", "sampling affects next steps", 1),
+    ("task2_kv_explain", "KV缓存省计算", 1),
+    ("task2_kv_explain", "KV cache 省 compute", 1),
+    ("task4_sampling", "采样 token 影响下一步", 1),
+    # nouns strung round a verb stay keyword runs: a long subject, a second predicate, 显存占用 as a noun
+    ("task2_kv_explain", "keys values cache memory grows recompute avoided", 0),
+    ("task2_kv_explain", "cache memory grows recompute avoided", 0),
+    ("task2_kv_explain", "KV缓存显存重算", 0),
+    ("task2_kv_explain", "KV cache 显存占用 context", 0),
+    ("task2_kv_explain", "显存占用 KV", 0),
+])
+def test_a_terse_clause_is_a_sentence_not_a_keyword_run(exercise, answer, score):
+    assert check(exercise, answer).score == score
+    assert is_salad(answer) is (score == 0)
+
+
+def test_a_plural_subject_takes_a_bare_verb_and_a_bare_noun_run_takes_none():
+    assert not is_salad("requests hold KV blocks") and not is_salad("cache memory grows")
+    assert is_salad("sample append next step history") and is_salad("KV cache memory recompute")
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # "不然 / 否则 / otherwise" with its own consequence is a whole counterfactual: the clause after it is the real world
+    ("task2_kv_explain", "存历史 KV，不然每步都要从头算；显存随 token 数涨", 2),
+    ("task2_kv_explain", "存历史 KV，否则每步都要重算；代价是显存随长度增长", 2),
+    ("task2_kv_explain", "keeps past K/V, otherwise every step redoes the prefix; memory grows with tokens", 2),
+    # a bare condition still reaches its consequence: memory that grows *without* the cache is not its cost
+    ("task2_kv_explain", "没有 KV cache 的话，显存会一直涨", 0),
+    ("task2_kv_explain", "Without it, memory would grow with every token.", 0),
+    ("task2_kv_explain", "KV 缓存存起来，否则显存会爆", 0),
+    # later steps named as what is generated after the token
+    ("task4_sampling", "it picks the token, and everything produced after it changes", 1),
+    ("task4_sampling", "sampling picks the tokens generated after the prompt", 0),
+    # the request's token list by its name in code
+    ("task4_sampling", "next_id is appended to generated_tokens and the next step attends to it", 2),
+    ("task4_sampling", "output_ids are detokenized and shown to the user", 0),
+    # an arrow from the token into the history, in a chain that ends in a statement
+    ("task4_sampling", "chosen token → history → the next step reads it", 2),
+    ("task4_sampling", "it is not UI: picked token → history → next step", 1),  # a bare chain of nouns gains nothing
+    ("task4_sampling", "context -> logits -> token, the next step reads it", 1),  # the arrow the other way
+    # decode going on from prefill's state
+    ("pitfall3_one_lifecycle", (True, "decode just keeps going from prefill's KV for that request"), 2),
+    ("pitfall3_one_lifecycle", (True, "decode keeps going until EOS"), 1),
+])
+def test_c23_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score

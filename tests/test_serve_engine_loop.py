@@ -72,3 +72,32 @@ def test_an_engine_refusal_reaches_the_stream(tiny_llm, run_async):
 def test_max_waiting_is_checked(tiny_llm, bad):
     with pytest.raises(ValueError, match="max_waiting"):
         EngineLoop(tiny_llm, max_waiting=bad)
+
+
+def test_the_gauges_are_set_before_the_snapshot_is_published(tiny_llm, run_async):
+    """A client that reads a snapshot (no request left, say) and then /metrics must find gauges
+    at least as new: the course's service notebook reads them in that order."""
+    seen = []
+
+    class Observer:
+        def on_step(self, snap):  # what a reader of /v1/engine/requests sees while the gauges change
+            seen.append((snap["steps"], loop.snapshot()["steps"]))
+
+        def on_finish(self, req, stop_reason, timings):
+            pass
+
+        def on_reject(self):
+            pass
+
+    loop = EngineLoop(tiny_llm, observer=Observer()).start()
+
+    async def run():
+        s = loop.submit("a", _params(3), prompt_token_ids=[5, 6, 7])
+        return [u async for u in s.updates()]
+
+    run_async(run())
+    loop.stop()
+    # each publish that follows a step: the snapshot readers see is still the one before it
+    after_a_step = [(new, visible) for (before, _), (new, visible) in zip([(0, 0)] + seen, seen) if new > before]
+    assert len(after_a_step) >= 3
+    assert all(visible < new for new, visible in after_a_step), after_a_step

@@ -136,7 +136,7 @@ def fix_typos(text: str) -> str:
 _CLAUSE_SPLIT = re.compile(
     r"\.(?=\s|$|[\u4e00-\u9fff])|[;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
     r"\bso that\b|\bso\b(?!\s+(far|much|many|long)\b)|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
-    r"(?=\bdownsides?\b|\bthe catch\b|\bdrawbacks?\b)|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
+    r"(?=\bdownsides?\b|\bthe catch\b|\bdrawbacks?\b)|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|(?=否则)|可是|只是(?=让)", _I)
 
 
 def clauses(text: str) -> list[tuple[int, str]]:
@@ -240,9 +240,19 @@ class Idea:
         if not self.polar:
             return False
         inside = m.group(0)[2:]  # "占用也不会增长": a negator inside the phrase (not one it starts with)
-        after = negated_after(clause, m.end()) and not _contrast(clause, m)
+        after = negated_after(clause, m.end()) and not _contrast(clause, m) and not self._said_again(clause, m.end())
         if negated_at(clause, m.start()) or after or _NEG_NEAR.search(inside):
             return not double_negative(clause, m)
+        return False
+
+    def _said_again(self, clause: str, end: int) -> bool:
+        """"KV 直接读不用再算": the negator after the phrase opens the idea said by negation (an
+        inverted phrase, negated), which agrees with the phrase; it does not deny it."""
+        for p in self.inverted:
+            for m in p.finditer(clause):
+                if end <= m.start() <= end + NEG_AFTER_ZH and (
+                        _NEG_NEAR.search(m.group(0)[:3]) or negated_at(clause, m.start())):
+                    return True
         return False
 
     def _in_clause(self, clause: str, prev: str = "") -> str:
@@ -255,7 +265,7 @@ class Idea:
         if said:  # "only computes the new token instead of reusing …": one plain mention is enough
             return "present" if any(said) else "negated"
         state = self._parts_state(clause)
-        if state == "present" and _WITHOUT_IT.search(prev):
+        if state == "present" and without_it(prev):
             return "negated"  # "without a cache, memory would grow": said of the world without it
         if state != "absent":
             return state
@@ -300,10 +310,21 @@ _WITHOUT_IT = re.compile(r"^\s*(without\s+(it|the|a|any|kv|caching)\b|如果没�
                          re.IGNORECASE)
 
 
+# "否则 / 不然 / otherwise" followed by its own predicate is a whole counterfactual ("不然每个 step 都要从头算"): the
+# clause after it is about the real world again ("…；memory 随 token 数涨"). Only a bare one reaches the next clause.
+_SAID_IN_FULL = re.compile(r"^\s*(否则|不然|要不然|otherwise)(的话)?\s*\S", re.IGNORECASE)
+
+
+def without_it(prev: str) -> bool:
+    """Is the clause before a condition without the cache ("without it", "如果没有 KV cache 的话", a bare "否则") whose
+    consequence is the clause that follows?"""
+    return bool(_WITHOUT_IT.search(prev)) and not _SAID_IN_FULL.search(prev)
+
+
 def counterfactual(before: str, prev: str) -> bool:
     """"Without it, each step would recompute …", "否则每一步都要重算": what the cache spares is
     named by what would happen without it."""
-    return bool(_COUNTERFACTUAL.search(before) or _WITHOUT_IT.search(prev))
+    return bool(_COUNTERFACTUAL.search(before) or without_it(prev))
 
 
 _DOUBLE_AFTER = re.compile(r"\b(without|unless|except)\b|离不开|都(要|得|会)", re.IGNORECASE)
@@ -379,6 +400,20 @@ _LINK_ZH = re.compile(r"有的[^。；]{0,10}有的|谁[^。；]{0,10}谁|因为
 CLAUSE_ZH = re.compile(r"了|着|都|也|还|再|又|各|已经|一直|直接|很|太|非常|特别|更|挺|比较|不用|不必|无需|不需要|不会|没有|下次|每次")
 LIST_MARKS = re.compile(r"[、/|•·→⇒]|->|=>")
 
+# A slash inside one term is no list mark: an abbreviation spelt letter by letter ("K/V", "Q/K/V", "I/O") or one
+# pair of Latin words coordinated inside a phrase ("prefill/decode 都要读它", "top-k/top-p"), as an instructor reads
+# "存 K/V" as "存 KV". A chain of three words or more ("prefill/decode/KV"), a slash next to Chinese ("KV/显存") or
+# one with spaces round it ("KV / memory") still separates keywords.
+_TERM_SLASH = re.compile(r"(?<![A-Za-z0-9_/-])(?:[A-Za-z](?:/[A-Za-z])+|[A-Za-z][\w-]*/[A-Za-z][\w-]*)(?![A-Za-z0-9_/-])",
+                         re.ASCII)
+TERM_SLASH = "\u2044"  # the fraction slash: not a separator, and left alone by NFKC
+
+
+def join_term_slashes(text: str) -> str:
+    """The text with the slash inside a term ("K/V", "prefill/decode") written as a fraction slash, so that
+    keyword-run readers do not split the term; slashes between keywords are kept."""
+    return _TERM_SLASH.sub(lambda m: m.group(0).replace("/", TERM_SLASH), text)
+
 
 # English verbs that make a short piece a predicate ("saves compute", "memory grows"): pieces that have
 # one are telegraphic statements, not keywords
@@ -410,7 +445,7 @@ _VO_PIECE = re.compile(f"^((缺点|代价|坏处|好处|优点|作用|收益|开
 def verb_object_pieces(text: str) -> bool:
     """Comma-chained Chinese pieces that each open with a verb and its object ("节省计算量，增加显存占用",
     "省计算，费显存"): a sentence with its subject left out. Enumeration marks and semicolons still make a list."""
-    if LIST_MARKS.search(text) or re.search(r"[；;]", text):
+    if LIST_MARKS.search(join_term_slashes(text)) or re.search(r"[；;]", text):
         return False
     pieces = [p.strip(" .。!！") for p in re.split(r"[，,]", text) if p.strip(" .。!！")]
     return len(pieces) >= 2 and all(_VO_PIECE.match(p) for p in pieces)
@@ -418,13 +453,13 @@ def verb_object_pieces(text: str) -> bool:
 
 def clause_marked(text: str) -> bool:
     """Chinese pieces that carry a clause marker and no list marks ("存K和V，下次不用算了，占内存")."""
-    return not LIST_MARKS.search(text) and bool(CLAUSE_ZH.search(_ZH_TERMS.sub("", text)))
+    return not LIST_MARKS.search(join_term_slashes(text)) and bool(CLAUSE_ZH.search(_ZH_TERMS.sub("", text)))
 
 
 def keyword_run(text: str) -> bool:
     """Short pieces between separators and nothing linking them into a clause: three or more
     ("避免重算；显存增长；长上下文"), or two bare terms ("requests, memory")."""
-    t = normalize(text)
+    t = join_term_slashes(normalize(text))
     segments = [s for s in _SEGMENT_SPLIT.split(t) if s and s.strip(" .。!！?？")]
     if len(segments) < 2:
         return False
@@ -433,6 +468,47 @@ def keyword_run(text: str) -> bool:
     linked = (any(w in _LINK_EN for w in latin_words(t)) or bool(_LINK_ZH.search(_ZH_TERMS.sub("", t))) or clause_marked(t)
               or predicates(segments) or causal_arrow(t) or verb_object_pieces(t))
     return short and not linked
+
+
+# A terse sentence of one clause and no glue word ("KV cache saves compute", "requests hold KV blocks",
+# "采样 token 影响下一步"): a finite verb between a short subject and its object. A run of nouns around a verb
+# ("keys values cache memory grows recompute avoided") has too long a subject or a second predicate after it;
+# 显存占用 is a noun ("memory use"), not a verb and its subject.
+_FINITE_EN = _VERBS_EN | set("""reads writes shapes drives determines influences caches frees releases limits doubles
+accumulates explodes matters returns""".split())
+_BASE_EN = set("""hold keep store reuse skip avoid save need grow take eat read feed join occupy consume affect determine
+decide depend change steer use cost fill condition become enter""".split())  # after a plural subject: "requests hold KV"
+_INTRANSITIVE_EN = {"grows", "rises", "climbs", "increases", "scales", "accumulates", "explodes", "doubles", "matters",
+                    "grow", "rise", "increase", "scale", "accumulate", "double"}
+_TERM_EN = re.compile(rf"[A-Za-z][\w'{TERM_SLASH}-]*")
+_SVO_ZH = re.compile(rf"(?!(?i:显存|内存|memory|vram)\s*占用)(?:[{CJK}]{{2}}|(?<![A-Za-z])[A-Za-z][\w{TERM_SLASH}-]*)\s*"
+                     rf"(决定|影响|依赖|进入|加入|追加|占用|占着|增加|避免|复用|需要|导致|变成|保存|释放|节省|减少|读取|写入|存下|"
+                     rf"省掉|省去|喂给|接到|拼到|省|占|吃|费(?!用)|进(?!程|度|行|展)|涨)\s*(?:[{CJK}]|[A-Za-z])")
+
+
+def _verb_at(words: list[str], i: int) -> bool:
+    w = words[i].lower()
+    plural_subject = i > 0 and re.fullmatch(r"[a-z]+[^s]s", words[i - 1].lower()) is not None
+    return w in _FINITE_EN or (plural_subject and w in _BASE_EN)
+
+
+def terse_clause(text: str) -> bool:
+    """One clause, no glue word, whose verb stands between a subject of one to three words and an object of at most
+    six (or ends it, if it takes none: "cache memory grows"), with no second predicate after it."""
+    t = join_term_slashes(normalize(text)).strip(" .。!！")
+    if len([s for s in _SEGMENT_SPLIT.split(t) if s and s.strip(" .。!！?？")]) != 1:
+        return False
+    if cjk_chars(t):
+        return bool(_SVO_ZH.search(t))
+    words = _TERM_EN.findall(t)
+    i = next((k for k in range(len(words)) if _verb_at(words, k)), None)
+    if i is None or not 1 <= i <= 3:
+        return False
+    after = [w.lower() for w in words[i + 1:]]
+    if not after:
+        return words[i].lower() in _INTRANSITIVE_EN
+    second = any(w in _FINITE_EN for w in after) or (len(after[-1]) > 4 and after[-1].endswith("ed"))
+    return len(after) <= 6 and not second
 
 
 def is_salad(text: str) -> bool:
@@ -447,8 +523,8 @@ def is_salad(text: str) -> bool:
     zh = "".join(_CJK_RE.findall(_ZH_TERMS.sub("", t)))
     if zh and _GLUE_ZH.search(zh):
         return False
-    if _VERB_ZH.search(t) or verb_object_pieces(t):
-        return False  # "输出长度决定步数": a verb between two nouns is a statement
+    if _VERB_ZH.search(t) or verb_object_pieces(t) or terse_clause(t):
+        return False  # "输出长度决定步数", "KV cache saves compute": a verb between two nouns is a statement
     return len(en) + (len(re.findall(f"[{CJK}]+", t))) >= 2
 
 
@@ -501,7 +577,9 @@ _ZH_SLIPS = [(re.compile(p), w) for p, w in (
     (r"从新(?=[^，。；,;]{0,2}(计算|算|生成|处理|跑|做|来|投影|编码))", "重新"), (r"站用", "占用"), (r"上下问", "上下文"),
     (r"线存", "显存"), (r"显村", "显存"),
     # 重负/重付 for 重复 only before a verb of computing ("不堪重负" stays); 家入/价入 for 加入 before what it joins
-    (r"重[负付](?=\s*(计算|算|运算|处理|生成))", "重复"), (r"[家价]入(?=\s*(上下文|历史|序列|输入|context|kv|KV))", "加入"))]
+    (r"重[负付](?=\s*(计算|算|运算|处理|生成))", "重复"),
+    # 家入/家到/家进 for 加入/加到/加进 (价 likewise) before what it joins; 大家, 回家, 国家 … stay themselves
+    (r"(?<![大回国专作])[家价](?=(入|到|进)\s*(上下文|历史|序列|输入|缓存|context|kv|KV))", "加"))]
 
 
 def expand_abbreviations(text: str) -> str:
@@ -510,12 +588,21 @@ def expand_abbreviations(text: str) -> str:
     return text
 
 
+# "它避免的不是显存，而是重复计算": a cleft whose verb stands before the denied part; what follows 而是 is its
+# object. Read as "它避免的是重复计算，不是显存", so the verb and its real object share a clause.
+_CLEFT_ZH = re.compile(r"(?P<verb>[^，。；,;的]{1,12})的(并)?不是(?P<a>[^，。；,;]{1,24}?)[，,]?\s*而是(?P<b>[^，。；,;]{1,24})")
+
+
+def unfold_cleft(text: str) -> str:
+    return _CLEFT_ZH.sub(lambda m: f"{m['verb']}的是{m['b']}，不是{m['a']}", text)
+
+
 MAX_READ = 4000  # characters the matcher looks at: a pasted novel cannot stall the grader
 
 
 def read(text: str, ideas, misconceptions=(), prompts=()) -> Reading:
     t = normalize(text)[:MAX_READ]
-    fixed = re.sub(r"\bO\(([\w^*]{1,12})\)", r"O_of_\1", fix_typos(expand_abbreviations(t)))  # "O(n)" is a growth rate, not a clause break
+    fixed = re.sub(r"\bO\(([\w^*]{1,12})\)", r"O_of_\1", fix_typos(unfold_cleft(expand_abbreviations(t))))  # "O(n)" is a growth rate, not a clause break
     r = Reading(t, language(t), salad=is_salad(t), copied=copied_from(t, prompts))
     for i in ideas:
         r.ideas[i.key] = i.find(fixed)

@@ -106,15 +106,15 @@ _VERBISH_EN = re.compile(r"\b\w+(s|ed|ing)\b", _FLAGS)
 def keyword_list(text: str) -> str | None:
     """'list' when the answer is keywords without a sentence, 'telegraphic' when it is short
     fragments that do carry verbs (borderline), None when it reads as a sentence."""
-    t = normalize(text)
+    from .concepts import causal_arrow, clause_marked, join_term_slashes
+
+    t = join_term_slashes(normalize(text))  # "存 K/V": the slash of a term splits nothing
     segments = [s for s in _SEPARATORS.split(t) if s and s.strip(" .。!！?？-–*")]
     if not segments:
         return "list"
 
     def short(seg: str) -> bool:
         return len(words(seg)) <= 4 and cjk_chars(seg) <= 8
-
-    from .concepts import causal_arrow, clause_marked
 
     has_glue = (any(w.lower() in _GLUE_EN for w in words(t)) or bool(_GLUE_ZH.search(t)) or clause_marked(t)
                 or causal_arrow(t))

@@ -304,12 +304,14 @@ class EngineLoop:
 
     def _publish(self, added: int) -> None:
         snap = self._build_snapshot()
+        # the gauges before the snapshot: a client that reads this snapshot (say, no request left)
+        # and then /metrics finds gauges at least as new, never the step before's
+        if self.observer is not None:
+            self.observer.on_step(snap)
         with self._lock:
             self._pending -= added
             self._waiting = snap["waiting"]
             self._snapshot = snap
-        if self.observer is not None:
-            self.observer.on_step(snap)
 
     def _build_snapshot(self) -> dict:
         stats = self.llm.cache_stats()

@@ -45,7 +45,9 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
 
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
           r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
-          r"(从|在)(KV ?)?缓存(里|中)?(直接)?(读|取|拿)", r"(算|计算)一次就(存|保存|缓存)",
+          r"(从|在)(KV ?)?缓存(里|中)?(直接)?(读|取|拿)", 
+          # the past tokens' part taken from the cache: "之前的 k v 拿缓存的"
+          r"(之前|前面|以前|历史|过去|老|旧)的?[^，。；,;]{0,14}(直接)?(拿|读|取)\s*(缓存|cache)", r"(算|计算)一次就(存|保存|缓存)",
           r"只(需要?|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前|最后|最近)", r"只(需|要|用)?(计算|算|处理)(它|它们)?自己", r"每(一)?步只(需|要)?(计算|算|处理)"]
 
 RECOMPUTE = idea(
@@ -68,7 +70,7 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
          r"\brun\w*\s+out\b", r"\bloss\b", r"\bdownside\w*", r"\bdrawback\w*", r"\bthe catch\b", r"\bpenalty\b", r"缺点|坏处|副作用|牺牲", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
          r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
          r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨",
-         r"换", r"越多", r"越大", r"耗", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
+         r"换", r"越多", r"越大", r"耗", r"翻倍", r"加倍", r"\bdoubl\w*", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
 MEMORY = idea(
     "memory_cost", "it costs memory that grows", "它要占用显存，而且随长度和请求数增长",
     parts=[_MEM, _COST], opposite=True,
@@ -93,7 +95,7 @@ MEMORY = idea(
     weak=_MEM)
 
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
-         r"\bgo(es)?\s+(back\s+)?in(to)?\b", r"\benter\w*", r"\bwritten\b", r"\bwrit\w*", r"\bconcatenat\w*",
+         r"\bgo(es)?\s+(back\s+)?in(to)?\b", r"\benter\w*", r"\bwritten\b", r"\bwrit\w*", r"\bconcat\w*",
          r"\bpart of\b", r"\binsert\w*", r"\bextend\w*", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",
          r"\bused as\b", r"\bserves? as\b", r"\battach\w*", r"\bstays? in\b", r"\bstored\b", r"\bsaved\b", r"\brecorded\b",
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
@@ -102,9 +104,16 @@ _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*
          r"成了", r"变为", r"当成", r"当作", r"的一部分", r"存到", r"放进", r"记(到|入|进)", r"留在", r"保留在", r"(拼|加|接|塞|存)回", r"进(了)?(历史|上下文|序列|输入|缓存|KV)",
          r"(在|位于|存在)(历史|上下文|序列|输入|缓存|KV)\s*(里|中|当中)"]
 _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
-         r"\btoken\s+(list|ids)\b", r"\blist of tokens\b", r"token\s*列表",
+         r"\btoken\s+(list|ids)\b", r"\blist of tokens\b", r"token\s*列表", r"\b(input|token)_?ids\b",
+         # the request's token list by its name in code: output_ids, generated_tokens, all_token_ids, seq.tokens
+         r"\b(output|generated|all_token|completion|prompt)_?(ids|tokens)\b", r"\b(req|request|seq|sequence)\.(\w*_)?(ids|tokens)\b",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bso far\b", r"\bback\b",
          r"历史", r"上下文", r"序列", r"输入", r"状态", r"前缀", r"KV", r"缓存", r"context", r"history"]
+# the sampled token named among the past tokens the next step reads; SEP is what joins the two halves
+_AMONG_PAST_EN = (r"\b(previous|prior|earlier|past|preceding)\s+(\w+\s+){0,2}?tokens?SEP(including|incl\.?|plus)\s+(the\s+)?"
+                  r"(just[- ]|newly\s+)?(sampled|chosen|picked|selected|new)\s+(one|token|id)\b")
+_AMONG_PAST_ZH = r"(之前|前面|以前|历史|已有)[^，。；,;]{0,6}(token|词|字)SEP(包括|连同|加上)[^，。；,;]{0,3}(刚|新)[^，。；,;]{0,2}(采样|选|生成|挑)"
+_ARROW_ON = r"(?=[^→⇒>]*$|.*(\b(read|use|see|attend|depend|condition|feed|build|comput|take|predict)\w*|读|用|看|依赖|基于|算))"
 TOKEN_TO_HISTORY = idea(
     "token_to_history", "the sampled token is appended to the request's history", "采样出的 token 会加入请求的历史（上下文）",
     parts=[_HIST, _JOIN],  # the subject is often in the clause before ("… 不会被丢弃，而是追加到历史里")
@@ -121,19 +130,27 @@ TOKEN_TO_HISTORY = idea(
                 r"(接|拼|加|放|追加|附)(在|到)[^，。；,;]{0,4}(后面|末尾|最后|尾部)", r"(喂|送|输|传)(给|回|进)[^，。；,;]{0,4}模型", r"回到[^，。；,;]{0,2}模型",
                 r"(就是|便是|变成|成了)[^，。；,;]{0,8}的?输入", r"(?<!不)(是|为)[^，。；,;]{0,12}的输入", r"\b(added|appended|tacked)\s+(on\s+)?to\s+the\s+end\b",
                 r"\bfe(d|eds?)\s+(back\s+)?(in)?to\s+the\s+model\b",
+                # an arrow from the token to the history is "goes into" ("picked token -> context -> next step reads it"),
+                # when the chain is a statement: its last arrow, or a verb further on (a bare chain of nouns is keywords)
+                r"\b(tokens?|ids?|it|choices?|samples?)\s*(->|→|=>|⇒)\s*(the\s+)?(context|history|input|sequence|prefix|kv|cache|"
+                r"\w*_?ids)\b" + _ARROW_ON, r"(token|它)\s*(->|→|=>|⇒)\s*(上下文|历史|输入|序列|KV|缓存)" + _ARROW_ON,
                 r"(包含|含有|带着|带上|加上)[^，。；,;]{0,6}(token|它|这个词|这个字)[^，。；,;]{0,3}的(上下文|序列|历史|输入)",
                 r"\b(context|history|sequence|input)\s+(that\s+|which\s+)?(now\s+)?(contains?|includ\w+|with)\s+(it|that token|the (sampled|chosen|picked) token)\b",
+                # it is one of the tokens the next step reads: "depends on all previous tokens including the sampled one"
+                _AMONG_PAST_EN.replace("SEP", r"\s+"), _AMONG_PAST_ZH.replace("SEP", ""),
                 # it goes into the later computation itself
                 r"(进|进入|进到|加入|用于|参与)[^，。；,;]{0,2}(后续|之后|后面|下一步)的?(计算|生成|步骤|decode|前向)",
                 r"\b(goes|fed|feeds|enters?)\s+(back\s+)?into\s+(the\s+)?(next|later|following|subsequent)\b"],
-    weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"])
+    weak=[r"\bhistor\w*\b|\bcontext\b", r"历史|上下文"],
+    across=[_AMONG_PAST_EN.replace("SEP", r"\s*，\s*"), _AMONG_PAST_ZH.replace("SEP", r"\s*，\s*")])  # "…tokens, including it"
 
 _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcoming|rest of)\s+(\w+\s+){0,2}?(steps?|decod\w*|rounds?|tokens?|inputs?|"
          r"iterations?|forward|pass(es)?|generation|outputs?|predictions?|distributions?|computation|continuation)",
          r"\b(later|next|following|subsequent)\s+(one|ones)\b", r"\blater\b\s+(steps?|on)\b",
          r"\b(path|trajectory|direction|branch)\b", r"\bfeedback loop\b",
          r"\bfrom then on\b", r"\bafterwards\b", r"\bthereafter\b", r"\bdownstream\b", r"\bwhat comes (next|after)\b",
-         r"\beverything after\b", r"\bcondition\w*\b", r"\bdepend\w*", r"\bbuilds?\s+on\b", r"\bbased on\b", r"\bcontinuations\b",
+         r"\beverything after\b", r"\b(everything|anything|whatever|tokens?|words?|text)\s+(that\s+)?(is\s+|are\s+|gets?\s+)?"
+         r"(generated|produced|sampled|predicted|written|comes?|coming)\s+after\s+(it|that|this|them)\b", r"\bcondition\w*\b", r"\bdepend\w*", r"\bbuilds?\s+on\b", r"\bbased on\b", r"\bcontinuations\b",
          r"\brel(y|ies)\s+on\b", r"\battends? to\b", r"\bsteer\w*", r"\bdiverg\w*", r"\bcontinuation\b",
          r"下一(轮|步|个|次)", r"后续", r"(之后|以后|后面)(的)?[^，。；,;]{0,3}(每一?步|步|token|计算|生成|输出|解码|decode|内容|路径|轮|预测|都)",
          r"(影响|决定|改变|左右)[^，。；,;]{0,2}(之后|以后|后面)", r"接下来", r"路径", r"走向", r"轨迹", r"方向",
@@ -189,7 +206,9 @@ DECODE_CONTINUES = idea(
                 r"\b(same|one|single)\s+(\w+\s+){0,2}?(state machine|cache)", r"\bwhere prefill left off\b",
                 r"同一(个|条|份)?\s*(状态机|缓存|状态|KV|kv)",
                 r"从[^，。；,;]{0,14}(状态|缓存|KV)[^，。；,;]{0,6}(继续|接着|往下|推进)",
-                r"\b(continu\w*|resum\w*|picks? up|carr(y|ies) on)\s+from\s+(\w+\s+){0,4}?(state|cache|kv)\b"],
+                r"\b(continu\w*|resum\w*|picks? up|carr(y|ies) on)\s+from\s+(\w+\s+){0,4}?(state|cache|kv)\b",
+                # "decode just keeps going from prefill's KV", "goes on from where prefill stopped"
+                r"decod\w*\s+(\w+\s+){0,3}?(keeps?\s+going|kept\s+going|goes\s+on|went\s+on|proceeds?|moves?\s+on)\s+(from|with)\b"],
     weak=[r"\b(same|one|single)\s+(\w+\s+){0,2}?(request|lifecycle|life cycle|sequence|path)", r"\bthis very request\b",
           r"同一(个|条)?(请求|生命周期)", r"一条(生命周期|链路)"])
 
@@ -276,7 +295,11 @@ EARLY_TURN_MATTERS = idea(
                 r"content)", r"\b(exercise|problem statement|the task)\b[^.;]{0,60}\b(lost|dropp\w*|forg\w*|cut|gone|"
                 r"kept|keep\w*|preserv\w*|remain\w*|retain\w*)", r"\b(lose|loses|lost|drop\w*|forget\w*|cut\w*\s+((it|them|that|this|those)\s+)?off)\b",
                 r"第一轮", r"第 ?1 ?轮", r"最早", r"开头", r"早期", r"最前(面|头|边)", r"一开始", r"最初", r"之前的(题目|内容|信息)",
-                r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|(留|保|记)不?住|留下|扔|挤掉|挤出|裁掉|删掉|去掉)",
+                # the very start of the chat, named as a time the exercise was given ("在最开始就贴了", "from the very start")
+                r"(在|从)最开始|最开始(的|就|贴|给|发|那|提)", r"\bfrom\s+the\s+(very\s+)?(start|beginning)\b",
+                r"\b(at|in)\s+the\s+(very\s+)?(start|beginning)\s+of\s+the\s+(chat|conversation|dialog\w*|session)\b",
+                r"(丢|丢失|丢掉|忘|遗忘|截掉|保留|(留|保|记)不?住|留下|扔|挤掉|挤出|裁掉|删掉|去掉|找不到|看不到)",
+                r"\b(throw\w*|threw|thrown)\s+(\w+\s+)?(away|out)\b", r"\bdiscard\w*", r"\bget\s+rid\s+of\b",
                 # the exercise carried along, the object first in a 把 phrase: "把题目压缩进摘要里一直带着"
                 r"把\s*(第一轮|第 ?1 ?轮|最早的?|开头的?|题目)[^，。；,;]{0,12}?(带着|带上|留着|记着|存着|放进|压缩进|写进|装进)"])
 BOUNDED_KV = idea(

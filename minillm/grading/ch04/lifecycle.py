@@ -136,7 +136,8 @@ def _holds_kv(note: str) -> bool:
             continue  # "0 KV blocks", "zero blocks", "零个块", "KV: none": a count of none
         if m and not negated_at(clause, m.start()) and not re.search(
                 r"\b(freed|released|returned|back in|back to|given back|to the pool|in the pool)\b|释放|归还|回收|还回|"
-                r"回到|放回|池中|池里|还给|交还|退还|还到|池子", clause, re.I):
+                r"回到|放回|池中|池里|还给|交还|退还|还到|池子|"
+                r"(?<![没不未])(回|还|退|归)\s*(到\s*)?(the\s+)?(pool|free ?list|allocator)\b", clause, re.I):  # "blocks 回 pool"
             return True
     return False
 

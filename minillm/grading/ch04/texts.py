@@ -351,7 +351,10 @@ SCENARIO_KINDS = [
         r"(writ\w*|generat\w*|produc\w*|draft\w*|compos\w*)\s+(\w+\s+){0,3}(long|lengthy|big|huge|entire|whole|full)",
         r"long\s+(reports?|articles?|essays?|story|stories|novels?|summar\w*|translations?|chapters?)",
         r"(each|every)\s+(generated|new|output|decoded)\s+token",
-        r"(写|生成|输出|撰写)[^。；;]{0,6}(长|报告|文章|小说|论文)", r"每生成一个"]),
+        r"(写|生成|输出|撰写)[^。；;]{0,6}(长|报告|文章|小说|论文)", r"每生成一个",
+        # reasoning models: the thinking is generated tokens ("a reasoning model thinking for 8k tokens", "深度思考")
+        r"\b(reasoning|thinking)\s+(models?|mode|traces?|tokens?)\b", r"\bthink\w*\s+(for\s+)?(\d+k?\s+tokens|a long time|long)\b",
+        r"深度思考|思考模式|思考(过程|链)|长思考"]),
     _kind("parallel_sampling", "several sequences per request (beam search, n > 1)", [
         r"beam\s*search", r"parallel\s+sampling", r"\bn\s*>\s*1\b", r"multiple\s+(candidates|samples|completions|beams)",
         r"best[- ]of", r"束搜索|并行采样|多个候选|多路采样|多条序列|多个样本", r"\bn\s*=\s*([2-9]|\d{2,})\b"]),
@@ -360,7 +363,11 @@ SCENARIO_KINDS = [
         rf"cancel\w*\s+{W}{{0,5}}(api|layer|never|doesn't|does not|not)", r"zombie", r"orphan\w*", r"idle\s+sessions?",
         r"没(有)?取消|未取消|(客户端|用户|连接)[^。；;]{0,4}(断开|断连|掉线|关闭|离开)|泄漏|泄露|没有?释放|未释放|释放[^。；;]{0,2}晚|取消[^。；;]{0,10}(接口|没有|未)|僵尸|残留",
         rf"(never|not)\s+{W}{{0,2}}cancel\w*", r"\btim(e|es|ed|ing)\s*out\b|\btimeouts?\b",
-        r"\b(stay|stays|remain|remains|left)\s+allocated\b", r"超时|一直占着|迟迟不释放"]),
+        r"\b(stay|stays|remain|remains|left)\s+allocated\b", r"超时|一直占着|迟迟不释放",
+        # a cancel the engine never hears of: "取消没通知引擎", "cancel 没传到 engine", "the engine never learns of it"
+        r"(取消|cancel\w*)[^。；;]{0,10}(没|不|未)[^。；;]{0,3}(通知|传|告诉|到达|同步|下发|转发)",
+        r"(引擎|engine)[^。；;]{0,3}(不知道|没收到|收不到|不知情)",
+        r"\bengine\s+(never|doesn't|does not|didn't|did not)\s+(know|hear|learn|see|get|receive)\w*"]),
     _kind("bigger_model", "a model with more layers or KV heads (more bytes per token)", [
         r"(more|many|deep\w*)\s+layers", r"(more|many)\s+(kv\s+)?heads", r"larger\s+(model|head_dim|hidden)",
         r"\bfp32\b|float32|higher\s+precision", r"\bmha\b|no\s+gqa", r"层数多|更多层|头数多|大模型|精度高|fp32"]),
@@ -1012,7 +1019,8 @@ TASK5_SCENARIO = Bi("A tutoring chat runs for 40 turns. In turn 1 the student pa
 
 _LAST_N = re.compile(r"最近|最后|\blast\b|\brecent\b|window|窗口|\bN\s*(轮|turns?)|last[_ -]?n", re.I)
 _SUMMARY = re.compile(r"摘要|总结|summar\w*", re.I)
-_LOSES = re.compile(r"(留|保|记)不住|存不下|丢|忘|截掉|删|扔|挤掉|挤出|裁掉|去掉|\blos[et]\w*|\bdrop\w*|\bforg[eo]t\w*|\bcut\w*|\bevict\w*", re.I)
+_LOSES = re.compile(r"(留|保|记)不住|存不下|丢|忘|截掉|删|扔|挤掉|挤出|裁掉|去掉|找不到|看不到|\blos[et]\w*|\bdrop\w*|\bforg[eo]t\w*|"
+                    r"\bcut\w*|\bevict\w*|\b(throw\w*|threw|thrown)\s+(\w+\s+)?(away|out)\b|\bdiscard\w*|\bget\s+rid\s+of\b", re.I)
 _KEEPS = re.compile(r"(保留|留住|留下|保住|\bkeep\w*|\bkept\b|\bretain\w*|\bpreserv\w*)\s*(\w+\s+)?"
                     r"(第一轮|第 ?1 ?轮|最早|开头|题目|它|\bturn\s*(1|one)\b|\bfirst\b|\bexercise\b|\bproblem\b|\bit\b)|"
                     # the object first, in a 把 phrase: "把题目压缩进摘要里一直带着"
