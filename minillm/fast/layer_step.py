@@ -1,4 +1,4 @@
-"""A decode step's decoder layer in one C call (``kernels/decoder_layer.c``), on eager CPU steps.
+"""A decode step's decoder layers in one C call (``kernels/decoder_layer.c``), on eager CPU steps.
 
 An eager decode step of a few rows spends most of its time streaming weights, but each layer
 also made ~10 ``ctypes`` calls and ~25 torch operations (norms, projections, rotary, the KV
@@ -8,15 +8,18 @@ the shipped 4-layer model most of its step. ``StepDecoderLayer`` runs such a lay
 of a C function that calls the same kernels (``gemv``'s projections, ``small_ops``' norms and
 SiLU·mul, the paged attention kernel) through pointers taken from their own libraries, in the
 same order on the same values: the layer's output is what the eager path computes, bit for bit
-(``tests/test_layer_step.py``).
+(``tests/test_layer_step.py``). ``StepLlamaForCausalLM`` goes one further and runs all the
+layers of such a step in one call (``stack_call``): even one call a layer left ~50 us of Python
+a layer, run cold after each layer's weights went through the caches. What the cached C
+structs were read from is checked at each step in a few C-level passes (``_Watch``).
 
 Its case: a decode-only step of at most ``gemv.MAX_ROWS`` rows on the "kernel" attention
 backend, float32 activations and KV pool, every projection on the streaming kernel (float32
 ``StreamLinear`` or a streamed ``Int8Linear``), outside autograd and compiling, and no hook on
-any module inside the layer (a hook on the layer itself runs as usual). Anything else, or a
-library that cannot be built, runs ``FusedDecoderLayer``'s forward, unchanged. The C function
-checks every slot, block id and context length before it writes anything (a refusal falls back
-too, whose own checks then raise).
+any module inside the layer (a hook on the layer itself runs as usual, and turns the stack call
+off: that layer then runs its own one call). Anything else, or a library that cannot be built,
+runs ``FusedDecoderLayer``'s forward, unchanged. The C functions check every slot, block id and
+context length before they write anything (a refusal falls back too, whose own checks then raise).
 """
 
 from __future__ import annotations
