@@ -424,3 +424,54 @@ def _lifecycle(released_note: str) -> dict:
 def test_blocks_back_in_the_pool_said_in_two_languages(note, holds):
     assert _holds_kv(note) is holds
     assert check("task1_diagram", _lifecycle(note)).score == (11 if holds else 12)
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # one terse clause with no glue word: a verb between its subject and its object is a sentence, in either language
+    ("task2_kv_explain", "KV cache saves compute", 1),
+    ("task4_sampling", "sampling affects next steps", 1),
+    ("task2_kv_explain", "KV缓存省计算", 1),
+    ("task2_kv_explain", "KV cache 省 compute", 1),
+    ("task4_sampling", "采样 token 影响下一步", 1),
+    # nouns strung round a verb stay keyword runs: a long subject, a second predicate, 显存占用 as a noun
+    ("task2_kv_explain", "keys values cache memory grows recompute avoided", 0),
+    ("task2_kv_explain", "cache memory grows recompute avoided", 0),
+    ("task2_kv_explain", "KV缓存显存重算", 0),
+    ("task2_kv_explain", "KV cache 显存占用 context", 0),
+    ("task2_kv_explain", "显存占用 KV", 0),
+])
+def test_a_terse_clause_is_a_sentence_not_a_keyword_run(exercise, answer, score):
+    assert check(exercise, answer).score == score
+    assert is_salad(answer) is (score == 0)
+
+
+def test_a_plural_subject_takes_a_bare_verb_and_a_bare_noun_run_takes_none():
+    assert not is_salad("requests hold KV blocks") and not is_salad("cache memory grows")
+    assert is_salad("sample append next step history") and is_salad("KV cache memory recompute")
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # "不然 / 否则 / otherwise" with its own consequence is a whole counterfactual: the clause after it is the real world
+    ("task2_kv_explain", "存历史 KV，不然每步都要从头算；显存随 token 数涨", 2),
+    ("task2_kv_explain", "存历史 KV，否则每步都要重算；代价是显存随长度增长", 2),
+    ("task2_kv_explain", "keeps past K/V, otherwise every step redoes the prefix; memory grows with tokens", 2),
+    # a bare condition still reaches its consequence: memory that grows *without* the cache is not its cost
+    ("task2_kv_explain", "没有 KV cache 的话，显存会一直涨", 0),
+    ("task2_kv_explain", "Without it, memory would grow with every token.", 0),
+    ("task2_kv_explain", "KV 缓存存起来，否则显存会爆", 0),
+    # later steps named as what is generated after the token
+    ("task4_sampling", "it picks the token, and everything produced after it changes", 1),
+    ("task4_sampling", "sampling picks the tokens generated after the prompt", 0),
+    # the request's token list by its name in code
+    ("task4_sampling", "next_id is appended to generated_tokens and the next step attends to it", 2),
+    ("task4_sampling", "output_ids are detokenized and shown to the user", 0),
+    # an arrow from the token into the history, in a chain that ends in a statement
+    ("task4_sampling", "chosen token → history → the next step reads it", 2),
+    ("task4_sampling", "it is not UI: picked token → history → next step", 1),  # a bare chain of nouns gains nothing
+    ("task4_sampling", "context -> logits -> token, the next step reads it", 1),  # the arrow the other way
+    # decode going on from prefill's state
+    ("pitfall3_one_lifecycle", (True, "decode just keeps going from prefill's KV for that request"), 2),
+    ("pitfall3_one_lifecycle", (True, "decode keeps going until EOS"), 1),
+])
+def test_c23_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score

@@ -16,6 +16,8 @@ attention) is what the chapter reads. ``LLM()`` runs this layer instead, token f
 * ``gemv``: decode's few-row projections (float32, int8) on a C kernel that streams each weight
   once and shares output rows with persistent worker threads (``stream_weights``, on the CPU);
 * ``small_ops``: a decoder layer's RMSNorms, residual add and SiLU·mul fused in C (eager steps);
+* ``layer_step``: a decode step's whole decoder layer as one C call of those kernels (eager
+  steps of a few rows on the attention kernel);
 * ``packed``: a wide product of a decode batch (an lm head over 9-256 rows) on oneDNN with the
   weight packed once (``gemv.StreamLinear`` calls it).
 
@@ -42,12 +44,19 @@ def prepare_model(llm, opts) -> None:
         # kernel's few-rows test and recompile past its bound; tests/test_compile.py)
         from ..models.weights import MIN_STREAM_BYTES, stream_weights
 
-        # inside a decode graph the kernel's call costs what F.linear's does, and torch's small
-        # products ran at 5-10 GB/s there (the shipped model's 0.25-0.7 MB projections): stream all
-        stream_weights(llm.model, min_bytes=0 if opts.decode_graphs is not None else MIN_STREAM_BYTES)
+        # inside a decode graph, or a layer made one C call (``layer_step``), the kernel's call costs
+        # what F.linear's does, and torch's small products ran at 5-10 GB/s there (the shipped
+        # model's 0.25-0.7 MB projections): stream all
+        one_call = _layer_step_serves(llm, opts)
+        stream_weights(llm.model, min_bytes=0 if opts.decode_graphs is not None or one_call else MIN_STREAM_BYTES)
         from .small_ops import use_small_ops
 
-        use_small_ops(llm.model)  # a layer's norms, residual add and SiLU·mul fused (eager steps)
+        # a layer's norms, residual add and SiLU·mul fused (eager steps), and then, on the attention
+        # kernel, a decode step's whole layer in one C call
+        if use_small_ops(llm.model) and one_call:
+            from .layer_step import use_layer_step
+
+            use_layer_step(llm.model)
     if opts.weight_dtype is not None and opts.decode_graphs == "compile":
         _check_int8_graphs(llm.model)
     threads = llm.num_threads or (torch.get_num_threads() if llm.device.type == "cpu" else 1)
@@ -55,6 +64,28 @@ def prepare_model(llm, opts) -> None:
         from .threaded import use_row_split
 
         llm.shard_pool = use_row_split(llm.model, threads)
+
+
+def _layer_step_serves(llm, opts) -> bool:
+    """Whether eager decode steps will run each layer as one C call (``layer_step``): float32
+    activations, the "kernel" attention backend, and the library built here."""
+    import torch
+
+    from .attention import resolve_backend
+
+    cfg = llm.model_config
+    if llm.dtype != torch.float32 or cfg.qk_norm:  # (q/k norms: not in the C layer)
+        return False
+    try:
+        backend = resolve_backend(opts.attention_backend, llm.device, llm.dtype, cfg.head_dim,
+                                  cfg.num_attention_heads // cfg.num_key_value_heads)
+    except ValueError:  # build() reports it
+        return False
+    if backend != "kernel":
+        return False
+    from . import layer_step
+
+    return layer_step.available()
 
 
 def _check_int8_graphs(model) -> None:

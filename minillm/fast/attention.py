@@ -61,6 +61,7 @@ class DecodeMeta:
     mask: torch.Tensor | None = None  # [B, 1, 1, W * block_size] additive (the pool's dtype):
                                       # -inf past each context; None when no row is padded
     flex_mask: object = None          # FlexPaged's BlockMask, made by the first layer, shared
+    layer_step: object = None         # the one-call layers' shared step struct (``layer_step``), likewise
 
 
 class AttentionBackend:

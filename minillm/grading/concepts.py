@@ -136,7 +136,7 @@ def fix_typos(text: str) -> str:
 _CLAUSE_SPLIT = re.compile(
     r"\.(?=\s|$|[\u4e00-\u9fff])|[;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
     r"\bso that\b|\bso\b(?!\s+(far|much|many|long)\b)|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
-    r"(?=\bdownsides?\b|\bthe catch\b|\bdrawbacks?\b)|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|否则|可是|只是(?=让)", _I)
+    r"(?=\bdownsides?\b|\bthe catch\b|\bdrawbacks?\b)|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|(?=否则)|可是|只是(?=让)", _I)
 
 
 def clauses(text: str) -> list[tuple[int, str]]:
@@ -265,7 +265,7 @@ class Idea:
         if said:  # "only computes the new token instead of reusing …": one plain mention is enough
             return "present" if any(said) else "negated"
         state = self._parts_state(clause)
-        if state == "present" and _WITHOUT_IT.search(prev):
+        if state == "present" and without_it(prev):
             return "negated"  # "without a cache, memory would grow": said of the world without it
         if state != "absent":
             return state
@@ -310,10 +310,21 @@ _WITHOUT_IT = re.compile(r"^\s*(without\s+(it|the|a|any|kv|caching)\b|如果没�
                          re.IGNORECASE)
 
 
+# "否则 / 不然 / otherwise" followed by its own predicate is a whole counterfactual ("不然每个 step 都要从头算"): the
+# clause after it is about the real world again ("…；memory 随 token 数涨"). Only a bare one reaches the next clause.
+_SAID_IN_FULL = re.compile(r"^\s*(否则|不然|要不然|otherwise)(的话)?\s*\S", re.IGNORECASE)
+
+
+def without_it(prev: str) -> bool:
+    """Is the clause before a condition without the cache ("without it", "如果没有 KV cache 的话", a bare "否则") whose
+    consequence is the clause that follows?"""
+    return bool(_WITHOUT_IT.search(prev)) and not _SAID_IN_FULL.search(prev)
+
+
 def counterfactual(before: str, prev: str) -> bool:
     """"Without it, each step would recompute …", "否则每一步都要重算": what the cache spares is
     named by what would happen without it."""
-    return bool(_COUNTERFACTUAL.search(before) or _WITHOUT_IT.search(prev))
+    return bool(_COUNTERFACTUAL.search(before) or without_it(prev))
 
 
 _DOUBLE_AFTER = re.compile(r"\b(without|unless|except)\b|离不开|都(要|得|会)", re.IGNORECASE)
@@ -459,6 +470,47 @@ def keyword_run(text: str) -> bool:
     return short and not linked
 
 
+# A terse sentence of one clause and no glue word ("KV cache saves compute", "requests hold KV blocks",
+# "采样 token 影响下一步"): a finite verb between a short subject and its object. A run of nouns around a verb
+# ("keys values cache memory grows recompute avoided") has too long a subject or a second predicate after it;
+# 显存占用 is a noun ("memory use"), not a verb and its subject.
+_FINITE_EN = _VERBS_EN | set("""reads writes shapes drives determines influences caches frees releases limits doubles
+accumulates explodes matters returns""".split())
+_BASE_EN = set("""hold keep store reuse skip avoid save need grow take eat read feed join occupy consume affect determine
+decide depend change steer use cost fill condition become enter""".split())  # after a plural subject: "requests hold KV"
+_INTRANSITIVE_EN = {"grows", "rises", "climbs", "increases", "scales", "accumulates", "explodes", "doubles", "matters",
+                    "grow", "rise", "increase", "scale", "accumulate", "double"}
+_TERM_EN = re.compile(rf"[A-Za-z][\w'{TERM_SLASH}-]*")
+_SVO_ZH = re.compile(rf"(?!(?i:显存|内存|memory|vram)\s*占用)(?:[{CJK}]{{2}}|(?<![A-Za-z])[A-Za-z][\w{TERM_SLASH}-]*)\s*"
+                     rf"(决定|影响|依赖|进入|加入|追加|占用|占着|增加|避免|复用|需要|导致|变成|保存|释放|节省|减少|读取|写入|存下|"
+                     rf"省掉|省去|喂给|接到|拼到|省|占|吃|费(?!用)|进(?!程|度|行|展)|涨)\s*(?:[{CJK}]|[A-Za-z])")
+
+
+def _verb_at(words: list[str], i: int) -> bool:
+    w = words[i].lower()
+    plural_subject = i > 0 and re.fullmatch(r"[a-z]+[^s]s", words[i - 1].lower()) is not None
+    return w in _FINITE_EN or (plural_subject and w in _BASE_EN)
+
+
+def terse_clause(text: str) -> bool:
+    """One clause, no glue word, whose verb stands between a subject of one to three words and an object of at most
+    six (or ends it, if it takes none: "cache memory grows"), with no second predicate after it."""
+    t = join_term_slashes(normalize(text)).strip(" .。!！")
+    if len([s for s in _SEGMENT_SPLIT.split(t) if s and s.strip(" .。!！?？")]) != 1:
+        return False
+    if cjk_chars(t):
+        return bool(_SVO_ZH.search(t))
+    words = _TERM_EN.findall(t)
+    i = next((k for k in range(len(words)) if _verb_at(words, k)), None)
+    if i is None or not 1 <= i <= 3:
+        return False
+    after = [w.lower() for w in words[i + 1:]]
+    if not after:
+        return words[i].lower() in _INTRANSITIVE_EN
+    second = any(w in _FINITE_EN for w in after) or (len(after[-1]) > 4 and after[-1].endswith("ed"))
+    return len(after) <= 6 and not second
+
+
 def is_salad(text: str) -> bool:
     """Key words strung together with nothing to tie them into a statement, in either language
     or both: no glue word at all, or a run of short pieces between separators with no link."""
@@ -471,8 +523,8 @@ def is_salad(text: str) -> bool:
     zh = "".join(_CJK_RE.findall(_ZH_TERMS.sub("", t)))
     if zh and _GLUE_ZH.search(zh):
         return False
-    if _VERB_ZH.search(t) or verb_object_pieces(t):
-        return False  # "输出长度决定步数": a verb between two nouns is a statement
+    if _VERB_ZH.search(t) or verb_object_pieces(t) or terse_clause(t):
+        return False  # "输出长度决定步数", "KV cache saves compute": a verb between two nouns is a statement
     return len(en) + (len(re.findall(f"[{CJK}]+", t))) >= 2
 
 

@@ -105,12 +105,15 @@ _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*
          r"(在|位于|存在)(历史|上下文|序列|输入|缓存|KV)\s*(里|中|当中)"]
 _HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
          r"\btoken\s+(list|ids)\b", r"\blist of tokens\b", r"token\s*列表", r"\b(input|token)_?ids\b",
+         # the request's token list by its name in code: output_ids, generated_tokens, all_token_ids, seq.tokens
+         r"\b(output|generated|all_token|completion|prompt)_?(ids|tokens)\b", r"\b(req|request|seq|sequence)\.(\w*_)?(ids|tokens)\b",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bso far\b", r"\bback\b",
          r"历史", r"上下文", r"序列", r"输入", r"状态", r"前缀", r"KV", r"缓存", r"context", r"history"]
 # the sampled token named among the past tokens the next step reads; SEP is what joins the two halves
 _AMONG_PAST_EN = (r"\b(previous|prior|earlier|past|preceding)\s+(\w+\s+){0,2}?tokens?SEP(including|incl\.?|plus)\s+(the\s+)?"
                   r"(just[- ]|newly\s+)?(sampled|chosen|picked|selected|new)\s+(one|token|id)\b")
 _AMONG_PAST_ZH = r"(之前|前面|以前|历史|已有)[^，。；,;]{0,6}(token|词|字)SEP(包括|连同|加上)[^，。；,;]{0,3}(刚|新)[^，。；,;]{0,2}(采样|选|生成|挑)"
+_ARROW_ON = r"(?=[^→⇒>]*$|.*(\b(read|use|see|attend|depend|condition|feed|build|comput|take|predict)\w*|读|用|看|依赖|基于|算))"
 TOKEN_TO_HISTORY = idea(
     "token_to_history", "the sampled token is appended to the request's history", "采样出的 token 会加入请求的历史（上下文）",
     parts=[_HIST, _JOIN],  # the subject is often in the clause before ("… 不会被丢弃，而是追加到历史里")
@@ -127,6 +130,10 @@ TOKEN_TO_HISTORY = idea(
                 r"(接|拼|加|放|追加|附)(在|到)[^，。；,;]{0,4}(后面|末尾|最后|尾部)", r"(喂|送|输|传)(给|回|进)[^，。；,;]{0,4}模型", r"回到[^，。；,;]{0,2}模型",
                 r"(就是|便是|变成|成了)[^，。；,;]{0,8}的?输入", r"(?<!不)(是|为)[^，。；,;]{0,12}的输入", r"\b(added|appended|tacked)\s+(on\s+)?to\s+the\s+end\b",
                 r"\bfe(d|eds?)\s+(back\s+)?(in)?to\s+the\s+model\b",
+                # an arrow from the token to the history is "goes into" ("picked token -> context -> next step reads it"),
+                # when the chain is a statement: its last arrow, or a verb further on (a bare chain of nouns is keywords)
+                r"\b(tokens?|ids?|it|choices?|samples?)\s*(->|→|=>|⇒)\s*(the\s+)?(context|history|input|sequence|prefix|kv|cache|"
+                r"\w*_?ids)\b" + _ARROW_ON, r"(token|它)\s*(->|→|=>|⇒)\s*(上下文|历史|输入|序列|KV|缓存)" + _ARROW_ON,
                 r"(包含|含有|带着|带上|加上)[^，。；,;]{0,6}(token|它|这个词|这个字)[^，。；,;]{0,3}的(上下文|序列|历史|输入)",
                 r"\b(context|history|sequence|input)\s+(that\s+|which\s+)?(now\s+)?(contains?|includ\w+|with)\s+(it|that token|the (sampled|chosen|picked) token)\b",
                 # it is one of the tokens the next step reads: "depends on all previous tokens including the sampled one"
@@ -142,7 +149,8 @@ _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcomin
          r"\b(later|next|following|subsequent)\s+(one|ones)\b", r"\blater\b\s+(steps?|on)\b",
          r"\b(path|trajectory|direction|branch)\b", r"\bfeedback loop\b",
          r"\bfrom then on\b", r"\bafterwards\b", r"\bthereafter\b", r"\bdownstream\b", r"\bwhat comes (next|after)\b",
-         r"\beverything after\b", r"\bcondition\w*\b", r"\bdepend\w*", r"\bbuilds?\s+on\b", r"\bbased on\b", r"\bcontinuations\b",
+         r"\beverything after\b", r"\b(everything|anything|whatever|tokens?|words?|text)\s+(that\s+)?(is\s+|are\s+|gets?\s+)?"
+         r"(generated|produced|sampled|predicted|written|comes?|coming)\s+after\s+(it|that|this|them)\b", r"\bcondition\w*\b", r"\bdepend\w*", r"\bbuilds?\s+on\b", r"\bbased on\b", r"\bcontinuations\b",
          r"\brel(y|ies)\s+on\b", r"\battends? to\b", r"\bsteer\w*", r"\bdiverg\w*", r"\bcontinuation\b",
          r"下一(轮|步|个|次)", r"后续", r"(之后|以后|后面)(的)?[^，。；,;]{0,3}(每一?步|步|token|计算|生成|输出|解码|decode|内容|路径|轮|预测|都)",
          r"(影响|决定|改变|左右)[^，。；,;]{0,2}(之后|以后|后面)", r"接下来", r"路径", r"走向", r"轨迹", r"方向",
@@ -198,7 +206,9 @@ DECODE_CONTINUES = idea(
                 r"\b(same|one|single)\s+(\w+\s+){0,2}?(state machine|cache)", r"\bwhere prefill left off\b",
                 r"同一(个|条|份)?\s*(状态机|缓存|状态|KV|kv)",
                 r"从[^，。；,;]{0,14}(状态|缓存|KV)[^，。；,;]{0,6}(继续|接着|往下|推进)",
-                r"\b(continu\w*|resum\w*|picks? up|carr(y|ies) on)\s+from\s+(\w+\s+){0,4}?(state|cache|kv)\b"],
+                r"\b(continu\w*|resum\w*|picks? up|carr(y|ies) on)\s+from\s+(\w+\s+){0,4}?(state|cache|kv)\b",
+                # "decode just keeps going from prefill's KV", "goes on from where prefill stopped"
+                r"decod\w*\s+(\w+\s+){0,3}?(keeps?\s+going|kept\s+going|goes\s+on|went\s+on|proceeds?|moves?\s+on)\s+(from|with)\b"],
     weak=[r"\b(same|one|single)\s+(\w+\s+){0,2}?(request|lifecycle|life cycle|sequence|path)", r"\bthis very request\b",
           r"同一(个|条)?(请求|生命周期)", r"一条(生命周期|链路)"])
 

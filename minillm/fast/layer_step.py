@@ -1,0 +1,408 @@
+"""A decode step's decoder layer in one C call (``kernels/decoder_layer.c``), on eager CPU steps.
+
+An eager decode step of a few rows spends most of its time streaming weights, but each layer
+also made ~10 ``ctypes`` calls and ~25 torch operations (norms, projections, rotary, the KV
+write, attention, residual adds), each with Python's and torch's per-call cost: measured on an
+AMD EPYC Zen 4 core, one thread, SmolLM2-135M (30 layers) spent ~5 ms of a ~28 ms step there,
+the shipped 4-layer model most of its step. ``StepDecoderLayer`` runs such a layer as one call
+of a C function that calls the same kernels (``gemv``'s projections, ``small_ops``' norms and
+SiLU·mul, the paged attention kernel) through pointers taken from their own libraries, in the
+same order on the same values: the layer's output is what the eager path computes, bit for bit
+(``tests/test_layer_step.py``).
+
+Its case: a decode-only step of at most ``gemv.MAX_ROWS`` rows on the "kernel" attention
+backend, float32 activations and KV pool, every projection on the streaming kernel (float32
+``StreamLinear`` or a streamed ``Int8Linear``), outside autograd and compiling, and no hook on
+any module inside the layer (a hook on the layer itself runs as usual). Anything else, or a
+library that cannot be built, runs ``FusedDecoderLayer``'s forward, unchanged. The C function
+checks every slot, block id and context length before it writes anything (a refusal falls back
+too, whose own checks then raise).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+import weakref
+from pathlib import Path
+
+import torch
+import torch.nn.modules.module as _module
+
+from . import cpu_kernel, gemv, small_ops
+from .attention import PagedKernel
+from ..models.llama import LlamaForCausalLM
+from .small_ops import FusedDecoderLayer
+
+SOURCE = Path(__file__).with_name("kernels") / "decoder_layer.c"
+#: -march=native for a hardware fmaf (torch's addcmul fuses its product into the sum on a vector
+#: CPU: decoder_layer.c); -ffp-contract=off so the compiler fuses nothing else
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared")
+_F32 = torch.float32
+_ptr, _i64 = ctypes.c_void_p, ctypes.c_int64
+
+
+class _Kernels(ctypes.Structure):
+    _fields_ = [("gemv_f32", _ptr), ("gemv_i8", _ptr), ("rms_norm", _ptr), ("silu_mul", _ptr),
+                ("paged_decode", _ptr)]
+
+
+class _Projection(ctypes.Structure):
+    _fields_ = [("w", _ptr), ("scale", _ptr), ("bias", _ptr), ("n", _i64), ("k", _i64), ("ldw", _i64)]
+
+
+class _Weights(ctypes.Structure):
+    _fields_ = [("qkv", _Projection), ("o", _Projection), ("gate_up", _Projection), ("down", _Projection),
+                ("norm1", _ptr), ("norm2", _ptr), ("eps1", ctypes.c_float), ("eps2", ctypes.c_float),
+                ("attn_scale", ctypes.c_float), ("hidden", _i64), ("heads", _i64), ("kv_heads", _i64),
+                ("head_dim", _i64), ("inter", _i64)]
+
+
+class _Step(ctypes.Structure):
+    _fields_ = [("m", _i64), ("slots", _ptr), ("tables", _ptr), ("lens", _ptr), ("width", _i64),
+                ("num_blocks", _i64), ("block_size", _i64), ("scratch", _ptr), ("scratch_floats", _i64),
+                ("gemv_threads", ctypes.c_int), ("threads", ctypes.c_int)]
+
+
+_lib = None
+_kernels: _Kernels | None = None
+_error: str | None = None
+#: each layer's weights struct and what it was made from (outside the module: a ctypes struct
+#: holding pointers cannot be copied or pickled with it)
+_made: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _declare(lib):
+    lib.decoder_layer_f32.argtypes = [ctypes.POINTER(_Kernels), ctypes.POINTER(_Weights), ctypes.POINTER(_Step),
+                                      _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
+    lib.decoder_layer_f32.restype = ctypes.c_int
+    lib.decoder_stack_f32.argtypes = [ctypes.POINTER(_Kernels), _ptr, _i64, ctypes.POINTER(_Step),
+                                      _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
+    lib.decoder_stack_f32.restype = ctypes.c_int
+    return lib
+
+
+def _address(fn) -> int:
+    return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+def _load():
+    """The library and the kernels' addresses, once; ``_error`` says why not."""
+    global _lib, _kernels, _error
+    if _lib is None and _error is None:
+        parts = {"gemv": gemv._load(), "small_ops": small_ops._load(), "paged attention": cpu_kernel._load()}
+        missing = [name for name, lib in parts.items() if lib is None]
+        if missing:
+            _error = f"needs the {', '.join(missing)} kernel(s), unavailable here"
+            return None
+        lib, _error = cpu_kernel.load_library("decoder_layer", SOURCE, FLAGS, _declare, libs=["-lm"])
+        if lib is not None:
+            g, s = parts["gemv"], parts["small_ops"]
+            _kernels = _Kernels(_address(g.minillm_gemv_f32), _address(g.minillm_gemv_i8),
+                                _address(s.rms_norm_f32), _address(s.silu_mul_f32),
+                                _address(parts["paged attention"]))
+            _lib = lib
+    return _lib
+
+
+def available() -> bool:
+    """Whether the one-call layer is built and loaded here (builds it on first call)."""
+    return _load() is not None
+
+
+def unavailable_reason() -> str | None:
+    _load()
+    return _error
+
+
+def _projection(module) -> tuple[_Projection, tuple] | None:
+    """The C view of a streamed projection and the tensors it points into; None when
+    ``module`` is not on the streaming kernel."""
+    if type(module) is gemv.StreamLinear:
+        w, scale, bias = module._parameters["weight"], None, module._parameters["bias"]
+        if w.dtype is not _F32:
+            return None
+    elif getattr(module, "_stream", None) is not None:  # a streamed Int8Linear
+        w, scale, bias = module._stream
+    else:
+        return None
+    if (w.dim() != 2 or not w.is_cpu or w.stride(1) != 1 or min(w.shape) < 1
+            or (bias is not None and (bias.dtype is not _F32 or not bias.is_contiguous()))):
+        return None
+    n, k = w.shape
+    proj = _Projection(w.data_ptr(), None if scale is None else scale.data_ptr(),
+                       None if bias is None else bias.data_ptr(), n, k, w.stride(0) if n > 1 else k)
+    return proj, (w, scale, bias)
+
+
+def _inner_modules(layer) -> tuple:
+    attn, mlp = layer._modules["self_attn"], layer._modules["mlp"]
+    return (attn, mlp, attn._modules["qkv_proj"], attn._modules["o_proj"], mlp._modules["gate_up_proj"],
+            mlp._modules["down_proj"], layer._modules["input_layernorm"], layer._modules["post_attention_layernorm"])
+
+
+def _weights(mods) -> _Weights | None:
+    """The layer's C weights struct (None: not the one call's case)."""
+    attn, mlp, qkv, o, gate_up, down, norm1, norm2 = mods
+    projs = [_projection(p) for p in (qkv, o, gate_up, down)]
+    norms = (norm1._parameters["weight"], norm2._parameters["weight"])
+    if (None in projs or attn.qk_norm or type(mlp) is not small_ops.FusedMLP
+            or any(n.dtype is not _F32 or not n.is_cpu or not n.is_contiguous() for n in norms)):
+        return None
+    w = _Weights(*(p for p, _ in projs), norms[0].data_ptr(), norms[1].data_ptr(), norm1.eps, norm2.eps,
+                 attn.scale, norms[0].shape[0], attn.num_heads, attn.num_kv_heads, attn.head_dim, mlp.intermediate)
+    w.keep = tuple(t for _, ts in projs for t in ts)  # alive while the struct points into them
+    # scratch floats a row (decoder_layer.c's layer_scratch_floats)
+    q = attn.num_heads * attn.head_dim
+    w.per_row = 3 * w.hidden + 2 * q + 2 * attn.num_kv_heads * attn.head_dim + 3 * mlp.intermediate
+    return w
+
+
+def _current(mods) -> tuple:
+    """The tensors a layer's weights struct points into, read afresh (dict lookups), and
+    their addresses (a parameter's ``.data`` can be replaced under the same object)."""
+    out = []
+    for p in mods[2:6]:
+        if type(p) is gemv.StreamLinear:
+            out += (p._parameters["weight"], p._parameters["bias"])
+        else:
+            out += getattr(p, "_stream", None) or (None,)
+    out += (mods[6]._parameters["weight"], mods[7]._parameters["weight"])
+    return tuple(out), tuple(0 if t is None else t.data_ptr() for t in out)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return a[1] == b[1] and len(a[0]) == len(b[0]) and all(x is y for x, y in zip(a[0], b[0]))
+
+
+def _hooked(mods) -> bool:
+    """Whether a forward hook would run inside the layer (the one call would skip it)."""
+    if _module._global_forward_hooks or _module._global_forward_pre_hooks:
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in mods)
+
+
+def _step(meta, m: int, k_cache: torch.Tensor, per_row: int):
+    """The step's shared C struct (slots, tables, lengths, scratch of ``per_row`` floats a row),
+    made by the first layer and kept on the step's ``DecodeMeta``; None when the step is not the
+    one call's case."""
+    cached = meta.layer_step
+    size = m * per_row
+    if cached is not None and cached[0] == (m, k_cache.shape) and cached[1].scratch_floats >= size:
+        return cached[1]
+    slots, tables, lens = meta.slot_mapping, meta.block_tables, meta.context_lens
+    if (slots is None or tables is None or lens is None or slots.dtype is not torch.int64
+            or tables.dtype is not torch.int64 or lens.dtype is not torch.int64
+            or tuple(slots.shape) != (m,) or tuple(lens.shape) != (m,) or tables.dim() != 2 or tables.shape[0] != m
+            or tables.shape[1] < 1 or not (slots.is_cpu and tables.is_cpu and lens.is_cpu)):
+        return None
+    slots, tables, lens = slots.contiguous(), tables.contiguous(), lens.contiguous()
+    scratch = torch.empty(size, dtype=_F32)
+    st = _Step(m, slots.data_ptr(), tables.data_ptr(), lens.data_ptr(), tables.shape[1], k_cache.shape[0],
+               k_cache.shape[1], scratch.data_ptr(), size, gemv._threads or torch.get_num_threads(),
+               torch.get_num_threads())
+    st._keep = (slots, tables, lens, scratch)
+    meta.layer_step = ((m, k_cache.shape), st)
+    return st
+
+
+def _case(layer, x, cos, sin, batch, k_cache, v_cache) -> bool:
+    """The one call's case, everything but the weights and the step's metadata."""
+    m = x.shape[0]
+    return (_lib is not None and type(batch.attention) is PagedKernel and batch.decode_meta is not None
+            and batch.num_decode == m and not batch.prefills and 0 < m <= gemv.MAX_ROWS and x.dtype is _F32
+            and x.dim() == 2 and x.is_cpu and x.is_contiguous() and not torch.is_grad_enabled()
+            and not torch.compiler.is_compiling() and k_cache is not None and k_cache.dtype is _F32
+            and v_cache.dtype is _F32 and k_cache.dim() == 4 and v_cache.shape == k_cache.shape
+            and k_cache.is_contiguous() and v_cache.is_contiguous() and cos.dtype is _F32 and sin.dtype is _F32
+            and cos.is_contiguous() and sin.is_contiguous() and cos.numel() == sin.numel() == m * k_cache.shape[3]
+            and (gemv.ONE_THREAD_F32 or (gemv._threads or torch.get_num_threads()) > 1))
+
+
+def _layer_weights(layer) -> _Weights | None:
+    """``layer``'s C weights struct, remade when a weight changed; None when the layer is not
+    the one call's case or a hook would run inside it."""
+    mods = _inner_modules(layer)
+    if _hooked(mods):
+        return None
+    cached = _made.get(layer)
+    now = _current(mods)
+    if cached is None or not _same(cached[0], now):
+        _made[layer] = cached = (now, _weights(mods))
+    return cached[1]
+
+
+def one_call(layer, x, cos, sin, batch, k_cache, v_cache) -> torch.Tensor | None:
+    """The layer's output by one C call, or None when this step or layer is not its case."""
+    if not _case(layer, x, cos, sin, batch, k_cache, v_cache):
+        return None
+    weights = _layer_weights(layer)
+    if weights is None or weights.hidden != x.shape[1] or weights.head_dim != k_cache.shape[3]:
+        return None
+    st = _step(batch.decode_meta, x.shape[0], k_cache, weights.per_row)
+    if st is None:
+        return None
+    out = torch.empty_like(x)
+    status = _lib.decoder_layer_f32(_kernels, weights, st, x.data_ptr(), out.data_ptr(), k_cache.data_ptr(),
+                                    v_cache.data_ptr(), cos.data_ptr(), sin.data_ptr())
+    return out if status == 0 else None
+
+
+class StepDecoderLayer(FusedDecoderLayer):
+    """``FusedDecoderLayer`` whose decode steps of a few rows run as one C call (``one_call``)."""
+
+    def forward(self, x, cos, sin, batch, k_cache, v_cache):
+        out = one_call(self, x, cos, sin, batch, k_cache, v_cache)
+        return out if out is not None else super().forward(x, cos, sin, batch, k_cache, v_cache)
+
+
+def use_layer_step(model: torch.nn.Module) -> bool:
+    """Give ``model``'s ``FusedDecoderLayer`` modules the one-call decode step, in place (False,
+    nothing changed, where the library cannot be built)."""
+    if not available():
+        return False
+    for module in model.modules():
+        if type(module) is FusedDecoderLayer:
+            module.__class__ = StepDecoderLayer
+    if type(model) is LlamaForCausalLM:
+        model.__class__ = StepLlamaForCausalLM
+    return True
+
+
+class _Watch:
+    """What a ``_Stack`` was made from, checked at each step in a few C-level passes (checking
+    layer by layer in Python cost ~0.8 ms of a SmolLM2-135M step: run right after the previous
+    step's weights went through the caches, each attribute look-up missed them): the modules
+    and tensors at every place the structs were read from (replaced: another object there), the
+    tensors' addresses (``.data`` replaced under the same object), the modules' classes, and no
+    forward hook on any of them."""
+
+    def __init__(self, model, kv_cache):
+        self.places, self.keys, self.found, self.modules, self.tensors = [], [], [], [], []
+        self._at(model._modules, "model")
+        self._at(model.model._modules, "layers")
+        layers = model.model.layers
+        for i, layer in enumerate(layers):
+            self._at(layers._modules, str(i))
+            attn, mlp = layer._modules["self_attn"], layer._modules["mlp"]
+            for owner, names in ((layer, ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")),
+                                 (attn, ("qkv_proj", "o_proj")), (mlp, ("gate_up_proj", "down_proj"))):
+                for name in names:
+                    self._at(owner._modules, name)
+            self.modules.append(layer)
+            for module in self.found[-8:]:
+                self.modules.append(module)
+                for name in module._parameters:
+                    self._at(module._parameters, name)
+                if getattr(module, "_stream", None) is not None:
+                    self._at(module.__dict__, "_stream")
+                    self.tensors += [t for t in module._stream if t is not None]
+        for pools in (kv_cache.k, kv_cache.v):
+            for i in range(len(pools)):
+                self._at(pools, i)
+        self.tensors += [t for t in self.found if isinstance(t, torch.Tensor)]
+        self.classes = list(map(type, self.modules))
+        self.hooks = [d for m in self.modules for d in (m._forward_hooks, m._forward_pre_hooks)]
+        self.addresses = list(map(torch.Tensor.data_ptr, self.tensors))
+        self.sizes = (len(layers), len(kv_cache.k), len(kv_cache.v))
+
+    def _at(self, place, key) -> None:
+        self.places.append(place)
+        self.keys.append(key)
+        self.found.append(place[key])
+
+    def holds(self, model, kv_cache) -> bool:
+        try:
+            return (not any(self.hooks) and (len(model.model.layers), len(kv_cache.k), len(kv_cache.v)) == self.sizes
+                    and all(map(operator.is_, map(operator.getitem, self.places, self.keys), self.found))
+                    and all(map(operator.is_, map(type, self.modules), self.classes))
+                    and list(map(torch.Tensor.data_ptr, self.tensors)) == self.addresses)
+        except (KeyError, IndexError, AttributeError):
+            return False
+
+
+class _Stack:
+    """A model's layers as the C stack call takes them: pointer arrays to each layer's weights
+    struct and KV pools, and the ``_Watch`` that says when to remake them."""
+
+    def __init__(self, model, kv_cache, weights: list):
+        n = len(weights)
+        self.watch = _Watch(model, kv_cache)
+        self.structs = weights  # (kept alive: the arrays point into them)
+        self.weights = (ctypes.POINTER(_Weights) * n)(*(ctypes.pointer(w) for w in weights))
+        self.k = (_ptr * n)(*(t.data_ptr() for t in kv_cache.k))
+        self.v = (_ptr * n)(*(t.data_ptr() for t in kv_cache.v))
+        self.n, self.per_row, self.pool = n, max(w.per_row for w in weights), kv_cache.k[0]
+
+
+def _pools_ok(k_pools: list, v_pools: list) -> bool:
+    shape = k_pools[0].shape
+    return len(shape) == 4 and all(t.dtype is _F32 and t.shape == shape and t.is_cpu and t.is_contiguous()
+                                   for t in k_pools + v_pools)
+
+
+def _stack(model, kv_cache) -> _Stack | None:
+    """The model's ``_Stack`` for this step: the last one while its watch holds, else made
+    afresh (None: a layer is not the one call's case or has a hook of its own, which the stack
+    call would skip)."""
+    cached = _made.get(model)
+    if cached is not None and cached.watch.holds(model, kv_cache):
+        return cached
+    weights = []
+    for layer in model.model.layers:
+        if type(layer) is not StepDecoderLayer or layer._forward_hooks or layer._forward_pre_hooks:
+            return None
+        w = _layer_weights(layer)
+        if w is None:
+            return None
+        weights.append(w)
+    k_pools, v_pools = list(kv_cache.k), list(kv_cache.v)
+    if (len(k_pools) != len(weights) or len(v_pools) != len(weights) or not _pools_ok(k_pools, v_pools)
+            or any(w.head_dim != k_pools[0].shape[3] for w in weights)):
+        return None
+    _made[model] = stack = _Stack(model, kv_cache, weights)
+    return stack
+
+
+def _stack_case(input_ids, batch, kv_cache) -> bool:
+    m = input_ids.shape[0]
+    return (_lib is not None and kv_cache is not None and type(batch.attention) is PagedKernel
+            and not (_module._global_forward_hooks or _module._global_forward_pre_hooks)
+            and batch.decode_meta is not None and batch.num_decode == m and not batch.prefills
+            and 0 < m <= gemv.MAX_ROWS and input_ids.dim() == 1 and not torch.is_grad_enabled()
+            and not torch.compiler.is_compiling()
+            and (gemv.ONE_THREAD_F32 or (gemv._threads or torch.get_num_threads()) > 1))
+
+
+def stack_call(stack: _Stack, x, cos, sin, meta) -> torch.Tensor | None:
+    """The last layer's output for the step's hidden states ``x`` by one C call (None: refused)."""
+    m = x.shape[0]
+    if (x.dtype is not _F32 or x.dim() != 2 or not x.is_contiguous() or cos.dtype is not _F32
+            or sin.dtype is not _F32 or not cos.is_contiguous() or not sin.is_contiguous()
+            or cos.numel() != m * stack.pool.shape[3] or sin.numel() != cos.numel()):
+        return None
+    st = _step(meta, m, stack.pool, stack.per_row)
+    if st is None:
+        return None
+    out, between = torch.empty_like(x), torch.empty_like(x)
+    status = _lib.decoder_stack_f32(_kernels, stack.weights, stack.n, st, x.data_ptr(), out.data_ptr(),
+                                    between.data_ptr(), stack.k, stack.v, cos.data_ptr(), sin.data_ptr())
+    return out if status == 0 else None
+
+
+class StepLlamaForCausalLM(LlamaForCausalLM):
+    """A model whose decode steps of a few rows run every decoder layer in one C call
+    (``stack_call``) when each layer is ``StepDecoderLayer``'s case and no layer has a hook;
+    otherwise (or when the call refuses its arguments) the model's own forward, layer by layer."""
+
+    def forward(self, input_ids, batch, kv_cache=None, logits_rows=None):
+        stack = _stack(self, kv_cache) if _stack_case(input_ids, batch, kv_cache) else None
+        if stack is not None:
+            x = self.model.embed_tokens(input_ids)
+            cos, sin = self.rotary(batch.positions, x.dtype)
+            h = stack_call(stack, x, cos, sin, batch.decode_meta)
+            if h is not None:
+                if logits_rows is not None:
+                    h = h.index_select(0, logits_rows)
+                return self.lm_head(self.model.norm(h))
+        return super().forward(input_ids, batch, kv_cache, logits_rows)
