@@ -98,9 +98,12 @@ def _strings(code):
             yield from (x for x in k if isinstance(x, str))
 for _f in glob.glob(os.path.join(os.path.dirname(minillm.__file__), "**", "*.pyc"), recursive=True):
     for _s in _strings(marshal.loads(open(_f, "rb").read()[16:])):
-        if "keys and values" in _s:
+        if "keys and values of tokens already processed" in _s:  # the model answer's own words
             task2_kv_explain = "compiled: " + _s
 """
+# (the reader looks for a phrase of the model answer itself: "keys and values" alone is also in the
+# docstrings of runner.py, models/llama.py, request.py ..., whose bytecode sits beside it wherever
+# Python writes .pyc files, and a docstring found there is not an answer the jail failed to hide)
 
 
 @needs_jail
