@@ -162,19 +162,22 @@ class CacheMonitor:
         with ``monitor.refresh()`` and show it)."""
         if self._widget is None and self._image is None:
             return self  # not displayed yet: nothing to redraw, data() is always fresh
-        buf = io.BytesIO()
-        self.figure().savefig(buf, format="png", dpi=90)
-        self._image.value = buf.getvalue()
         import html as _html
 
-        self._html.value = (f"<code style='font-size:12px;font-family:{_html.escape(MONO_STACK)}'>"
-                            f"{_html.escape(self.summary())}</code>")
+        # the buttons and the note first, the summary last: the browser applies the updates in
+        # the order they are sent, so once the summary shows the new step, Step / Step x10 are
+        # already enabled or disabled for it (a click in between found a button about to go grey)
         if self._buttons:
             idle = not self.can_step()
             self._buttons["step"].disabled = idle
             self._buttons["step10"].disabled = idle
             colour = "#64748b" if idle else "#334155"
             self._note.value = f"<div style='font-size:13px;color:{colour}'>{_html.escape(self.note())}</div>"
+        buf = io.BytesIO()
+        self.figure().savefig(buf, format="png", dpi=90)
+        self._image.value = buf.getvalue()
+        self._html.value = (f"<code style='font-size:12px;font-family:{_html.escape(MONO_STACK)}'>"
+                            f"{_html.escape(self.summary())}</code>")
         return self
 
     def _repr_mimebundle_(self, include=None, exclude=None):
