@@ -149,6 +149,62 @@ def test_a_slot_outside_the_pool_is_refused_before_any_write(model_factory):
         assert all(torch.equal(a, b) for a, b in zip(before, kv.k + kv.v))
 
 
+@pytest.fixture
+def rope_calls(monkeypatch):
+    """The stack calls that gathered the rotary rows themselves: the tables' rows, and whether
+    the call ran the final norm and lm head too."""
+    seen = []
+    gather = layer_step._lib.decoder_stack_rope_f32
+
+    def counted(*args):
+        seen.append((args[11], args[14] is not None))
+        return gather(*args)
+
+    monkeypatch.setattr(layer_step._lib, "decoder_stack_rope_f32", counted)
+    return seen
+
+
+@pytest.mark.parametrize("family, weight_dtype", [("llama", None), ("qwen2", None), ("llama", "int8")])
+def test_the_stack_call_runs_the_rotary_and_head_unless_hooked(model_factory, checked_calls, rope_calls, family,
+                                                               weight_dtype):
+    """The stack call gathers the rotary rows and (float32 lm head) runs the final norm and lm
+    head: its logits checked against the model's own forward (fixture). A hook on the lm head:
+    the modules run it; on the rotary: the rotary module runs (its hook sees every step)."""
+    llm = engine(model_factory(family)[0], weight_dtype=weight_dtype)
+    got = greedy_tokens(llm, PROMPTS, n=6)
+    steps = checked_calls["stack"]
+    assert steps == len(rope_calls) >= 5
+    assert set(rope_calls) == {(llm.model.rotary.cos.shape[0], weight_dtype is None)}
+    handle = llm.model.lm_head.register_forward_hook(lambda *a: None)
+    assert greedy_tokens(llm, PROMPTS, n=6) == got and not any(head for _, head in rope_calls[steps:])
+    handle.remove()
+    assert len(rope_calls) == checked_calls["stack"] == 2 * steps
+    ran = []
+    handle = llm.model.rotary.register_forward_hook(lambda m, a, out: ran.append(a[0].shape[0]))
+    again = greedy_tokens(llm, PROMPTS, n=6)
+    handle.remove()
+    assert again == got and len(rope_calls) == 2 * steps and checked_calls["stack"] == 3 * steps
+    assert len(ran) >= 2 * steps  # each decode step: the stack's rotary and the fixture's eager rerun
+
+
+def test_a_position_outside_the_rotary_tables_is_refused_before_any_write(model_factory):
+    llm = engine(model_factory("llama")[0])
+    greedy_tokens(llm, PROMPTS[:1], n=2)
+    model, kv = llm.model, llm.kv_cache
+    cos, sin = model.rotary.cos, model.rotary.sin
+    for position in (cos.shape[0], -1):
+        meta = DecodeMeta(torch.tensor([[0, 1]]), torch.tensor([3]), torch.tensor([5]), 2)
+        x = torch.randn(1, model.config.hidden_size)
+        before = [t.clone() for t in kv.k + kv.v]
+        with torch.inference_mode():
+            stack = layer_step._stack(model, kv)
+            assert stack is not None
+            assert layer_step.stack_call(stack, x, cos, sin, meta, torch.tensor([position])) is None
+            assert all(torch.equal(a, b) for a, b in zip(before, kv.k + kv.v))
+            # the same call at a position inside the tables runs (writes slot 5: the engine is done)
+            assert layer_step.stack_call(stack, x, cos, sin, meta, torch.tensor([2])) is not None
+
+
 def test_without_the_library_the_engine_keeps_the_eager_layers(model_factory, monkeypatch):
     monkeypatch.setattr(layer_step, "_lib", None)
     monkeypatch.setattr(layer_step, "_error", "RuntimeError: no C compiler here")

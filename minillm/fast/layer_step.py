@@ -34,7 +34,7 @@ import torch.nn.modules.module as _module
 
 from . import cpu_kernel, gemv, small_ops
 from .attention import PagedKernel
-from ..models.llama import LlamaForCausalLM
+from ..models.llama import LlamaForCausalLM, RotaryEmbedding
 from .small_ops import FusedDecoderLayer
 
 SOURCE = Path(__file__).with_name("kernels") / "decoder_layer.c"
@@ -61,6 +61,10 @@ class _Weights(ctypes.Structure):
                 ("head_dim", _i64), ("inter", _i64)]
 
 
+class _Head(ctypes.Structure):
+    _fields_ = [("norm", _ptr), ("eps", ctypes.c_float), ("proj", _Projection)]
+
+
 class _Step(ctypes.Structure):
     _fields_ = [("m", _i64), ("slots", _ptr), ("tables", _ptr), ("lens", _ptr), ("width", _i64),
                 ("num_blocks", _i64), ("block_size", _i64), ("scratch", _ptr), ("scratch_floats", _i64),
@@ -82,6 +86,10 @@ def _declare(lib):
     lib.decoder_stack_f32.argtypes = [ctypes.POINTER(_Kernels), _ptr, _i64, ctypes.POINTER(_Step),
                                       _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
     lib.decoder_stack_f32.restype = ctypes.c_int
+    lib.decoder_stack_rope_f32.argtypes = [ctypes.POINTER(_Kernels), _ptr, _i64, ctypes.POINTER(_Step), _ptr, _ptr,
+                                           _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, ctypes.POINTER(_Head),
+                                           _ptr, _ptr]
+    lib.decoder_stack_rope_f32.restype = ctypes.c_int
     return lib
 
 
@@ -377,19 +385,90 @@ def _stack_case(input_ids, batch, kv_cache) -> bool:
             and (gemv.ONE_THREAD_F32 or (gemv._threads or torch.get_num_threads()) > 1))
 
 
-def stack_call(stack: _Stack, x, cos, sin, meta) -> torch.Tensor | None:
-    """The last layer's output for the step's hidden states ``x`` by one C call (None: refused)."""
+def _rope_tables(rotary, positions, m: int, head_dim: int):
+    """The rotary's cos and sin tables when the stack call can gather the step's rows from them
+    itself (saving the per-step index, neg and cat: ~40 us of the shipped model's ~0.9 ms step),
+    else None (no table, a hook or a subclass on the rotary, or an unusual positions tensor)."""
+    if (type(rotary) is not RotaryEmbedding or rotary._forward_hooks or rotary._forward_pre_hooks
+            or positions.dtype is not torch.int64 or positions.dim() != 1 or positions.shape[0] != m
+            or not positions.is_cpu or not positions.is_contiguous()):
+        return None
+    cos, sin = rotary._buffers.get("cos"), rotary._buffers.get("sin")
+    if (cos is None or sin is None or cos.dtype is not _F32 or sin.dtype is not _F32 or cos.dim() != 2
+            or cos.shape != sin.shape or cos.shape[1] != head_dim or not cos.is_cpu or not sin.is_cpu
+            or not cos.is_contiguous() or not sin.is_contiguous()):
+        return None
+    return cos, sin
+
+
+def _head_parts(model) -> tuple:
+    """What the head's struct points into, read afresh: the final norm and lm head modules and
+    their parameters, with the parameters' addresses."""
+    norm, lm_head = model.model._modules["norm"], model._modules["lm_head"]
+    params = (norm._parameters.get("weight"), lm_head._parameters.get("weight"), lm_head._parameters.get("bias"))
+    return (norm, lm_head) + params, tuple(0 if t is None else t.data_ptr() for t in params)
+
+
+def _head(model) -> _Head | None:
+    """The model's final norm and lm head as the stack call can run them after the layers (the
+    calls ``FusedRMSNorm`` and ``StreamLinear`` make), remade when one changed; None when either
+    is another kind, not float32 or hooked (then they run as modules)."""
+    parts = _head_parts(model)
+    norm, lm_head = parts[0][:2]
+    if norm._forward_hooks or norm._forward_pre_hooks or lm_head._forward_hooks or lm_head._forward_pre_hooks:
+        return None
+    cached = _made.get(norm)
+    if cached is not None and _same(cached[0], parts):
+        return cached[1]
+    head = None
+    weight = parts[0][2]
+    if (type(norm) is small_ops.FusedRMSNorm and type(lm_head) is gemv.StreamLinear and weight is not None
+            and weight.dtype is _F32 and weight.dim() == 1 and weight.is_cpu and weight.is_contiguous()):
+        proj = _projection(lm_head)
+        if proj is not None and proj[0].k == weight.shape[0]:
+            head = _Head(weight.data_ptr(), norm.eps, proj[0])
+            head.keep = (weight,) + proj[1]
+    _made[norm] = (parts, head)
+    return head
+
+
+def _rows_ok(logits_rows, m: int) -> bool:
+    return logits_rows is None or (logits_rows.dtype is torch.int64 and logits_rows.dim() == 1
+                                   and logits_rows.shape[0] == m and logits_rows.is_cpu
+                                   and logits_rows.is_contiguous())
+
+
+def stack_call(stack: _Stack, x, cos, sin, meta, positions=None, head=None, logits_rows=None) -> torch.Tensor | None:
+    """The last layer's output for the step's hidden states ``x`` by one C call (None: refused).
+    ``cos``/``sin`` are the step's rows, or with ``positions`` the rotary's tables (``_rope_tables``)
+    that the call gathers the rows from; with ``positions`` and a ``head`` (``_head``), the
+    logits of the rows ``logits_rows`` (a permutation, None: in order) instead."""
     m = x.shape[0]
+    rows = m if positions is None else cos.shape[0]
     if (x.dtype is not _F32 or x.dim() != 2 or not x.is_contiguous() or cos.dtype is not _F32
             or sin.dtype is not _F32 or not cos.is_contiguous() or not sin.is_contiguous()
-            or cos.numel() != m * stack.pool.shape[3] or sin.numel() != cos.numel()):
+            or cos.numel() != rows * stack.pool.shape[3] or sin.numel() != cos.numel()):
         return None
     st = _step(meta, m, stack.pool, stack.per_row)
     if st is None:
         return None
     out, between = torch.empty_like(x), torch.empty_like(x)
-    status = _lib.decoder_stack_f32(_kernels, stack.weights, stack.n, st, x.data_ptr(), out.data_ptr(),
-                                    between.data_ptr(), stack.k, stack.v, cos.data_ptr(), sin.data_ptr())
+    if positions is None:
+        status = _lib.decoder_stack_f32(_kernels, stack.weights, stack.n, st, x.data_ptr(), out.data_ptr(),
+                                        between.data_ptr(), stack.k, stack.v, cos.data_ptr(), sin.data_ptr())
+    else:
+        rope = torch.empty(2 * cos.numel() // rows * m, dtype=_F32)
+        logits = None
+        if head is not None:
+            if head.proj.k != x.shape[1] or not _rows_ok(logits_rows, m):
+                return None
+            logits = torch.empty((m, head.proj.n), dtype=_F32)
+        status = _lib.decoder_stack_rope_f32(_kernels, stack.weights, stack.n, st, x.data_ptr(), out.data_ptr(),
+                                             between.data_ptr(), stack.k, stack.v, cos.data_ptr(), sin.data_ptr(),
+                                             rows, positions.data_ptr(), rope.data_ptr(), head,
+                                             None if logits_rows is None or head is None else logits_rows.data_ptr(),
+                                             None if logits is None else logits.data_ptr())
+        out = out if logits is None else logits
     return out if status == 0 else None
 
 
@@ -400,12 +479,24 @@ class StepLlamaForCausalLM(LlamaForCausalLM):
 
     def forward(self, input_ids, batch, kv_cache=None, logits_rows=None):
         stack = _stack(self, kv_cache) if _stack_case(input_ids, batch, kv_cache) else None
-        if stack is not None:
-            x = self.model.embed_tokens(input_ids)
+        logits = None if stack is None else self._stacked(stack, input_ids, batch, logits_rows)
+        return logits if logits is not None else super().forward(input_ids, batch, kv_cache, logits_rows)
+
+    def _stacked(self, stack: _Stack, input_ids, batch, logits_rows) -> torch.Tensor | None:
+        """The step's logits with the layers in one call (None: refused): with the rotary rows
+        gathered in it, and the final norm and lm head too, where those are its case."""
+        x = self.model.embed_tokens(input_ids)
+        tables = _rope_tables(self.rotary, batch.positions, x.shape[0], stack.pool.shape[3])
+        if tables is not None:
+            head = _head(self) if _rows_ok(logits_rows, x.shape[0]) else None
+            h = stack_call(stack, x, *tables, batch.decode_meta, batch.positions, head, logits_rows)
+            if head is not None:
+                return h
+        else:
             cos, sin = self.rotary(batch.positions, x.dtype)
             h = stack_call(stack, x, cos, sin, batch.decode_meta)
-            if h is not None:
-                if logits_rows is not None:
-                    h = h.index_select(0, logits_rows)
-                return self.lm_head(self.model.norm(h))
-        return super().forward(input_ids, batch, kv_cache, logits_rows)
+        if h is None:
+            return None
+        if logits_rows is not None:
+            h = h.index_select(0, logits_rows)
+        return self.lm_head(self.model.norm(h))

@@ -210,3 +210,63 @@ int decoder_stack_f32(const struct layer_kernels *kern, const struct layer_weigh
     }
     return 0;
 }
+
+/* The model's head after the stack: its final RMSNorm and the lm head's projection. */
+struct model_head {
+    const float *norm;
+    float eps;
+    struct projection proj;
+};
+
+static int head_fits(const struct model_head *head, int64_t hidden, const float *logits)
+{
+    return head == NULL || (head->norm != NULL && logits != NULL && head->proj.n >= 1
+                            && projection_fits(&head->proj, head->proj.n, hidden));
+}
+
+/* decoder_stack_f32 with the rotary rows gathered here from the model's tables ([table_rows,
+ * head_dim] cos and sin, the sin unsigned) at the step's positions [m] int64, into rope (2 * m *
+ * head_dim floats): cos as is, sin with its first half negated, the values the model's rotary
+ * makes per step with torch's index, neg and cat (a copy and a sign: the same bits). With a head
+ * (else NULL), the final norm and the lm head's product into logits [m, n] of the last layer's
+ * rows in the order logits_rows [m] gives (NULL: as they are): the calls index_select,
+ * FusedRMSNorm and StreamLinear make, with the same threads. A position outside the tables or a
+ * row outside [0, m) returns -1 before anything is written. */
+int decoder_stack_rope_f32(const struct layer_kernels *kern, const struct layer_weights *const *layers,
+                           int64_t n_layers, const struct decode_step *st, const float *x, float *out,
+                           float *between, float *const *k_pools, float *const *v_pools, const float *cos_tab,
+                           const float *sin_tab, int64_t table_rows, const int64_t *positions, float *rope,
+                           const struct model_head *head, const int64_t *logits_rows, float *logits)
+{
+    if (!layers || n_layers < 1 || !layers[0] || !st || !cos_tab || !sin_tab || !positions || !rope
+        || st->m < 1 || st->m > MAX_ROWS || layers[0]->head_dim < 2 || layers[0]->head_dim > MAX_HEAD_DIM
+        || layers[0]->head_dim % 2 != 0 || !head_fits(head, layers[0]->hidden, logits))
+        return -3;
+    const int64_t m = st->m, d = layers[0]->head_dim, half = d / 2;
+    for (int64_t r = 0; r < m; r++)
+        if (positions[r] < 0 || positions[r] >= table_rows || (logits_rows && (logits_rows[r] < 0 || logits_rows[r] >= m)))
+            return -1;
+    float *cos = rope, *sin = rope + m * d;
+    for (int64_t r = 0; r < m; r++) {
+        const float *c = cos_tab + positions[r] * d, *s = sin_tab + positions[r] * d;
+        memcpy(cos + r * d, c, (size_t)d * sizeof(float));
+        for (int64_t j = 0; j < half; j++)
+            sin[r * d + j] = -s[j];
+        memcpy(sin + r * d + half, s + half, (size_t)(d - half) * sizeof(float));
+    }
+    int rc = decoder_stack_f32(kern, layers, n_layers, st, x, out, between, k_pools, v_pools, cos, sin);
+    if (rc != 0 || head == NULL)
+        return rc;
+    const int64_t hidden = layers[0]->hidden;
+    const float *last = out;
+    float *normed = between;
+    if (logits_rows) { /* the rows in the order asked for (index_select), normed back into out */
+        for (int64_t r = 0; r < m; r++)
+            memcpy(between + r * hidden, out + logits_rows[r] * hidden, (size_t)hidden * sizeof(float));
+        last = between;
+        normed = out;
+    }
+    if ((rc = kern->rms_norm(last, NULL, NULL, head->norm, normed, m, hidden, head->eps, st->threads)))
+        return rc;
+    return project(kern, &head->proj, normed, m, logits, st->gemv_threads);
+}
