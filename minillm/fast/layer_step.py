@@ -402,26 +402,26 @@ def _rope_tables(rotary, positions, m: int, head_dim: int):
 
 
 def _head_parts(model) -> tuple:
-    """What the head's struct points into, read afresh: the final norm and lm head modules and
-    their parameters, with the parameters' addresses."""
+    """The final norm, and what the head's struct points into, read afresh: the lm head module,
+    the parameters, their addresses and the norm's eps (kept under the norm in ``_made``, so without it: a value
+    holding its own weak key would keep it alive)."""
     norm, lm_head = model.model._modules["norm"], model._modules["lm_head"]
     params = (norm._parameters.get("weight"), lm_head._parameters.get("weight"), lm_head._parameters.get("bias"))
-    return (norm, lm_head) + params, tuple(0 if t is None else t.data_ptr() for t in params)
+    return norm, ((lm_head,) + params, tuple(0 if t is None else t.data_ptr() for t in params) + (norm.eps,))
 
 
 def _head(model) -> _Head | None:
     """The model's final norm and lm head as the stack call can run them after the layers (the
     calls ``FusedRMSNorm`` and ``StreamLinear`` make), remade when one changed; None when either
     is another kind, not float32 or hooked (then they run as modules)."""
-    parts = _head_parts(model)
-    norm, lm_head = parts[0][:2]
+    norm, parts = _head_parts(model)
+    lm_head, weight = parts[0][0], parts[0][1]
     if norm._forward_hooks or norm._forward_pre_hooks or lm_head._forward_hooks or lm_head._forward_pre_hooks:
         return None
     cached = _made.get(norm)
     if cached is not None and _same(cached[0], parts):
         return cached[1]
     head = None
-    weight = parts[0][2]
     if (type(norm) is small_ops.FusedRMSNorm and type(lm_head) is gemv.StreamLinear and weight is not None
             and weight.dtype is _F32 and weight.dim() == 1 and weight.is_cpu and weight.is_contiguous()):
         proj = _projection(lm_head)
