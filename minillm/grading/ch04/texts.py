@@ -317,7 +317,7 @@ def _kind(key, label, patterns):
 
 SCENARIO_KINDS = [
     _kind("long_context", "long context (long prompts, long chat history)", [
-        rf"long\w*\s+{W}{{0,2}}(context|prompt|input|document|history|conversation|chat|dialog\w*|session|"
+        rf"long\w*\s+{W}{{0,2}}(context|prompt|input|document|docs?\b|history|conversation|chat|dialog\w*|session|"
         r"system prompt|document)s?", rf"(context|prompt|input|history|conversation)s?\s+{W}{{0,3}}"
         r"(very\s+)?(long|large|big|huge|grows?|growing)",
         r"multi-?turn", r"\brag\b", r"retriev\w*", r"large\s+(context|prompt|input)",
@@ -327,7 +327,7 @@ SCENARIO_KINDS = [
         r"(context|history)\s+(\w+\s+){0,2}(keeps\s+)?grow\w*", r"智能体|工具(调用|输出|结果)|上下文[^。；;]{0,4}(累积|越来越长|增长)",
         r"(huge|big|large|very long|enormous|massive|lengthy|giant|long)\s+(\w+\s+){0,2}(prompts?|context|inputs?|documents?|"
         r"history|pdfs?|codebases?|files?|books?|transcripts?)", r"system\s+prompt", r"(summari[sz]\w*|analy[sz]\w*|read\w*)\s+(\w+\s+){0,3}(pdfs?|documents?|books?|reports?|papers?|transcripts?|codebases?|logs?)\b",
-        r"\d+[- ]page", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
+        r"\d+[- ]page", r"\b(docs?|documents?|pdfs?)\s+(qa|q&a|question[- ]answering)\b", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
         r"(book|document|file|codebase|report)",
         r"超长|长[^。；;]{0,3}(提示|系统提示|prompt)|(提示词|系统提示|prompt)[^。；;]{0,4}(长|大)|大文档|整本书|整份|很长的(文档|输入|提示)",
         r"(聊天|对话|会话)(记录|历史)|(记录|历史)[^。；;]{0,4}(很|太|超|特别)?长|(对话|聊天)[^。；;]{0,4}(很|太|超|特别)长",
@@ -335,7 +335,8 @@ SCENARIO_KINDS = [
     _kind("high_concurrency", "high concurrency (many live requests at once)", [
         r"concurren\w*", r"parallel\s+(requests|users|sessions)", rf"many\s+{W}{{0,2}}(requests|users|sessions|"
         r"clients|sequences|conversations|chats)", r"high\s+(traffic|load|qps|throughput)", r"(large|big)\s+batch",
-        r"batch\s+size", rf"(lots of|thousands of|hundreds of|multiple|several|more)\s+{W}{{0,1}}(requests|users|sessions|"
+        r"batch\s+size", r"\bbatch\w*\s*(of|=|:|to|at|开到|开成|设成|设为|设到|调到|拉到|到)\s*\d{2,}", r"\bbs\s*=\s*\d{2,}",
+        r"\b(peak|rush|busy)\s+(hours?|times?|periods?)\b", rf"(lots of|thousands of|hundreds of|multiple|several|more)\s+{W}{{0,1}}(requests|users|sessions|"
         r"sequences|conversations)", r"simultaneous\w*", r"at the same time", r"peak\s+(traffic|load)",
         rf"\b(all|everyone|everybody|\d+\s+{W}{{0,1}}(students|people|users|clients))\s+{W}{{0,2}}(at once|simultaneously|together)\b",
         r"batch[^。；;]{0,4}(很|太|特别|非常)?(大|多)|批(次|量)?[^。；;]{0,2}(很|太|特别)大",
@@ -382,7 +383,7 @@ _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore
          r"\bsums?\b|summ\w*|\bheld\b|\bholds?\b|holding|\bkept\b|\bkeeps?\b|occup\w*|\bstays?\b|remain\w*|longer|larger|bigger|"
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
          r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|留|存着|"
-         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|(都|各)(要|得|需要)?(有|带|存|保存|保留|留|占|缓存)|涨|进(了)?(缓存|KV|显存)|(KV|缓存|显存|内存|状态|块)\s*(就|也|会|都|还)?(很|更|太|越)?(多|大|满)|"
+         r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|(都|各)(要|得|需要)?(有|带|存|保存|保留|留|占|缓存)|\d+\s*(条|份|套|路)|\b(\d+|n|k)\s+(copies|sets|sequences|beams)\b|涨|进(了)?(缓存|KV|显存)|(KV|缓存|显存|内存|状态|块)\s*(就|也|会|都|还)?(很|更|太|越)?(多|大|满)|"
          r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
          r"\buntil\b|\bwhile\b|不会?(丢|删)")
 
