@@ -339,14 +339,25 @@ int paged_decode_f32(const float *q, int64_t q_row, int64_t q_head,
     spans = (kv_heads + per_span - 1) / per_span;
     int status = 0;
 
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(num_threads)
-    for (int64_t b = 0; b < n; b++) {
-        for (int64_t sp = 0; sp < spans; sp++) {
+    /* Tasks (row, span of KV heads) are claimed in order from one counter, each thread one task
+     * ahead of the one it computes, so it knows which row comes next and fetches that row's
+     * blocks meanwhile (only when a task is a whole row: with spans, rows are few). */
+    int64_t ticket = 0;
+    const int64_t tasks = n * spans;
+#pragma omp parallel num_threads(num_threads)
+    {
+        int64_t task;
+#pragma omp atomic capture
+        task = ticket++;
+        while (task < tasks) {
+            int64_t next;
+#pragma omp atomic capture
+            next = ticket++;
+            const int64_t b = task / spans, sp = task % spans;
             const int64_t kh0 = sp * per_span;
             const int64_t kh1 = kh0 + per_span < kv_heads ? kh0 + per_span : kv_heads;
-            /* the row this thread most likely takes next (tasks are claimed in order) */
             struct ahead ah = row_ahead(k_pool, v_pool, num_blocks, block_tables, width, context_lens,
-                                        sp == spans - 1 ? b + num_threads : n, n, block_size, kv_heads * dim);
+                                        spans == 1 ? next : n, n, block_size, kv_heads * dim);
             int rc = attend_row(q + b * q_row, q_head, k_pool, v_pool, num_blocks,
                                 block_tables + b * width, width, context_lens[b],
                                 out + b * heads * dim, kh0, kh1, group, kv_heads, dim,
@@ -355,6 +366,7 @@ int paged_decode_f32(const float *q, int64_t q_row, int64_t q_head,
 #pragma omp atomic write
                 status = rc;
             }
+            task = next;
         }
     }
     return status;
