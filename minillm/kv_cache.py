@@ -284,7 +284,8 @@ class KVCache:
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
                  head_dim: int, dtype: torch.dtype, device: torch.device,
-                 enable_prefix_caching: bool = True, scratch_block: bool = False, allocator=None):
+                 enable_prefix_caching: bool = True, scratch_block: bool = False, allocator=None,
+                 zeros=torch.zeros):
         self.num_layers = num_layers
         self.block_size = block_size
         self.num_kv_heads = num_kv_heads
@@ -295,9 +296,10 @@ class KVCache:
         self.scratch_slot = num_blocks * block_size if scratch_block else None
         shape = (num_blocks + int(scratch_block), block_size, num_kv_heads, head_dim)
         # zeros, not empty: attention reads padded slots under a mask, and a masked weight of 0
-        # times a NaN left in uninitialised memory would still be NaN
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        # times a NaN left in uninitialised memory would still be NaN. (``zeros``: the fast
+        # layer passes one that asks for huge pages, ``minillm.fast.huge_pages``.)
+        self.k = [zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self._total_bytes = sum(t.numel() * t.element_size() for t in self.k + self.v)
         # allocator: another object with BlockAllocator's methods (``minillm.seams.PooledAllocator``)
         self.allocator = allocator or BlockAllocator(num_blocks, block_size, enable_prefix_caching)

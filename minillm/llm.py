@@ -120,7 +120,8 @@ class LLM(EngineCore):
             parts.block_pool(plan.num_kv_blocks), plan.num_kv_blocks, opts.block_size, opts.enable_prefix_caching)
         self.kv_cache = KVCache(cfg.num_hidden_layers, plan.num_kv_blocks, opts.block_size, cfg.num_key_value_heads,
                                 cfg.head_dim, self.dtype, self.device, opts.enable_prefix_caching,
-                                scratch_block=opts.decode_graphs is not None, allocator=pool)
+                                scratch_block=opts.decode_graphs is not None, allocator=pool,
+                                zeros=fast_layer.kv_pool_zeros if opts.fast else torch.zeros)
         if opts.fast:
             runner, sampler, self.attention_backend = fast_layer.build(self, opts, cfg, parts)
         else:  # the reference path: plain runner, one row at a time sampler, the model's own attention

@@ -243,7 +243,7 @@ def test_auto_falls_back_to_the_reference_where_the_kernel_cannot_run(monkeypatc
         resolve_backend("kernel", "cpu", torch.bfloat16)
     # no compiler: "auto" is the reference, "kernel" names what is missing
     monkeypatch.setattr(cpu_kernel, "_lib", None)
-    monkeypatch.setattr(cpu_kernel, "_error", None)
+    monkeypatch.setattr(cpu_kernel._library, "reason", None)
     monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setattr(cpu_kernel.shutil, "which", lambda name: None)
@@ -257,16 +257,17 @@ def test_auto_falls_back_to_the_reference_where_the_kernel_cannot_run(monkeypatc
 def test_a_broken_build_is_reported_not_raised(monkeypatch, tmp_path, part):
     """A build that fails (the ctypes kernel, or the torch operator) makes ``available()`` /
     ``op_available()`` False with the compiler's complaint, and leaves no library to load."""
-    name, source_attr, state, check, reason = {
-        "kernel": ("paged_decode.c", "SOURCE", ("_lib", "_error"), cpu_kernel.available,
+    name, source_at, state, check, reason = {
+        "kernel": ("paged_decode.c", (cpu_kernel._library, "source"),
+                   ((cpu_kernel, "_lib"), (cpu_kernel._library, "reason")), cpu_kernel.available,
                    cpu_kernel.unavailable_reason),
-        "operator": ("paged_decode_op.cpp", "OP_SOURCE", ("_op", "_op_error"), cpu_kernel.op_available,
-                     cpu_kernel.op_unavailable_reason)}[part]
+        "operator": ("paged_decode_op.cpp", (cpu_kernel, "OP_SOURCE"), ((cpu_kernel, "_op"), (cpu_kernel, "_op_error")),
+                     cpu_kernel.op_available, cpu_kernel.op_unavailable_reason)}[part]
     source = tmp_path / name
     source.write_text("this is not C\n")
-    monkeypatch.setattr(cpu_kernel, source_attr, source)
-    for attr in state:
-        monkeypatch.setattr(cpu_kernel, attr, None)
+    monkeypatch.setattr(*source_at, source)
+    for owner, attr in state:
+        monkeypatch.setattr(owner, attr, None)
     if part == "operator":
         monkeypatch.setattr(cpu_kernel.torch.ops, "minillm", object())  # as if never loaded
     monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(tmp_path / "cache"))
@@ -275,31 +276,55 @@ def test_a_broken_build_is_reported_not_raised(monkeypatch, tmp_path, part):
     assert not list((tmp_path / "cache").glob("*.so"))  # no half-built library left to load
 
 
-@pytest.mark.parametrize("module", ["small_ops", "gemv"])
+@pytest.mark.parametrize("module", ["small_ops", "gemv", "layer_step"])
 def test_every_kernel_library_loads_through_the_one_loader_and_falls_back(monkeypatch, tmp_path, module):
-    """The fused small ops and the gemv kernel are built, loaded and checked by the same
-    ``cpu_kernel.load_library`` as the attention kernel: a source that does not compile leaves
-    them unavailable with the compiler's complaint (their callers keep torch's ops), no library in
-    the cache, and the failure remembered (a second call does not build again)."""
+    """The fused small ops, the gemv kernel and the one-call layer are built, loaded and checked by
+    the same ``cpu_kernel.LazyLibrary`` as the attention kernel: a source that does not compile
+    leaves them unavailable with the compiler's complaint (their callers keep torch's ops), no
+    library in the cache, and the failure remembered (a second call does not build again)."""
     import importlib
 
     mod = importlib.import_module(f"minillm.fast.{module}")
-    source = tmp_path / f"{module}.c"
+    if not all(need.available() for need in mod._library.needs):  # (loaded before the count below)
+        pytest.skip("a library the one-call layer calls cannot be built here")
+    source = tmp_path / mod._library.source.name
     source.write_text("this is not C\n")
-    monkeypatch.setattr(mod, "SOURCE", source)
+    monkeypatch.setattr(mod._library, "source", source)
     monkeypatch.setattr(mod, "_lib", None)
-    monkeypatch.setattr(mod, "_error", None)
+    monkeypatch.setattr(mod._library, "reason", None)
     monkeypatch.setenv("MINILLM_KERNEL_CACHE", str(tmp_path / "cache"))
     builds = []
     monkeypatch.setattr(cpu_kernel, "_compile", lambda *a, _c=cpu_kernel._compile: builds.append(1) or _c(*a))
     assert not mod.available()
-    assert f"building {module}.c failed" in mod.unavailable_reason()
+    assert f"building {source.name} failed" in mod.unavailable_reason()
     assert len(builds) == 1 and not list((tmp_path / "cache").glob("*.so"))
     if module == "small_ops":  # the model keeps its reference modules
         from minillm.models.llama import RMSNorm
 
         model = torch.nn.Sequential(RMSNorm(8, 1e-5))
         assert mod.use_small_ops(model) is False and type(model[0]) is RMSNorm
+
+
+def test_a_library_that_calls_others_is_not_built_without_them(monkeypatch):
+    """The one-call layer's library calls the gemv, small_ops and attention kernels by address:
+    where one of them cannot be loaded it is not built at all, and its reason names the missing one."""
+    from minillm.fast import gemv, layer_step, small_ops
+
+    if not (small_ops.available() and cpu_kernel.available()):
+        pytest.skip("the small ops cannot be built here")
+    monkeypatch.setattr(gemv, "_lib", None)
+    monkeypatch.setattr(gemv._library, "reason", "RuntimeError: no C compiler here")
+    monkeypatch.setattr(layer_step, "_lib", None)
+    monkeypatch.setattr(layer_step._library, "reason", None)
+    builds = []
+
+    def build(name, *args):
+        builds.append(name)
+        raise RuntimeError(f"building {name}")
+
+    monkeypatch.setattr(cpu_kernel, "_compile", build)
+    assert not layer_step.available() and not builds
+    assert layer_step.unavailable_reason() == "needs the gemv kernel(s), unavailable here"
 
 
 def test_a_read_only_cache_builds_into_the_temporary_directory(monkeypatch, tmp_path):
@@ -329,7 +354,7 @@ def test_the_kernel_refuses_impossible_arguments_before_running():
     for match, args in bad.items():
         with pytest.raises(ValueError, match=match):
             cpu_kernel.paged_decode(*args, 0.125)
-    fn = cpu_kernel._load()
+    fn = cpu_kernel._library.get()
     out = torch.empty_like(q)
     for kv_heads, block_size in ((0, 16), (2, 0), (3, 16)):
         assert fn(q.data_ptr(), q.stride(0), q.stride(1), kp.data_ptr(), vp.data_ptr(), kp.shape[0],

@@ -378,12 +378,17 @@ def test_a_slash_inside_a_term_is_no_list_mark(reason, score):
 
 
 def test_a_pair_joined_by_a_slash_is_one_term_not_a_sentence():
+    from minillm.grading.concepts import terse_clause
     from minillm.grading.text import keyword_list
 
     assert keyword_list("prefill/decode 都要读 KV") is None
     assert keyword_list("prefill/decode") == "list"  # a bare pair is still keywords
     assert keyword_list("K/V") == "list"
     assert keyword_run("KV/显存/并发") and keyword_run("prefill/decode, KV cache, memory")
+    # every reader sees the term whole (normalize_terms): one clause of six words, not two short fragments;
+    # one subject before its verb, not two pieces
+    assert keyword_list("cache stores K/V tensors here") is None
+    assert terse_clause("prefill/decode reads KV")
 
 
 _T3_TWO = [("长文档", "每个 prompt token 都要存 KV"), ("高并发", "每个请求各占一份 KV")]

@@ -4,10 +4,12 @@ computed once per block, honest cached_blocks counts, and the invariants under r
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import minillm.kv_cache as kv
+from minillm import LLM
 from minillm.kv_cache import BlockAllocator, block_hash, hash_blocks
 
 BS = 4
@@ -225,3 +227,33 @@ class AllocatorMachine(RuleBasedStateMachine):
 AllocatorMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
                                               suppress_health_check=[HealthCheck.too_slow])
 test_allocator_random_programs = AllocatorMachine.TestCase
+
+
+def _thp_mode() -> str | None:
+    """The system's transparent huge page setting ("always", "madvise", "never"), None off Linux."""
+    from pathlib import Path
+
+    f = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not f.exists():
+        return None
+    return f.read_text().split("[")[1].split("]")[0]
+
+
+@pytest.mark.skipif(_thp_mode() in (None, "never"), reason="no transparent huge pages on this system")
+def test_the_fast_layers_kv_pool_asks_for_huge_pages_and_the_reference_pool_does_not(tiny_llama):
+    """The fast layer's pool is advised MADV_HUGEPAGE before it is first touched (so the attention
+    kernel's reads of scattered blocks walk fewer page tables); the reference path's is plain
+    ``torch.zeros``. Both are zeroed pools of the same shape."""
+    from minillm.fast import huge_pages
+
+    pool = huge_pages.zeros((8, 16, 2, 64 * 1024), torch.float32, torch.device("cpu"))  # 64 MiB
+    assert pool.shape == (8, 16, 2, 64 * 1024) and pool.dtype == torch.float32 and not pool.any()
+    assert huge_pages.pages_of(pool)[1], "the pool's mapping does not carry the huge-page advice"
+    small = huge_pages.zeros((4, 4), torch.float32, torch.device("cpu"))
+    assert not small.any() and not huge_pages.pages_of(small)[1]  # below MIN_BYTES: left alone
+    args = dict(model=str(tiny_llama[0]), device="cpu", dtype="float32", num_kv_blocks=8192, block_size=16)
+    fast, ref = LLM(**args), LLM(fast=False, **args)
+    assert fast.kv_cache.k[0].numel() * 4 >= huge_pages.MIN_BYTES  # big enough to be advised
+    assert all(huge_pages.pages_of(t)[1] for t in fast.kv_cache.k + fast.kv_cache.v)
+    assert not any(huge_pages.pages_of(t)[1] for t in ref.kv_cache.k + ref.kv_cache.v)
+    assert not any(t.any() for t in fast.kv_cache.k + fast.kv_cache.v)

@@ -207,7 +207,7 @@ def test_a_position_outside_the_rotary_tables_is_refused_before_any_write(model_
 
 def test_without_the_library_the_engine_keeps_the_eager_layers(model_factory, monkeypatch):
     monkeypatch.setattr(layer_step, "_lib", None)
-    monkeypatch.setattr(layer_step, "_error", "RuntimeError: no C compiler here")
+    monkeypatch.setattr(layer_step._library, "reason", "RuntimeError: no C compiler here")
     assert not layer_step.available() and "compiler" in layer_step.unavailable_reason()
     llm = engine(model_factory("llama")[0])
     assert {type(layer) for layer in llm.model.model.layers} == {small_ops.FusedDecoderLayer}

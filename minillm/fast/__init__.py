@@ -19,7 +19,8 @@ attention) is what the chapter reads. ``LLM()`` runs this layer instead, token f
 * ``layer_step``: a decode step's whole decoder layer as one C call of those kernels (eager
   steps of a few rows on the attention kernel);
 * ``packed``: a wide product of a decode batch (an lm head over 9-256 rows) on oneDNN with the
-  weight packed once (``gemv.StreamLinear`` calls it).
+  weight packed once (``gemv.StreamLinear`` calls it);
+* ``huge_pages``: the KV pool in 2 MB pages on Linux (``kv_pool_zeros``, passed to ``KVCache``).
 
 ``prepare_model(llm, options)`` changes the weights (int8, the row split) before the KV cache
 is sized; ``build(llm, options, ...)`` assembles the runner and sampler an ``LLM`` uses.
@@ -102,6 +103,13 @@ def _check_int8_graphs(model) -> None:
         raise ValueError(f"decode_graphs='compile' with int8 weights needs the streaming kernel's op "
                          f"(minillm.fast.gemv), which is unavailable here: {why}; use decode_graphs='eager' "
                          f"or float weights")
+
+
+def kv_pool_zeros(shape, dtype, device):
+    """A zeroed layer of the KV pool, in huge pages where the system allows (``huge_pages``)."""
+    from .huge_pages import zeros
+
+    return zeros(shape, dtype, device)
 
 
 def build(llm, opts, cfg, parts):

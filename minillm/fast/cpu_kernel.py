@@ -9,7 +9,8 @@ and called through ``ctypes`` (which releases the GIL). It
 links the OpenMP runtime torch has already loaded (``libgomp.so.1``), so its threads are
 torch's, sized by ``torch.get_num_threads()``.
 
-``available()`` says whether it could be built here; ``paged_decode`` is the call.
+``available()`` says whether it could be built here; ``paged_decode`` is the call. Every kernel
+module loads its library the same way, through a ``LazyLibrary``.
 
 Compiled decode graphs cannot trace a ``ctypes`` call, so the same kernel is also built as a
 torch operator, ``torch.ops.minillm.paged_decode`` (``kernels/paged_decode_op.cpp`` with the C
@@ -38,8 +39,7 @@ from . import kernel_cache
 SOURCE = Path(__file__).with_name("kernels") / "paged_decode.c"
 OP_SOURCE = Path(__file__).with_name("kernels") / "paged_decode_op.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
-_lib = None
-_error: str | None = None
+_lib = None  # the kernel once ``_library`` loaded it (see ``LazyLibrary``)
 _op = None
 _op_error: str | None = None
 
@@ -157,6 +157,46 @@ def load_library(name: str, source: Path, flags, declare, libs=()):
         return None, f"{type(exc).__name__}: {exc}"
 
 
+class LazyLibrary:
+    """A kernel library built and loaded on first use, once (``load_library``): what each kernel
+    module needs alike. ``get()`` returns it, or None where it cannot be built here (callers fall
+    back to torch); the failure is remembered with its ``reason`` (a second call does not build
+    again), and a library that calls into others (``needs``: their ``LazyLibrary``) is not built
+    before they load.
+
+    The library itself is kept in the module's ``_lib`` global (``home``: the module's
+    ``globals()``), not here: a decode step's hot paths test and call that global directly, with
+    no call or attribute look-up in between (the gemv kernel's is paid ~120 times a step), and
+    tests swap it for another build or for None."""
+
+    def __init__(self, home: dict, name: str, source: Path, flags, declare, libs=(), needs=()):
+        self.home, self.name, self.source, self.flags = home, name, source, tuple(flags)
+        self.declare, self.libs, self.needs = declare, tuple(libs), tuple(needs)
+        self.reason: str | None = None
+
+    def get(self):
+        """The library (what ``declare`` returned), built and loaded on the first call; None when
+        it cannot be (``reason`` says why)."""
+        lib = self.home["_lib"]
+        if lib is None and self.reason is None:
+            missing = [need.name for need in self.needs if need.get() is None]
+            if missing:
+                self.reason = f"needs the {', '.join(missing)} kernel(s), unavailable here"
+                return None
+            lib, self.reason = load_library(self.name, self.source, self.flags, self.declare, self.libs)
+            self.home["_lib"] = lib
+        return lib
+
+    def available(self) -> bool:
+        """Whether the library is built and loaded on this machine (builds it on first call)."""
+        return self.get() is not None
+
+    def unavailable_reason(self) -> str | None:
+        """Why ``available()`` is False (None when it is not)."""
+        self.get()
+        return self.reason
+
+
 def _build() -> str:
     return build_library("paged_decode", SOURCE, FLAGS, libs=["-lm"])
 
@@ -192,23 +232,15 @@ def _declare(lib):
     return fn
 
 
-def _load():
-    global _lib, _error
-    if _lib is None and _error is None:
-        _lib, _error = load_library("paged_decode", SOURCE, FLAGS, _declare, libs=["-lm"])
-    return _lib
-
-
-def available() -> bool:
-    """Whether the kernel is built and loaded on this machine (builds it on first call)."""
-    return _load() is not None
+_library = LazyLibrary(globals(), "paged_decode", SOURCE, FLAGS, _declare, libs=["-lm"])
+available, unavailable_reason = _library.available, _library.unavailable_reason
 
 
 def has_fast_path(head_dim: int, group: int) -> bool:
     """Whether this build runs heads of ``head_dim`` with ``group`` query heads per KV head on
     its vectorised path (AVX-512 or AVX2 + FMA, head size 64 or 128, 1-8 query heads per KV head); other
     shapes run a plain C loop, correct but not measured faster than the gather."""
-    fn = _load()
+    fn = _library.get()
     return fn is not None and bool(fn.fast_path(head_dim, group))
 
 
@@ -237,20 +269,14 @@ def op_unavailable_reason() -> str | None:
     return _op_error
 
 
-def unavailable_reason() -> str | None:
-    """Why ``available()`` is False (None when it is not)."""
-    _load()
-    return _error
-
-
 def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                  block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
     """Decode attention of ``q`` [n, heads, D] over the paged pool ([blocks, block_size,
     kv_heads, D]), row b reading the blocks ``block_tables[b]`` (int64 [n, W]) up to
     ``context_lens[b]`` tokens; returns [n, heads, D]. float32 CPU tensors only."""
-    fn = _load()
+    fn = _library.get()
     if fn is None:
-        raise RuntimeError(f"the CPU paged attention kernel is unavailable: {_error}")
+        raise RuntimeError(f"the CPU paged attention kernel is unavailable: {_library.reason}")
     if not _plainly_valid(q, k_pool, v_pool, block_tables, context_lens, scale):
         _check_args(q, k_pool, v_pool, block_tables, context_lens, scale)  # raises, naming the argument
     n, heads, dim = q.shape

@@ -57,9 +57,8 @@ ONE_THREAD_F32 = True
 #: thread, 0.73-0.95x at two (MKL handles one very wide, short product poorly)
 WIDE_OUT, WIDE_CHUNK = 16384, 1024
 
-_lib = None
+_lib = None  # the kernel once ``_library`` loaded it: StreamLinear's eager path reads it directly
 _threads: int | None = None  # set_threads(): the kernel's own thread count (None: torch's)
-_error: str | None = None
 _op_error: str | None = None
 _op_loaded = False
 
@@ -76,27 +75,13 @@ def _declare(lib):
     return lib
 
 
-def _load():
-    global _lib, _error
-    if _lib is None and _error is None:
-        _lib, _error = cpu_kernel.load_library("gemv", SOURCE, FLAGS, _declare)
-    return _lib
-
-
-def available() -> bool:
-    """Whether the kernel is built and loaded here (builds it on first call)."""
-    return _load() is not None
-
-
-def unavailable_reason() -> str | None:
-    """Why ``available()`` is False (None when it is not)."""
-    _load()
-    return _error
+_library = cpu_kernel.LazyLibrary(globals(), "gemv", SOURCE, FLAGS, _declare)
+available, unavailable_reason = _library.available, _library.unavailable_reason
 
 
 def isa() -> str | None:
     """The instruction set the kernel runs with here: "avx512", "avx2" or "plain" (None: unavailable)."""
-    lib = _load()
+    lib = _library.get()
     return None if lib is None else lib.minillm_gemv_isa().decode()
 
 
@@ -104,9 +89,9 @@ def read_probe(buffer: torch.Tensor) -> float:
     """The sum of a contiguous float32 CPU tensor, read the way the kernel reads weights (4 far-apart
     streams): the benchmarks time it for the read-bandwidth floor. Releases the GIL (ctypes), so
     several Python threads can probe halves of a buffer at once."""
-    lib = _load()
+    lib = _library.get()
     if lib is None:
-        raise RuntimeError(f"the gemv kernel is unavailable: {_error}")
+        raise RuntimeError(f"the gemv kernel is unavailable: {_library.reason}")
     if buffer.dtype != torch.float32 or buffer.device.type != "cpu" or not buffer.is_contiguous():
         raise ValueError("gemv.read_probe: buffer must be a contiguous float32 CPU tensor")
     return float(lib.minillm_gemv_read_probe(buffer.data_ptr(), buffer.numel()))
@@ -114,7 +99,7 @@ def read_probe(buffer: torch.Tensor) -> float:
 
 def workers() -> int:
     """Worker threads the kernel's pool has started in this process (0 until a split call)."""
-    lib = _load()
+    lib = _library.get()
     return 0 if lib is None else lib.minillm_gemv_workers()
 
 
@@ -122,9 +107,9 @@ def set_spin_us(us: int) -> int:
     """How long an idle worker spins before it sleeps, in microseconds; returns the old value."""
     if isinstance(us, bool) or not isinstance(us, int) or us < 0:
         raise ValueError(f"us must be an int >= 0, got {us!r}")
-    lib = _load()
+    lib = _library.get()
     if lib is None:
-        raise RuntimeError(f"the gemv kernel is unavailable: {_error}")
+        raise RuntimeError(f"the gemv kernel is unavailable: {_library.reason}")
     return lib.minillm_gemv_set_spin_us(us)
 
 
@@ -194,9 +179,9 @@ def linear_int8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: tor
 
 
 def _call(x, weight, scale, bias, threads):
-    lib = _load()
+    lib = _library.get()
     if lib is None:
-        raise RuntimeError(f"the gemv kernel is unavailable: {_error}")
+        raise RuntimeError(f"the gemv kernel is unavailable: {_library.reason}")
     if threads is None:
         threads = _threads or torch.get_num_threads()
     n, k = weight.shape

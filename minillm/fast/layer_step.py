@@ -71,15 +71,16 @@ class _Step(ctypes.Structure):
                 ("gemv_threads", ctypes.c_int), ("threads", ctypes.c_int)]
 
 
-_lib = None
-_kernels: _Kernels | None = None
-_error: str | None = None
+_lib = None  # the library once ``_library`` loaded it: the step's calls read it directly
+_kernels: _Kernels | None = None  # the kernels it calls, by address (set with it: ``_declare``)
 #: each layer's weights struct and what it was made from (outside the module: a ctypes struct
 #: holding pointers cannot be copied or pickled with it)
 _made: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _declare(lib):
+    """The entry points, typed, and the addresses of the kernels they call (``needs``: loaded first)."""
+    global _kernels
     lib.decoder_layer_f32.argtypes = [ctypes.POINTER(_Kernels), ctypes.POINTER(_Weights), ctypes.POINTER(_Step),
                                       _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
     lib.decoder_layer_f32.restype = ctypes.c_int
@@ -90,6 +91,9 @@ def _declare(lib):
                                            _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, ctypes.POINTER(_Head),
                                            _ptr, _ptr]
     lib.decoder_stack_rope_f32.restype = ctypes.c_int
+    g, s = gemv._lib, small_ops._lib
+    _kernels = _Kernels(_address(g.minillm_gemv_f32), _address(g.minillm_gemv_i8), _address(s.rms_norm_f32),
+                        _address(s.silu_mul_f32), _address(cpu_kernel._lib))
     return lib
 
 
@@ -97,33 +101,9 @@ def _address(fn) -> int:
     return ctypes.cast(fn, ctypes.c_void_p).value
 
 
-def _load():
-    """The library and the kernels' addresses, once; ``_error`` says why not."""
-    global _lib, _kernels, _error
-    if _lib is None and _error is None:
-        parts = {"gemv": gemv._load(), "small_ops": small_ops._load(), "paged attention": cpu_kernel._load()}
-        missing = [name for name, lib in parts.items() if lib is None]
-        if missing:
-            _error = f"needs the {', '.join(missing)} kernel(s), unavailable here"
-            return None
-        lib, _error = cpu_kernel.load_library("decoder_layer", SOURCE, FLAGS, _declare, libs=["-lm"])
-        if lib is not None:
-            g, s = parts["gemv"], parts["small_ops"]
-            _kernels = _Kernels(_address(g.minillm_gemv_f32), _address(g.minillm_gemv_i8),
-                                _address(s.rms_norm_f32), _address(s.silu_mul_f32),
-                                _address(parts["paged attention"]))
-            _lib = lib
-    return _lib
-
-
-def available() -> bool:
-    """Whether the one-call layer is built and loaded here (builds it on first call)."""
-    return _load() is not None
-
-
-def unavailable_reason() -> str | None:
-    _load()
-    return _error
+_library = cpu_kernel.LazyLibrary(globals(), "decoder_layer", SOURCE, FLAGS, _declare, libs=["-lm"],
+                                  needs=(gemv._library, small_ops._library, cpu_kernel._library))
+available, unavailable_reason = _library.available, _library.unavailable_reason
 
 
 def _projection(module) -> tuple[_Projection, tuple] | None:

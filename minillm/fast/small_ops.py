@@ -14,7 +14,7 @@ each falls back to the reference forward for anything but a float32 CPU tensor o
 autograd and compiling (decode graphs trace the reference ops). Results agree with torch's to
 float32 rounding (another summation order and exp), and the tokens with the reference path's
 (the parity tests run the fast path with these on). Built on first use with the system's C
-compiler into the checked kernel cache (``cpu_kernel.load_library``) and called through ``ctypes``.
+compiler into the checked kernel cache (``cpu_kernel.LazyLibrary``) and called through ``ctypes``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from ..models.llama import MLP, DecoderLayer, RMSNorm
 from . import cpu_kernel
 
 SOURCE = Path(__file__).with_name("kernels") / "small_ops.c"
-_lib = None
-_error: str | None = None
+_lib = None  # the kernels once ``_library`` loaded them: the fused forwards call them directly
 _F32 = torch.float32
 
 
@@ -42,21 +41,8 @@ def _declare(lib):
     return lib
 
 
-def _load():
-    global _lib, _error
-    if _lib is None and _error is None:
-        _lib, _error = cpu_kernel.load_library("small_ops", SOURCE, cpu_kernel.FLAGS, _declare, libs=["-lm"])
-    return _lib
-
-
-def available() -> bool:
-    """Whether the kernels are built and loaded here (builds them on first call)."""
-    return _load() is not None
-
-
-def unavailable_reason() -> str | None:
-    _load()
-    return _error
+_library = cpu_kernel.LazyLibrary(globals(), "small_ops", SOURCE, cpu_kernel.FLAGS, _declare, libs=["-lm"])
+available, unavailable_reason = _library.available, _library.unavailable_reason
 
 
 def _plain(x: torch.Tensor) -> bool:

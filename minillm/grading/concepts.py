@@ -415,6 +415,17 @@ def join_term_slashes(text: str) -> str:
     return _TERM_SLASH.sub(lambda m: m.group(0).replace("/", TERM_SLASH), text)
 
 
+def normalize_terms(text: str) -> str:
+    """``normalize``, and the slash inside a term joined (``join_term_slashes``): the text as every reader that
+    cuts an answer at its separators must see it, so that none of them splits "K/V"."""
+    return join_term_slashes(normalize(text))
+
+
+def list_marked(text: str) -> bool:
+    """Whether ``text`` holds an enumeration mark (``LIST_MARKS``), the slash inside a term not counted."""
+    return bool(LIST_MARKS.search(join_term_slashes(text)))
+
+
 # English verbs that make a short piece a predicate ("saves compute", "memory grows"): pieces that have
 # one are telegraphic statements, not keywords
 _VERBS_EN = set("""avoids saves skips spares costs uses takes eats needs grows holds keeps stores reuses prevents
@@ -445,7 +456,7 @@ _VO_PIECE = re.compile(f"^((缺点|代价|坏处|好处|优点|作用|收益|开
 def verb_object_pieces(text: str) -> bool:
     """Comma-chained Chinese pieces that each open with a verb and its object ("节省计算量，增加显存占用",
     "省计算，费显存"): a sentence with its subject left out. Enumeration marks and semicolons still make a list."""
-    if LIST_MARKS.search(join_term_slashes(text)) or re.search(r"[；;]", text):
+    if list_marked(text) or re.search(r"[；;]", text):
         return False
     pieces = [p.strip(" .。!！") for p in re.split(r"[，,]", text) if p.strip(" .。!！")]
     return len(pieces) >= 2 and all(_VO_PIECE.match(p) for p in pieces)
@@ -453,13 +464,13 @@ def verb_object_pieces(text: str) -> bool:
 
 def clause_marked(text: str) -> bool:
     """Chinese pieces that carry a clause marker and no list marks ("存K和V，下次不用算了，占内存")."""
-    return not LIST_MARKS.search(join_term_slashes(text)) and bool(CLAUSE_ZH.search(_ZH_TERMS.sub("", text)))
+    return not list_marked(text) and bool(CLAUSE_ZH.search(_ZH_TERMS.sub("", text)))
 
 
 def keyword_run(text: str) -> bool:
     """Short pieces between separators and nothing linking them into a clause: three or more
     ("避免重算；显存增长；长上下文"), or two bare terms ("requests, memory")."""
-    t = join_term_slashes(normalize(text))
+    t = normalize_terms(text)
     segments = [s for s in _SEGMENT_SPLIT.split(t) if s and s.strip(" .。!！?？")]
     if len(segments) < 2:
         return False
@@ -495,7 +506,7 @@ def _verb_at(words: list[str], i: int) -> bool:
 def terse_clause(text: str) -> bool:
     """One clause, no glue word, whose verb stands between a subject of one to three words and an object of at most
     six (or ends it, if it takes none: "cache memory grows"), with no second predicate after it."""
-    t = join_term_slashes(normalize(text)).strip(" .。!！")
+    t = normalize_terms(text).strip(" .。!！")
     if len([s for s in _SEGMENT_SPLIT.split(t) if s and s.strip(" .。!！?？")]) != 1:
         return False
     if cjk_chars(t):

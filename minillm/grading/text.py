@@ -32,6 +32,15 @@ def normalize(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+def normalize_terms(text: str) -> str:
+    """``normalize``, and the slash inside a term joined (:func:`concepts.join_term_slashes`: "存 K/V" keeps "K/V"
+    one term), for the readers that cut an answer at its separators. (``concepts.normalize_terms`` is the same
+    over ``concepts.normalize``, which also straightens curly apostrophes: ``keyword_list`` reads "it’s" as "it".)"""
+    from .concepts import join_term_slashes
+
+    return join_term_slashes(normalize(text))
+
+
 def char_count(text: str) -> int:
     """Characters as a reader counts them: every letter, CJK character, digit, space between
     words and punctuation mark is one; runs of whitespace count once, ends are trimmed."""
@@ -106,9 +115,9 @@ _VERBISH_EN = re.compile(r"\b\w+(s|ed|ing)\b", _FLAGS)
 def keyword_list(text: str) -> str | None:
     """'list' when the answer is keywords without a sentence, 'telegraphic' when it is short
     fragments that do carry verbs (borderline), None when it reads as a sentence."""
-    from .concepts import causal_arrow, clause_marked, join_term_slashes
+    from .concepts import causal_arrow, clause_marked
 
-    t = join_term_slashes(normalize(text))  # "存 K/V": the slash of a term splits nothing
+    t = normalize_terms(text)
     segments = [s for s in _SEPARATORS.split(t) if s and s.strip(" .。!！?？-–*")]
     if not segments:
         return "list"
