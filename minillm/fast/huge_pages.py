@@ -4,9 +4,10 @@ A decode batch's attention reads every request's blocks wherever the allocator p
 pool of hundreds of MB. With 4 KB pages nearly every block is a TLB miss and a page walk
 before its first byte arrives, and the kernel's prefetches of the next row's blocks
 (``kernels/paged_decode.c``) wait for those walks too. With 2 MB pages one TLB entry covers
-256 blocks of the shipped model. Measured on an AMD EPYC Zen 4 core (the mixed 64-request
-workload of ``minillm bench``, shipped model, one thread, alternating): 1.06x the tokens/s of
-the same engine on 4 KB pages, and 1.08-1.13x on top of the row-ahead prefetch.
+256 blocks of the shipped model. Measured on an AMD EPYC Zen 4 core, one thread: the kernel's
+decode call over 64 rows read the pool at 15.1 GB/s against 12.0 on 4 KB pages; the mixed
+64-request workload of ``minillm bench`` ran 1.06-1.07x faster (medians of 6 alternating runs;
+``benchmarks/README.md``, *The next row fetched ahead*).
 
 How: ``zeros`` takes fresh memory (``torch.empty``; a pool this size is its own mapping),
 asks for huge pages with ``madvise(MADV_HUGEPAGE)`` on its 2 MB-aligned part, then zeroes it,
