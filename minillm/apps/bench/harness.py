@@ -302,12 +302,17 @@ def read_bandwidth(threads: int, nbytes: int = 256 << 20, repeats: int = 5) -> f
     of two probes: torch's ``sum`` over ``nbytes`` and ``minillm.fast.gemv.read_probe`` (4
     far-apart streams per thread, the buffer split between the threads). That is the floor a
     batch-1 decode step cannot beat, since it reads every weight once; the faster probe counts,
-    so that the floor is what the core can read, not what one stream gets. Measured in the same
-    run as the engines, because a shared core's bandwidth moves with its neighbours' load."""
+    so that the floor is what the core can read, not what one stream gets. The buffer is in 2 MB
+    pages where the system allows, as the fast layer's weights are (``minillm.fast.huge_pages``):
+    on 4 KB pages a Zen 4 core read ~20 % less, and a floor from there would flatter the engine.
+    Measured in the same run as the engines, because a shared core's bandwidth moves with its
+    neighbours' load."""
+    from minillm.fast import huge_pages
+
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        x = torch.ones(nbytes // 4)
+        x = huge_pages.zeros((nbytes // 4,), torch.float32, "cpu").fill_(1.0)
         x.sum()  # touch the pages once
         probes = [x.sum]
         probe = _stream_probe(x, threads)
