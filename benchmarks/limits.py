@@ -58,7 +58,7 @@ def memory_bandwidth(device, nbytes=512 << 20):
     if device.type == "cpu":  # in 2 MB pages where the system allows, as the engine's weights are
         from minillm.fast import huge_pages
 
-        x = huge_pages.zeros((nbytes // 4,), torch.float32, device).fill_(1.0)
+        x = huge_pages.zeros((nbytes // 4,), torch.float32, device).uniform_()
     else:
         x = torch.ones(nbytes // 4, device=device)
     read = nbytes / _best(lambda: x.sum(), device) / 1e9
