@@ -324,3 +324,16 @@ def test_a_chinese_diagram_gets_chinese_feedback():
     r = check("task1_diagram", zh)
     text = str(r)
     assert r.score == 11 and "没有循环" in text and "路径 入队 → 预填充" in text, text
+
+
+def test_a_state_the_chapter_has_no_word_for_entered_on_a_stop_condition_is_the_finished_state():
+    # a diagram told as a restaurant: "买单" (paying the bill) is reached from decode on EOS only
+    names = ("排队等位", "点菜上桌（prefill）", "边吃边加菜（decode）", "买单", "翻台（释放）")
+    w, p, d, f, r = names
+    data = {"states": {w: "只有菜单（prompt 和采样参数）", p: "整段 prompt 的 KV 块", d: "KV 块，每步多一个 token",
+                       f: "停止原因，块还没还", r: "块都还回池子"},
+            "transitions": [(w, p, "有空桌"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "EOS"), (f, r, "free")]}
+    assert check("task1_diagram", data).score == 12
+    # entered on something else than a stop condition, it stays an unknown step (no finished state)
+    data["transitions"] = [(w, p, "有空桌"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "上菜"), (f, r, "free")]
+    assert check("task1_diagram", data).score < 12

@@ -534,3 +534,74 @@ _T3_REST = [("long outputs", "each new token adds K/V")]
 ])
 def test_c24_task3_scenarios_and_reasons(pairs, score):
     assert check("task3_pressure", pairs).score == score
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # a short gloss in brackets stays in its clause; one with a negation or a subject of its own stays an aside
+    ("task2_kv_explain", "old K/V is reused, and the card (VRAM) fills up as the chat grows", 2),
+    ("task2_kv_explain", "历史 KV 直接复用，锅（显存）随对话越来越满", 2),
+    ("task2_kv_explain", "old K/V is reused, and the card (not VRAM) fills up", 1),
+    ("task2_kv_explain", "不是为了省显存（它反而吃显存），是为了不重复算", 2),
+    ("task2_kv_explain", "no recompute of old tokens; its footprint is O(n) in sequence length", 2),  # a formula's bracket
+    # a negation carries over "or" to the next verb ("don't re-read or redo"); a new subject after "or" starts afresh
+    ("task2_kv_explain", "decode doesn't re-read or redo past tokens' K/V; memory grows with length", 2),
+    ("task2_kv_explain", "decode doesn't re-read or redo past tokens' K/V; memory doesn't grow or shrink", 1),
+    # the saving in colloquial words: only the new token fed in (喂), the old KV used on (接着用), "only evals the new one"
+    ("task2_kv_explain", "每步只喂新 token 进模型，代价是显存随长度涨", 2),
+    ("task2_kv_explain", "老 token 的 KV 留着接着用，显存随长度涨", 2),
+    ("task2_kv_explain", "the forward pass only evals the new one; memory grows with context", 2),
+    ("task2_kv_explain", "每步都把整段喂进模型，显存随长度涨", 1),
+    # memory named by the buffer it lives in
+    ("task2_kv_explain", "old K/V is reused; the price is the kv buffer, sized by the context length", 2),
+    # a negated verb as the condition (不缓存的话); a consequence in the same clause does not reach the next one
+    ("task2_kv_explain", "不缓存的话每步都得把前文重新过一遍；缓存了又吃显存", 2),
+    ("task2_kv_explain", "不缓存的话每步都要重算；缓存的话显存随长度涨", 2),
+    ("task2_kv_explain", "不缓存答案的话每步都要重算", 0),
+    # code comments: each "#" or "//" starts a clause; "the # of tokens" is no comment
+    ("task2_kv_explain", "# keep K/V of past tokens -> decode only projects the new token # cost: mem ~ n_layers * n_tokens", 2),
+    ("task2_kv_explain", "// reuse cached K/V for the prefix // cost: vram ~ seq_len * batch", 2),
+    ("task2_kv_explain", "the # of tokens grows", 0),
+    # the request's token list by its code name, torch.cat as the join; a bare run of the names is still keywords
+    ("task4_sampling", "next_tokens 会 torch.cat 到 input_ids 后面，下一轮 forward 就拿它跑", 2),
+    ("task4_sampling", "the sampled id is appended to seq.output_token_ids", 1),
+    ("task4_sampling", "torch.cat input_ids next step", 0),
+    # a negative question that expects "yes" is a statement; a why question, and a misconception asked back, stay so
+    ("task4_sampling", "采样出的 token 不就拼回序列里了吗？下一步不也是基于它算的吗？", 2),
+    ("task4_sampling", "isn't the picked token the next step's input?", 2),
+    ("task4_sampling", "isn't it just a UI knob?", 0),
+    ("pitfall2_sampling_not_ui", (True, "不就是个 UI 旋钮吗？"), 0),
+    ("task2_kv_explain", "Why doesn't decode recompute old tokens? Their K/V is cached, and memory grows with length.", 2),
+    # a belief the answer reports and then takes back is not its claim; one it does not take back still is
+    ("task4_sampling", "at first I thought it was just a UI thing, but the picked token is appended to the context and "
+                       "the next step reads it", 2),
+    ("task4_sampling", "我一开始以为采样只是调随机性，其实选出的 token 会拼回序列，下一步基于它算", 2),
+    ("task4_sampling", "I thought it was just a UI thing", 0),
+    ("task4_sampling", "我以为采样只是调随机性", 0),
+    ("task4_sampling", "It's just a UI thing, but whatever", 0),
+    # the two phases by TensorRT-LLM's names (context / generation phase); their order alone is still not the link
+    ("pitfall3_one_lifecycle", (True, "context phase 把 prompt 的 KV 写进 cache，generation 阶段就在这份 KV 上往后生成"), 2),
+    ("pitfall3_one_lifecycle", (True, "the context phase builds the KV cache and the generation phase extends it"), 2),
+    ("pitfall3_one_lifecycle", (True, "context phase 先跑，generation phase 后跑"), 1),
+    # the token changes what is in the context
+    ("task4_sampling", "the sampled token changes what's in the context", 1),
+    ("task4_sampling", "the token changes what's in the UI", 0),
+])
+def test_c25_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+_T3_OUT = "思考越久，每步新增的 token 都要存 KV"
+
+
+@pytest.mark.parametrize("pairs, score", [
+    # a whole book pasted in, a count of requests said in Chinese (300 个请求), a reasoning model or a generation
+    # that does not stop, in mixed wording; "多一格 KV" is growth
+    ([("一次丢进去一整本小说让它总结", "每个 token 都存一份 KV"), ("高并发", "每个请求一份 KV")] + _T3_REST, 6),
+    ([("长 prompt", "每个 token 都存 KV"), ("同时挂着 300 个请求", "每个请求一份 KV")] + _T3_REST, 6),
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("reasoning 模型 think 很久", _T3_OUT)], 6),
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("n_predict=-1 一直生成", _T3_OUT)], 6),
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("长输出", "生成一个 token 就多一格 KV")], 6),
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("想了想", _T3_OUT)], 5),  # no scenario named
+])
+def test_c25_task3_scenarios_and_reasons(pairs, score):
+    assert check("task3_pressure", pairs).score == score

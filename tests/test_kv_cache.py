@@ -257,3 +257,61 @@ def test_the_fast_layers_kv_pool_asks_for_huge_pages_and_the_reference_pool_does
     assert all(huge_pages.pages_of(t)[1] for t in fast.kv_cache.k + fast.kv_cache.v)
     assert not any(huge_pages.pages_of(t)[1] for t in ref.kv_cache.k + ref.kv_cache.v)
     assert not any(t.any() for t in fast.kv_cache.k + fast.kv_cache.v)
+
+
+@pytest.mark.skipif(_thp_mode() in (None, "never"), reason="no transparent huge pages on this system")
+def test_rehome_moves_weights_into_huge_pages_keeping_values_layout_and_ties():
+    """``huge_pages.rehome`` copies a module's parameters and buffers into one advised arena: the
+    same objects, values, shapes and strides (a transposed layout stays transposed), a tied weight
+    still one tensor, and a storage two tensors share left where it is (copying either would
+    untie them)."""
+    from minillm.fast import huge_pages
+
+    g = torch.Generator().manual_seed(0)
+    m = torch.nn.Module()
+    m.a = torch.nn.Linear(512, 1024, bias=True)
+    m.b = torch.nn.Linear(1024, 512, bias=False)
+    m.tied = torch.nn.Linear(1024, 512, bias=False)
+    m.tied.weight = m.b.weight                                   # one Parameter in two modules
+    m.t = torch.nn.Parameter(torch.randn(2048, 1024, generator=g).t(), requires_grad=False)  # transposed layout
+    base = torch.randn(4096, 256, generator=g)
+    m.register_buffer("half1", base[:2048])                      # two views of one storage
+    m.register_buffer("half2", base[2048:])
+    m.register_buffer("q", torch.randint(-127, 128, (1024, 1024), dtype=torch.int8, generator=g))
+    before = {name: (t.clone(), t.stride(), t.data_ptr()) for name, t in
+              list(m.named_parameters(remove_duplicate=False)) + list(m.named_buffers())}
+    objects = {name: t for name, t in list(m.named_parameters(remove_duplicate=False)) + list(m.named_buffers())}
+    assert huge_pages.rehome(m) >= huge_pages.MIN_BYTES
+    for name, t in list(m.named_parameters(remove_duplicate=False)) + list(m.named_buffers()):
+        value, stride, ptr = before[name]
+        assert t is objects[name] and torch.equal(t, value) and t.stride() == stride, name
+        moved = t.data_ptr() != ptr
+        assert moved == (name not in ("half1", "half2")), name
+        if moved:
+            assert huge_pages.pages_of(t)[1], f"{name} is not in the advised arena"
+    assert m.tied.weight is m.b.weight and m.tied.weight.data_ptr() == m.b.weight.data_ptr()
+    assert m.half2.data_ptr() == m.half1.data_ptr() + 2048 * 256 * 4  # still one storage
+    small = torch.nn.Linear(4, 4)
+    assert huge_pages.rehome(small) == 0  # below MIN_BYTES: left alone
+
+
+@pytest.mark.skipif(_thp_mode() in (None, "never"), reason="no transparent huge pages on this system")
+def test_the_fast_layer_keeps_weights_in_huge_pages_and_the_reference_path_does_not(tmp_path):
+    """A model above ``MIN_BYTES``: ``LLM()`` (fast layer, CPU) holds every weight in the advised
+    arena, ``LLM(fast=False)`` holds them as loaded; the same greedy tokens either way."""
+    from minillm import SamplingParams
+    from minillm.fast import huge_pages
+
+    from conftest import make_model
+
+    folder = tmp_path
+    make_model(folder, "llama", hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
+               num_attention_heads=8, num_key_value_heads=4, vocab_size=4096)
+    fast, ref = LLM(str(folder), "cpu", "float32"), LLM(str(folder), "cpu", "float32", fast=False)
+    assert sum(p.numel() * 4 for p in fast.model.parameters()) >= huge_pages.MIN_BYTES
+    assert all(huge_pages.pages_of(p)[1] for p in fast.model.parameters())
+    assert not any(huge_pages.pages_of(p)[1] for p in ref.model.parameters())
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    prompts = ["hello there", "a b c d e f g h"]
+    assert ([o.token_ids for o in fast.generate(prompts, params)] ==
+            [o.token_ids for o in ref.generate(prompts, params)])

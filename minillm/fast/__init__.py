@@ -20,7 +20,8 @@ attention) is what the chapter reads. ``LLM()`` runs this layer instead, token f
   steps of a few rows on the attention kernel);
 * ``packed``: a wide product of a decode batch (an lm head over 9-256 rows) on oneDNN with the
   weight packed once (``gemv.StreamLinear`` calls it);
-* ``huge_pages``: the KV pool in 2 MB pages on Linux (``kv_pool_zeros``, passed to ``KVCache``).
+* ``huge_pages``: the weights (``prepare_model``) and the KV pool (``kv_pool_zeros``, passed to
+  ``KVCache``) in 2 MB pages on Linux.
 
 ``prepare_model(llm, options)`` changes the weights (int8, the row split) before the KV cache
 is sized; ``build(llm, options, ...)`` assembles the runner and sampler an ``LLM`` uses.
@@ -40,6 +41,10 @@ def prepare_model(llm, opts) -> None:
         from ..models.weights import quantize_weights
 
         quantize_weights(llm.model, opts.weight_dtype)
+    if opts.fast and llm.device.type == "cpu":
+        from .huge_pages import rehome
+
+        rehome(llm.model)  # the weights in 2 MB pages: decode streams every one of them each step
     if opts.fast and llm.device.type == "cpu" and not opts.compile:
         # (not under LLM(compile=True): its one graph for every step would guard on the
         # kernel's few-rows test and recompile past its bound; tests/test_compile.py)

@@ -134,7 +134,7 @@ def fix_typos(text: str) -> str:
 
 # --- clauses and negation ---------------------------------------------------------------------------
 _CLAUSE_SPLIT = re.compile(
-    r"\.(?=\s|$|[\u4e00-\u9fff])|[;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
+    r"\.(?=\s|$|[\u4e00-\u9fff])|[;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|(?:(?<=\s)|^)(?:#+|//)\s(?!of\b)|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
     r"\bso that\b|\bso\b(?!\s+(far|much|many|long)\b)|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
     r"(?=\bdownsides?\b|\bthe catch\b|\bdrawbacks?\b)|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|(?=否则)|可是|只是(?=让)", _I)
 
@@ -164,6 +164,8 @@ _NEG_NEAR = re.compile(r"\bnot\b(?!\s+(just|only|merely|simply|solely|small|litt
                        r"\bcannot\b|\bhardly\b|\bbarely\b|\bfails? to\b|"
                        r"(?<!得)不(?!断|同|少|小|低|便宜|过|仅|只|止|单|管|停|久|然|但|论|得不|够|一样|相同|如|住|消|下(?![降来去]))|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
 _NOT_JUST = re.compile(r"\b(not|n't)\s+(just|only|merely|simply|solely)\b|不只|不仅|不单|不止", _I)
+_OR = re.compile(r"or|或者|或", _I)
+_DISJUNCT = re.compile(r"\s*((again|even|ever|just|also|simply|really|otherwise)\s+)?", _I)  # the next verb right after "or", no subject of its own
 NEAR_WINDOW_EN = 24  # characters before the predicate (about four words)
 NEAR_WINDOW_ZH = 5
 
@@ -172,7 +174,10 @@ def negated_at(clause: str, pos: int) -> bool:
     """Is the word at ``pos`` in ``clause`` negated (a wide negator anywhere before it in the
     clause, or a plain one just before it)?"""
     before = clause[:pos]
-    joins = [m.end() for m in re.finditer(r"\band\b|\bor\b|和|并且|而且|、", before, _I)]
+    found = list(re.finditer(r"\band\b|\bor\b|和|并且|而且|、|或者|或(?!许)", before, _I))
+    joins = [m.end() for m in found]
+    if found and _OR.fullmatch(found[-1].group(0)) and _DISJUNCT.fullmatch(before[found[-1].end():]):
+        return negated_at(clause, found[-1].start())  # "don't re-read or redo": the negation governs both verbs
     if _NEG_WIDE.search(before[joins[-1]:] if joins else before):  # "avoids X and costs Y": the scope ends at "and"
         return True
     window_start = max(0, pos - (NEAR_WINDOW_ZH if _CJK_RE.search(clause[max(0, pos - 1):pos + 1]) else NEAR_WINDOW_EN))
@@ -303,7 +308,9 @@ def _contrast(clause: str, m: re.Match) -> bool:
 
 _NO_OBJECT = re.compile(r"\b(no|zero)\s+$", re.IGNORECASE)
 _LIST_PAIR = re.compile(r"有的[^。；]{0,16}有的|一些[^。；]{0,16}一些|既有[^。；]{0,24}(也有|又有|还有)|\bsome\b[^.;]{0,40}\b(some|others?)\b", re.IGNORECASE)
-_WITHOUT_ZH = r"(如果|若|要是|假如|假设)?(没有|不用|去掉|关掉)\s*(它|这个|缓存|KV|cache)"  # "没有 KV cache 的话"
+_WITHOUT_ZH = (r"(?:(如果|若|要是|假如|假设)?(没有|不用|去掉|关掉)\s*(它|这个|缓存|KV|cache)"  # "没有 KV cache 的话"
+               # a negated verb as the condition: "不缓存的话", "没存 KV 的话", "要是不开 cache 的话"
+               r"|(如果|若|要是|假如|假设)?(不|没)有?\s*(缓存|存|开|用|保存|留)\s*(它|这个|缓存|KV|kv|cache)?\s*的话)")
 _COUNTERFACTUAL = re.compile(r"\bwould\b|\bwithout (it|the cache|a cache|caching|them)\b|\botherwise\b|否则|不然|"
                              r"要不然|" + _WITHOUT_ZH, re.IGNORECASE)
 _WITHOUT_IT = re.compile(r"^\s*(without\s+(it|the|a|any|kv|caching)\b|如果没有|若没有|否则|不然|otherwise|" + _WITHOUT_ZH + ")",
@@ -318,7 +325,10 @@ _SAID_IN_FULL = re.compile(r"^\s*(否则|不然|要不然|otherwise)(的话)?\s*
 def without_it(prev: str) -> bool:
     """Is the clause before a condition without the cache ("without it", "如果没有 KV cache 的话", a bare "否则") whose
     consequence is the clause that follows?"""
-    return bool(_WITHOUT_IT.search(prev)) and not _SAID_IN_FULL.search(prev)
+    m = _WITHOUT_IT.search(prev)
+    if m and re.search(f"的话\\s*[{CJK}]{{2}}", prev):
+        return False  # "不缓存的话每步都要重算": the condition has its consequence in its own clause
+    return bool(m) and not _SAID_IN_FULL.search(prev)
 
 
 def counterfactual(before: str, prev: str) -> bool:
@@ -360,13 +370,26 @@ class Misconception:
 
     def find(self, text: str) -> str | None:
         """The offending phrase when stated (not negated), else None."""
-        for _, clause in clauses(text):
+        for at, clause in clauses(text):
             for p in self.patterns:
                 for m in p.finditer(clause):
+                    if retracted(clause[:m.start()], text[at + len(clause):]):
+                        continue
                     # "not just a UI knob" denies the misconception even though "not just" affirms an idea
                     if not negated_at(clause, m.start()) and not _NOT_JUST.search(clause[max(0, m.start() - 30):m.start()]):
                         return m.group(0)
         return None
+
+
+# "at first I thought it was just a UI thing, but …", "我一开始以为只是调随机性，其实……": a belief the answer reports
+# and then takes back is not its claim
+_BELIEVED = re.compile(r"\b(i|we)\s+(\w+\s+){0,2}?(thought|believed|assumed|figured|used\s+to\s+(think|believe))\b|以为", _I)
+_TAKEN_BACK = re.compile(r"\bbut\b|\bactually\b|\bturns?\s+out\b|\bin fact\b|\bhowever\b|其实|但|后来|实际上|才(发现|知道|明白)", _I)
+
+
+def retracted(before: str, after: str) -> bool:
+    """Is the phrase the content of a belief the student reports ("I thought …", "以为 …") and then contradicts?"""
+    return bool(_BELIEVED.search(before) and _TAKEN_BACK.search(after))
 
 
 def misconception(key, patterns, spoils, feedback_en, feedback_zh) -> Misconception:
@@ -611,9 +634,50 @@ def unfold_cleft(text: str) -> str:
 MAX_READ = 4000  # characters the matcher looks at: a pasted novel cannot stall the grader
 
 
+# a short gloss in brackets is part of its clause: "the shelves (VRAM) fill up", "锅（显存）越来越满"; one with a negation
+# or a verb of its own stays an aside
+# (a bracket right after a letter is code or a formula: "O(n)", "llama_decode(ctx)")
+_GLOSS = re.compile(r"(?:\s+|(?<=[\u4e00-\u9fff])|^)[(（]\s*([^()（）,，;；:：。.!?！？]{1,24}?)\s*[)）]\s*")
+_GLOSS_CLAUSE = re.compile(r"它|其|这|那|是|会|要|把|被|让|了|\b(it|this|that|they|which|is|are|was|were|will|can|does|do)\b", _I)
+
+
+def unwrap_gloss(text: str) -> str:
+    def repl(m: re.Match) -> str:
+        inner = m.group(1)
+        if len(latin_words(inner)) > 3 or cjk_chars(inner) > 8 or _NEG_NEAR.search(inner) or _NEG_WIDE.search(inner) \
+                or _GLOSS_CLAUSE.search(inner):  # "（它反而吃显存）" has a subject of its own: an aside
+            return m.group(0)
+        return f" {inner} "
+
+    return _GLOSS.sub(repl, text)
+
+
+# a negative question that expects "yes" is a statement: "不就拼回序列里了吗？" (就拼回序列里了), "下一步不也是基于它算的吗？",
+# "isn't the sampled token the next step's input?" (the sampled token is …); a why/how question stays a question
+_RHETORICAL_ZH = re.compile(r"(难道)?不(就|也|都|正|还|是)([^，。；,;？?！!]{1,30}?)(吗|么|嘛)\s*(?=[？?]|$)")
+_NP_EN = (r"(it|they|this|that|(?:the|a|each|every|this|that)\s+(?:[\w'-]+\s+){0,2}?"
+          r"(?:token|tokens|output|id|sample|choice|cache|kv|step|pass|request|memory|result|one))")
+_RHETORICAL_EN = re.compile(r"(?<![\w?])(?P<pre>[^.?!;]*?)\b(?P<aux>is|are|was|does|do|did|will|would|can)(?:n't|\s+not)\s+"
+                            rf"(?P<np>{_NP_EN})\s+(?P<rest>[^?.;!]{{2,80}})\?", _I)
+
+
+def unfold_rhetorical(text: str) -> str:
+    text = _RHETORICAL_ZH.sub(lambda m: ("是" if m.group(2) == "是" else m.group(2)) + m.group(3), text)
+
+    def en(m: re.Match) -> str:
+        if re.search(r"\b(why|how|what|when|where|which|who)\b", m["pre"], _I):
+            return m.group(0)
+        aux = m["aux"].lower()
+        verb = "" if aux in ("does", "do", "did") else f" {aux}"
+        return f"{m['pre']}{m['np']}{verb} {m['rest']}."
+
+    return _RHETORICAL_EN.sub(en, text)
+
+
 def read(text: str, ideas, misconceptions=(), prompts=()) -> Reading:
     t = normalize(text)[:MAX_READ]
-    fixed = re.sub(r"\bO\(([\w^*]{1,12})\)", r"O_of_\1", fix_typos(unfold_cleft(expand_abbreviations(t))))  # "O(n)" is a growth rate, not a clause break
+    fixed = unwrap_gloss(unfold_rhetorical(unfold_cleft(expand_abbreviations(t))))
+    fixed = re.sub(r"\bO\(([\w^*]{1,12})\)", r"O_of_\1", fix_typos(fixed))  # "O(n)" is a growth rate, not a clause break
     r = Reading(t, language(t), salad=is_salad(t), copied=copied_from(t, prompts))
     for i in ideas:
         r.ideas[i.key] = i.find(fixed)

@@ -302,12 +302,16 @@ def read_bandwidth(threads: int, nbytes: int = 256 << 20, repeats: int = 5) -> f
     of two probes: torch's ``sum`` over ``nbytes`` and ``minillm.fast.gemv.read_probe`` (4
     far-apart streams per thread, the buffer split between the threads). That is the floor a
     batch-1 decode step cannot beat, since it reads every weight once; the faster probe counts,
-    so that the floor is what the core can read, not what one stream gets. Measured in the same
-    run as the engines, because a shared core's bandwidth moves with its neighbours' load."""
+    so that the floor is what the core can read, not what one stream gets. The buffer is in 2 MB
+    pages where the system allows, as the fast layer's weights are (``minillm.fast.huge_pages``):
+    on 4 KB pages a Zen 4 core read ~20 % less, and a floor from there would flatter the engine.
+    It holds random values, as weights do, made once per size. Measured in the same run as the
+    engines, because a shared core's bandwidth moves with its neighbours' load (on the Zen 4 share
+    two threads read 32-34 GB/s most minutes and ~60 in a few)."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        x = torch.ones(nbytes // 4)
+        x = _probe_buffer(nbytes)
         x.sum()  # touch the pages once
         probes = [x.sum]
         probe = _stream_probe(x, threads)
@@ -322,6 +326,19 @@ def read_bandwidth(threads: int, nbytes: int = 256 << 20, repeats: int = 5) -> f
         return nbytes / best / 1e9
     finally:
         torch.set_num_threads(before)
+
+
+_PROBE_BUFFERS: dict = {}  # nbytes -> the read probe's buffer (random values; made once: filling it takes ~0.3 s)
+
+
+def _probe_buffer(nbytes: int) -> torch.Tensor:
+    """``nbytes`` of float32 random values in 2 MB pages where the system allows, made once."""
+    from minillm.fast import huge_pages
+
+    if nbytes not in _PROBE_BUFFERS:
+        x = huge_pages.zeros((nbytes // 4,), torch.float32, "cpu")
+        _PROBE_BUFFERS[nbytes] = x.uniform_(generator=torch.Generator().manual_seed(0))
+    return _PROBE_BUFFERS[nbytes]
 
 
 _PROBE_POOLS: dict = {}  # threads -> the executor the probe runs on (kept: bandwidth is probed often)

@@ -162,12 +162,14 @@ static float softmax_numerators_vec(float *s, int64_t len)
  * shape on a Zen 4 core (benchmarks/README.md, *Zen 4 with AVX-512*).
  * Block by block (no division per token); while a block is read, the same head's piece of the
  * next block is prefetched (the hardware prefetcher cannot guess the jump between blocks:
- * measured 1.2-1.4x, and at 2 threads the pool is then read at about the machine's bandwidth). */
+ * measured 1.2-1.4x, and at 2 threads the pool is then read at about the machine's bandwidth);
+ * with AHEAD, each token also fetches a piece of the next row (``struct ahead``), a copy without
+ * it serving tasks that have no next row to fetch (its checks cost ~15 % on data in cache). */
 static inline __attribute__((always_inline)) int
 attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v_pool,
              const int64_t *table, int64_t len, float *o, int64_t kh, int64_t kv_heads,
-             int64_t block_size, float scale, vec *qv, vec *acc, vec *v, float *inv, const int G,
-             const int D, struct ahead *ah)
+             int64_t block_size, float scale, vec *restrict qv, vec *restrict acc, vec *restrict v,
+             float *restrict inv, const int G, const int D, struct ahead *restrict ah, const int AHEAD)
 {
     const int C = D / LANES;                            /* vectors per head */
     const int64_t token_stride = kv_heads * D, block_stride = block_size * token_stride;
@@ -183,7 +185,8 @@ attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v
         const float *kn = t0 + block_size < len ? k_pool + table[j + 1] * block_stride + kh * D : kb;
         for (int64_t i = 0; i < ntok; i++) {
             const float *kt = kb + i * token_stride;
-            ahead_step(ah, D / 16);
+            if (AHEAD)
+                ahead_step(ah, D / 16);
             for (int c = 0; c < D / 16; c++)              /* one prefetch per 64-byte line */
                 _mm_prefetch((const char *)(kn + i * token_stride + 16 * c), _MM_HINT_T0);
             for (int g = 0; g < G; g++) {
@@ -205,7 +208,8 @@ attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v
         const float *vn = t0 + block_size < len ? v_pool + table[j + 1] * block_stride + kh * D : vb;
         for (int64_t i = 0; i < ntok; i++) {
             const float *vt = vb + i * token_stride;
-            ahead_step(ah, D / 16);
+            if (AHEAD)
+                ahead_step(ah, D / 16);
             for (int c = 0; c < D / 16; c++)
                 _mm_prefetch((const char *)(vn + i * token_stride + 16 * c), _MM_HINT_T0);
             for (int c = 0; c < C; c++)
@@ -228,8 +232,11 @@ attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v
     ({                                                                                          \
         vec qv_[(G) * ((D) / LANES)], acc_[(G) * ((D) / LANES)], v_[(D) / LANES];               \
         float inv_[G];                                                                          \
-        attend_fixed(q, q_head, k_pool, v_pool, table, len, o, kh, kv_heads, block_size, scale,  \
-                     qv_, acc_, v_, inv_, G, D, ah);                                                 \
+        ah->table != NULL                                                                       \
+            ? attend_fixed(q, q_head, k_pool, v_pool, table, len, o, kh, kv_heads, block_size,  \
+                           scale, qv_, acc_, v_, inv_, G, D, ah, 1)                             \
+            : attend_fixed(q, q_head, k_pool, v_pool, table, len, o, kh, kv_heads, block_size,  \
+                           scale, qv_, acc_, v_, inv_, G, D, ah, 0);                            \
     })
 #define FIXED_G(D)                                                                              \
     switch (group) {                                                                            \
@@ -318,6 +325,15 @@ static struct ahead row_ahead(const float *k_pool, const float *v_pool, int64_t 
     return a;
 }
 
+/* The next task number from the shared counter. */
+static inline int64_t claim(int64_t *ticket)
+{
+    int64_t t;
+#pragma omp atomic capture
+    t = (*ticket)++;
+    return t;
+}
+
 int paged_decode_f32(const float *q, int64_t q_row, int64_t q_head,
                      const float *k_pool, const float *v_pool, int64_t num_blocks,
                      const int64_t *block_tables, int64_t width, const int64_t *context_lens,
@@ -339,25 +355,26 @@ int paged_decode_f32(const float *q, int64_t q_row, int64_t q_head,
     spans = (kv_heads + per_span - 1) / per_span;
     int status = 0;
 
-    /* Tasks (row, span of KV heads) are claimed in order from one counter, each thread one task
-     * ahead of the one it computes, so it knows which row comes next and fetches that row's
-     * blocks meanwhile (only when a task is a whole row: with spans, rows are few). */
+    /* Tasks (row, span of KV heads) are claimed in order from one counter. While more tasks are
+     * left than threads, a thread claims its next task before it computes the current one, so it
+     * knows which row comes next and fetches that row's blocks meanwhile (when a task is a whole
+     * row: with spans, rows are few); the last ones are claimed one at a time, so no thread holds
+     * a task another could have started. */
     int64_t ticket = 0;
     const int64_t tasks = n * spans;
 #pragma omp parallel num_threads(num_threads)
     {
-        int64_t task;
-#pragma omp atomic capture
-        task = ticket++;
+        int64_t task = claim(&ticket);
         while (task < tasks) {
-            int64_t next;
-#pragma omp atomic capture
-            next = ticket++;
+            int64_t left;
+#pragma omp atomic read
+            left = ticket;
+            const int64_t next = spans == 1 && tasks - left > num_threads ? claim(&ticket) : -1;
             const int64_t b = task / spans, sp = task % spans;
             const int64_t kh0 = sp * per_span;
             const int64_t kh1 = kh0 + per_span < kv_heads ? kh0 + per_span : kv_heads;
             struct ahead ah = row_ahead(k_pool, v_pool, num_blocks, block_tables, width, context_lens,
-                                        spans == 1 ? next : n, n, block_size, kv_heads * dim);
+                                        next >= 0 ? next : n, n, block_size, kv_heads * dim);
             int rc = attend_row(q + b * q_row, q_head, k_pool, v_pool, num_blocks,
                                 block_tables + b * width, width, context_lens[b],
                                 out + b * heads * dim, kh0, kh1, group, kv_heads, dim,
@@ -366,7 +383,7 @@ int paged_decode_f32(const float *q, int64_t q_row, int64_t q_head,
 #pragma omp atomic write
                 status = rc;
             }
-            task = next;
+            task = next >= 0 ? next : claim(&ticket);
         }
     }
     return status;

@@ -48,6 +48,12 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
           r"(从|在)(KV ?)?缓存(里|中)?(直接)?(读|取|拿|捞|调|拉)",
           # the past tokens' part taken from the cache: "之前的 k v 拿缓存的"
           r"(之前|前面|以前|历史|过去|老|旧)的?[^，。；,;]{0,14}(直接)?(拿|读|取)\s*(缓存|cache)", r"(算|计算)一次就(存|保存|缓存)",
+          # "每步只喂新 token", "只把新 token 送进去": only the new token goes through the model
+          r"只(需要?|要|用)?(把)?(喂|输入|送|传|过|投影|前向)[^，。；,;]{0,6}(新|最新|当前|最后|最近)",
+          # "老 token 的 KV 直接拼上去接着用": the old tokens' KV used on, not made again
+          r"(KV|kv|缓存|cache|老|旧|历史|之前|前面)[^，。；,;]{0,14}(接着|继续|照样|反复)(用|使用)",
+          # "llama_decode only evals the new one"
+          r"\b(only|just)\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|current)\s+one\b",
           r"只(需要?|要|用)?(计算|算|处理|跑)[^，。；,;]{0,6}(新|最新|当前|最后|最近)", r"只(需|要|用)?(计算|算|处理)(它|它们)?自己", r"每(一)?步只(需|要)?(计算|算|处理|跑)"]
 
 RECOMPUTE = idea(
@@ -58,7 +64,7 @@ RECOMPUTE = idea(
     weak=[r"\b(fast\w*|speed\w*|quick\w*|accelerat\w*|latency|efficien\w*)\b", r"加速|更快|提速|加快|速度|快"])
 
 _MEM = [r"\bmemory\b", r"\bmem\b", r"\bvram\b", r"\bhbm\b", r"\bram\b", r"\bstorage\b", r"\bfootprint\b", r"\bspace\b", r"\bsize\b",
-        r"\bcapacity\b", r"显存", r"内存", r"存储", r"大小", r"(?<![上时])空间", r"容量",
+        r"\bcapacity\b", r"\bbuffers?\b", r"缓冲区", r"显存", r"内存", r"存储", r"大小", r"(?<![上时])空间", r"容量",
         r"\b\d*\s*(gb|gib|mb|mib|tb)\b", r"\b(giga|mega|tera)bytes?\b"]  # memory named by its unit: "takes gigabytes"
 _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|ing)\b", r"\boccup\w*", r"\beat\w*",
          r"\bgrow\w*", r"\bincreas\w*", r"\bris(e|es|ing)\b", r"\bclimb\w*", r"\bheav\w*", r"\bpressure\b",
@@ -96,17 +102,17 @@ MEMORY = idea(
 
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
          r"\bgo(es)?\s+(back\s+)?in(to)?\b", r"\benter\w*", r"\bwritten\b", r"\bwrit\w*", r"\bconcat\w*",
-         r"\bpart of\b", r"\binsert\w*", r"\b(tack|stuck|stick|glue|tag|slap)\w*\s+(it\s+)?(on|onto)\b", r"\bextend\w*", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",
+         r"\bpart of\b", r"\binsert\w*", r"\btorch\.(cat|concat\w*)\b", r"(?<![A-Za-z])cat\s*(到|进|回)", r"\b(tack|stuck|stick|glue|tag|slap)\w*\s+(it\s+)?(on|onto)\b", r"\bextend\w*", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",
          r"\bused as\b", r"\bserves? as\b", r"\battach\w*", r"\bstays? in\b", r"\bstored\b", r"\bsaved\b", r"\brecorded\b",
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
          r"接到", r"接入", r"(贴|粘|挂)(到|在|进|回)", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
          r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回", r"(写|加|放|存|塞|并|拼)进", r"进到",
          r"成了", r"变为", r"当成", r"当作", r"的一部分", r"存到", r"放进", r"记(到|入|进)", r"留在", r"保留在", r"(拼|加|接|塞|存)回", r"进(了)?(历史|上下文|序列|输入|缓存|KV)",
          r"(在|位于|存在)(历史|上下文|序列|输入|缓存|KV)\s*(里|中|当中)"]
-_HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequence\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
+_HIST = [r"\bhistor\w*", r"\bcontext\b", r"\bsequences?\b", r"\binput\b", r"\bprompt\b", r"\bkv\b", r"\bcache\b",
          r"\btoken\s+(list|ids)\b", r"\blist of tokens\b", r"token\s*列表", r"\b(input|token)_?ids\b",
          # the request's token list by its name in code: output_ids, generated_tokens, all_token_ids, seq.tokens
-         r"\b(output|generated|all_token|completion|prompt)_?(ids|tokens)\b", r"\b(req|request|seq|sequence)\.(\w*_)?(ids|tokens)\b",
+         r"\b(output|generated|all_token|completion|prompt)_?(ids|tokens)\b", r"\b(req|request|seq|sequence)\.(\w*_)?(ids|tokens)\b", r"\b\w+_token_ids\b",
          r"\bstate\b", r"\bprefix\b", r"\bconversation\b", r"\btext so far\b", r"\bso far\b", r"\bback\b",
          r"历史", r"上下文", r"序列", r"输入", r"状态", r"前缀", r"KV", r"缓存", r"context", r"history"]
 # the sampled token named among the past tokens the next step reads; SEP is what joins the two halves
@@ -125,7 +131,8 @@ TOKEN_TO_HISTORY = idea(
                 r"\b(context|history|input)\s+(is\s+|becomes\s+)?(different|changes|changed)\b",
                 r"(上下文|历史|输入)[^，。；,;]{0,3}(不同|不一样|变了|改变|变化)",
                 r"(改变|改了|决定)[^，。；,;]{0,8}(上下文|历史|输入|(看到|读到)的(内容|东西|序列))",
-                r"\bchang\w*\s+(the\s+)?(context|history|input)\b", r"(就是|便是|成了|成为)[^，。；,;]{0,8}的?(条件|依据)",
+                r"\bchang\w*\s+(the\s+)?(context|history|input)\b",
+                r"\bchang\w*\s+what('s|\s+is)\s+in\s+(the\s+)?(kv\s+)?(context|history|input|cache|sequence)\b", r"(就是|便是|成了|成为)[^，。；,;]{0,8}的?(条件|依据)",
                 # where it goes, named by place: the end of the sequence, the model's input
                 r"(接|拼|加|放|追加|附)(在|到)[^，。；,;]{0,4}(后面|末尾|最后|尾部)", r"(喂|送|输|传)(给|回|进)[^，。；,;]{0,4}模型", r"回到[^，。；,;]{0,2}模型",
                 r"(就是|便是|变成|成了)[^，。；,;]{0,8}的?输入", r"(?<!不)(是|为)[^，。；,;]{0,12}的输入", r"\b(added|appended|tacked)\s+(on\s+)?to\s+the\s+end\b",
@@ -191,17 +198,23 @@ SAMPLING_PICKS = idea(
     "sampling_picks", "sampling picks every token", "采样决定每一个 token",
     standalone=[r"\b(picks?|chooses?|selects?|decides?|determin\w*)\s+(\w+\s+){0,3}?(every|each|the next|which)\s+"
                 r"(\w+\s+){0,2}?tokens?", r"每一?个 ?token", r"决定[^，。；,;]{0,6}(token|哪个|下一)"])
+# the two phases by the names other engines and the Chinese text give them: TensorRT-LLM's context and generation
+# phases, 预填充 and 解码 ("context 阶段把 prompt 的 KV 写进 cache，generation 阶段就在这份 KV 上往后生成")
+_PREFILL_EN = r"(?:prefill\w*|context\s+(?:phase|stage)|prompt\s+(?:processing|phase))"
+_PREFILL_ZH = r"(?:prefill|context\s*(?:phase|stage|阶段)|预填充|预填|上下文阶段)"
+_DECODE_EN = r"(?:decod\w*|generation\s+(?:phase|stage))"
+_DECODE_ZH = r"(?:decode|generation\s*(?:phase|stage|阶段)|解码|生成阶段)"
 PREFILL_BUILDS = idea(
     "prefill_builds", "prefill builds the request's state", "prefill 建立请求的状态",
-    standalone=[r"prefill\w*\s+(\w+\s+){0,5}?(build\w*|creat\w*|fill\w*|writ\w*|wrote|produc\w*|populat\w*|set\w*\s+up|"
+    standalone=[_PREFILL_EN + r"\s+(\w+\s+){0,5}?(build\w*|creat\w*|fill\w*|writ\w*|wrote|produc\w*|populat\w*|set\w*\s+up|"
                 r"comput\w*|prepar\w*|establish\w*|stor\w*|generat\w*)",
                 r"(that|which)\s+prefill\s+(wrote|built|created|filled|computed|produced)",
-                r"prefill[^。；;]{0,18}(建立|构建|建好|建起|搭好|生成|写入|写好|填充|填好|准备|计算|得到|算好|算出|存好|留下|产生|存下)"])
+                _PREFILL_ZH + r"[^。；;]{0,18}(建立|构建|建好|建起|搭好|生成|写入|写进|存进|放进|写好|填充|填好|准备|计算|得到|算好|算出|存好|留下|产生|存下)"])
 DECODE_CONTINUES = idea(
     "decode_continues", "decode continues from that same state", "decode 在同一份状态上继续",
-    standalone=[r"decod\w*\s+(\w+\s+){0,5}?(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
+    standalone=[_DECODE_EN + r"\s+(\w+\s+){0,5}?(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
                 r"resum\w*|append\w*|mov\w*|picks? up|carr\w*)",
-                r"decode[^。；;]{0,18}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一|(?<![不没])用|往(后|下|前)(走|推|跑|算|生成))",
+                _DECODE_ZH + r"[^。；;]{0,18}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一|(?<![不没])用|往(后|下|前)(走|推|跑|算|生成))",
                 r"decod\w*\s+(\w+\s+){0,3}?(goes|go|going|went|steps?|walks?|marche?s?)\s+(forward|onward|ahead)\s+(from|on)\b",
                 r"接着[^。；;]{0,16}(往下|继续|走|生成)", r"\bcontinu\w*\s+from\s+(the|that|this)\s+(\w+\s+){0,2}?(cache|state)",
                 r"\b(same|one|single)\s+(\w+\s+){0,2}?(state machine|cache)", r"\bwhere prefill left off\b",

@@ -83,6 +83,23 @@ def roles_of(name: str, label: str = "") -> set[str]:
 # =============================================================================================
 
 
+_STOP_EDGE = re.compile(r"\beos\b|<eos>|\bstop\w*|\bmax_?(new_)?tokens\b|\bend of (sequence|text)\b|\bfinish\w*|\bdone\b|"
+                        r"停止|结束|终止|完成|输出完|生成完", re.IGNORECASE)
+
+
+def stopped_states(d: Diagram, roles: dict) -> list[str]:
+    """States named by something the chapter has no word for ("买单" in a diagram told as a restaurant) that every
+    way in reaches from a decode state on a stop condition (EOS, max tokens): the finished state, whatever its name."""
+    out = []
+    for s in d.states:
+        if roles[s]:
+            continue
+        ins = [(src, label) for src, dst, label in d.transitions if dst == s and src != s]
+        if ins and all("decode" in roles.get(src, ()) and _STOP_EDGE.search(label or "") for src, label in ins):
+            out.append(s)
+    return out
+
+
 class _Graph:
     def __init__(self, d: Diagram):
         self.d = d
@@ -90,6 +107,8 @@ class _Graph:
         self.out: dict[str, list[tuple[str, str]]] = {s: [] for s in d.states}
         for src, dst, label in d.transitions:
             self.out[src].append((dst, label))
+        for s in stopped_states(d, self.roles):
+            self.roles[s] = {"finish"}
 
     def with_role(self, role: str) -> list[str]:
         return [s for s, r in self.roles.items() if role in r]

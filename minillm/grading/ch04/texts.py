@@ -328,7 +328,9 @@ SCENARIO_KINDS = [
         r"(huge|big|large|very long|enormous|massive|lengthy|giant|long)\s+(\w+\s+){0,2}(prompts?|context|inputs?|documents?|"
         r"history|pdfs?|codebases?|files?|books?|transcripts?)", r"system\s+prompt", r"(summari[sz]\w*|analy[sz]\w*|read\w*)\s+(\w+\s+){0,3}(pdfs?|documents?|books?|reports?|papers?|transcripts?|codebases?|logs?)\b",
         r"\d+[- ]page", r"\b(docs?|documents?|pdfs?)\s+(qa|q&a|question[- ]answering)\b", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
-        r"(book|document|file|codebase|report)",
+        r"(book|novel|document|file|codebase|report)",
+        # a whole book put in: "一次丢进去一整本小说让它总结", "(小说|手册)…总结"
+        r"(丢|塞|贴|扔|喂|传|输入|粘贴|放)[^。；;]{0,6}(一)?整(本|部|篇|份|个)", r"(小说|手册)[^。；;]{0,6}(总结|摘要|分析|问答)",
         r"超长|长[^。；;]{0,3}(提示|系统提示|prompt)|(提示词|系统提示|prompt)[^。；;]{0,4}(长|大)|大文档|整本书|整份|很长的(文档|输入|提示)",
         r"(聊天|对话|会话)(记录|历史)|(记录|历史)[^。；;]{0,4}(很|太|超|特别)?长|(对话|聊天)[^。；;]{0,4}(很|太|超|特别)长",
         r"长[^。；;]{0,2}(文档|文件|合同|论文|代码库)|(文档|文章|报告|论文|合同|仓库|代码库|代码仓库|日志|书)[^。；;]{0,4}(总结|问答|摘要|分析)|(总结|分析|阅读)[^。；;]{0,6}(文档|文章|报告|论文|合同)"]),
@@ -342,6 +344,7 @@ SCENARIO_KINDS = [
         r"batch[^。；;]{0,4}(很|太|特别|非常)?(大|多)|批(次|量)?[^。；;]{0,2}(很|太|特别)大",
         r"双十一|双11|秒杀|促销|抢购|大促|同一(时间|时刻)|\b(users|requests|clients|people)\s+at\s+once\b|\b\d{2,}\s+(users|requests|clients)\b",
         r"(请求|用户|会话)[^。；;]{0,4}同时|大量(请求|用户|会话)|高峰|高并发|并发|同时[^。；;]{0,6}(请求|用户|会话)|大批量|大 ?batch|多(个)?(用户|请求|会话)|请求[^。；;]{0,2}多|流量(高峰|大)|峰值",
+        r"\d{2,}\s*(个|名|位)?\s*(请求|用户|会话|客户|学生|人)(?!数)|(几十|几百|上百|上千|成百上千|数百|数千|上万)\s*(个|名|位)?\s*(请求|用户|会话|人)",
         r"(很多|许多|好多|大量|一堆|一群)(人|学生|客户)|(人|用户)[^。；;]{0,2}(很多|多|一起|同时)|一起(用|访问|请求|提问)"]),
     _kind("long_output", "long outputs (many generated tokens)", [
         rf"long\w*\s+{W}{{0,2}}(outputs?|generations?|answers?|responses?|completions?|replies|essays?|stories|code|"
@@ -355,7 +358,9 @@ SCENARIO_KINDS = [
         r"(写|生成|输出|撰写)[^。；;]{0,6}(长|报告|文章|小说|论文)", r"每生成一个",
         # reasoning models: the thinking is generated tokens ("a reasoning model thinking for 8k tokens", "深度思考")
         r"\b(reasoning|thinking)\s+(models?|mode|traces?|tokens?)\b", r"\bthink\w*\s+(for\s+)?(\d+k?\s+tokens|a long time|long)\b",
-        r"深度思考|思考模式|思考(过程|链)|长思考"]),
+        r"深度思考|思考模式|思考(过程|链)|长思考",
+        r"\b(reasoning|thinking)\s*(模型|模式)", r"\bthink\w*\s*(很久|好久|很长|半天)", r"(思考|想)(很久|好久|半天|很长时间)",
+        r"一直(生成|输出|写)|不停(地)?(生成|输出|写)|停不下来", r"max_new_tokens|max_output_tokens|n_predict"]),
     _kind("parallel_sampling", "several sequences per request (beam search, n > 1)", [
         r"beam\s*search", r"parallel\s+sampling", r"\bn\s*>\s*1\b", r"multiple\s+(candidates|samples|completions|beams)",
         r"best[- ]of", r"束搜索|并行采样|多个候选|多路采样|多条序列|多个样本", r"\bn\s*=\s*([2-9]|\d{2,})\b"]),
@@ -376,7 +381,7 @@ SCENARIO_KINDS = [
 
 _UNIT = (r"\btokens?\b|length|longer|\bclients?\b|\bcontext\b|\bprompts?\b|\bhistory\b|\boutputs?\b|\bbatch\b|对话|越长|\brequests?\b|\busers?\b|sessions?|sequences?|\bsteps?\b|\brounds?\b|positions?|"
          r"lifetime|\btime\b|\beach\b|\bevery\b|\bper\b|concurren\w*|simultaneous\w*|at once|"
-         r"token|长度|请求|用户|会话|序列|步|轮|位置|时间|更久|更长|每|各|上下文|历史|并发|同时|生成|输出|解码|\bgenerat\w*|\bdecod\w*")
+         r"token|长度|(一|每|1)\s*个?\s*字|字数|请求|用户|会话|序列|步|轮|位置|时间|更久|更长|每|各|上下文|历史|并发|同时|生成|输出|解码|\bgenerat\w*|\bdecod\w*")
 _STATE = (r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|\bk\s*(和|与|跟|and|&)\s*v\b|cache|memory|vram|blocks?|\bstate\b|entries|bytes|slots?|\bstor(e|ed|ing|age)\b|"
           r"KV|缓存|显存|内存|键值|块|状态|存储")
 _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore\b|\badd\w*|accumulat\w*|append\w*|multipl\w*|"
@@ -384,6 +389,7 @@ _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore
          r"\btimes\b|\beach\b|\bevery\b|\bown\b|simultaneous\w*|at once|together|stack\w*|pil(e|es|ing) up|"
          r"增长|增加|变大|越|线性|累加|叠加|翻倍|乘|正比|占用|占着|持有|常驻|更久|更长|更多|各自|同时|每|留|存着|"
          r"不(会|能)?(释放|归还|回收|共用|共享)|没(有)?释放|结束前|直到|(都|各)(要|得|需要)?(有|带|存|保存|保留|留|占|缓存)|\d+\s*(条|份|套|路)|\b(\d+|n|k)\s+(copies|sets|sequences|beams)\b|涨|进(了)?(缓存|KV|显存)|(KV|缓存|显存|内存|状态|块)\s*(就|也|会|都|还)?(很|更|太|越)?(多|大|满)|"
+         r"多(出)?\s*(一|1|几)\s*(个|格|份|块|条|行|截)|"
          r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
          r"\buntil\b|\bwhile\b|不会?(丢|删)")
 
