@@ -33,6 +33,7 @@ def checked_calls(monkeypatch):
     made and the one calls made and refused (None)."""
     seen = {"stack": 0, "one": 0, "none": 0}
     one_call, stack_call, forward = layer_step.one_call, layer_step.stack_call, layer_step.StepLlamaForCausalLM.forward
+    model_call = layer_step.model_call
 
     def checked_one(layer, x, cos, sin, batch, k_cache, v_cache):
         out = one_call(layer, x, cos, sin, batch, k_cache, v_cache)
@@ -43,6 +44,11 @@ def checked_calls(monkeypatch):
 
     def counted_stack(*args):
         out = stack_call(*args)
+        seen["stack"] += out is not None
+        return out
+
+    def counted_model(*args):
+        out = model_call(*args)
         seen["stack"] += out is not None
         return out
 
@@ -59,6 +65,7 @@ def checked_calls(monkeypatch):
 
     monkeypatch.setattr(layer_step, "one_call", checked_one)
     monkeypatch.setattr(layer_step, "stack_call", counted_stack)
+    monkeypatch.setattr(layer_step, "model_call", counted_model)
     monkeypatch.setattr(layer_step.StepLlamaForCausalLM, "forward", checked_forward)
     return seen
 
@@ -152,15 +159,20 @@ def test_a_slot_outside_the_pool_is_refused_before_any_write(model_factory):
 @pytest.fixture
 def rope_calls(monkeypatch):
     """The stack calls that gathered the rotary rows themselves: the tables' rows, and whether
-    the call ran the final norm and lm head too."""
+    the call ran the final norm and lm head too (as a whole model call does, with the embedding)."""
     seen = []
-    gather = layer_step._lib.decoder_stack_rope_f32
+    gather, whole = layer_step._lib.decoder_stack_rope_f32, layer_step._lib.decoder_model_f32
 
     def counted(*args):
         seen.append((args[11], args[14] is not None))
         return gather(*args)
 
+    def counted_whole(*args):
+        seen.append((args[6].table_rows, True))
+        return whole(*args)
+
     monkeypatch.setattr(layer_step._lib, "decoder_stack_rope_f32", counted)
+    monkeypatch.setattr(layer_step._lib, "decoder_model_f32", counted_whole)
     return seen
 
 
@@ -215,3 +227,103 @@ def test_without_the_library_the_engine_keeps_the_eager_layers(model_factory, mo
     reference = LLM(str(model_factory("llama")[0]), device="cpu", dtype="float32", fast=False,
                     enable_prefix_caching=False)
     assert greedy_tokens(llm, PROMPTS, n=6) == greedy_tokens(reference, PROMPTS, n=6)
+
+
+def test_the_rows_argmax_is_torch_argmax():
+    """The argmax the whole-model call hands the sampler: the first of equal largest values, and
+    a NaN counts as the largest (the first NaN), as ``torch.argmax``."""
+    nan, inf = float("nan"), float("inf")
+    rows = [[1.0, 3.0, 3.0, 2.0], [0.0, -0.0, 0.0, -1.0], [-0.0, 0.0, -inf, -inf], [-inf, -inf, -inf, -inf],
+            [1.0, nan, 5.0, nan], [nan, 1.0, 2.0, 3.0], [2.0, inf, inf, 1.0], [-1.0, -2.0, -3.0, -0.5]]
+    x = torch.tensor(rows, dtype=torch.float32)
+    x = torch.cat([x, torch.randn(8, 4).round(decimals=0)])  # (rounded: ties)
+    for row in range(0, x.shape[0], 8):  # up to MAX_ROWS rows a call
+        part = x[row:row + 8].contiguous()
+        got = torch.full((part.shape[0],), -5, dtype=torch.long)
+        layer_step._lib.rows_argmax_f32(part.data_ptr(), part.shape[0], part.shape[1], got.data_ptr())
+        assert got.tolist() == part.argmax(dim=-1).tolist()
+    wide = torch.randn(3, 3879).round(decimals=1)
+    got = torch.empty(3, dtype=torch.long)
+    layer_step._lib.rows_argmax_f32(wide.data_ptr(), 3, 3879, got.data_ptr())
+    assert got.tolist() == wide.argmax(dim=-1).tolist()
+
+
+def test_the_model_ends_replaced_under_it_are_read(model_factory, checked_calls, rope_calls):
+    """The whole-model call reads the embedding, the rotary's tables, the final norm and the lm
+    head from structs made once: each replaced (new data, a new Parameter or buffer, the norm's
+    eps, the lm head untied) is read by the next step (the checked fixture compares each step's
+    logits with the model's own forward, which reads them afresh; each edit changes them), and
+    the call keeps running."""
+    llm = engine(model_factory("llama")[0])
+    model, run = llm.model, llm.runner.run
+    logits = []
+
+    def kept(*args):
+        out = run(*args)
+        logits[-1].append(out.clone())
+        return out
+
+    llm.runner.run = kept
+    gen = torch.Generator().manual_seed(0)
+    edits = [lambda: None,
+             lambda: setattr(model.model.embed_tokens.weight, "data",
+                             torch.randn(model.model.embed_tokens.weight.shape, generator=gen)),
+             lambda: setattr(model.model.norm, "eps", 0.5),
+             lambda: setattr(model.model.norm, "weight", torch.nn.Parameter(model.model.norm.weight * -2.0)),
+             lambda: setattr(model.rotary, "cos", model.rotary.cos * 0.5),
+             lambda: setattr(model, "lm_head", _untied(model.lm_head))]
+    for edit in edits:
+        with torch.no_grad():
+            edit()
+        logits.append([])
+        greedy_tokens(llm, PROMPTS, n=3)
+    assert all(not torch.equal(a[-1], b[-1]) for a, b in zip(logits, logits[1:]))
+    assert checked_calls["stack"] == len(edits) * 2 and len(rope_calls) == checked_calls["stack"]
+    assert all(head for _, head in rope_calls)
+
+
+def _untied(lm_head):
+    """The lm head with its own weight (the rows reversed), on the streaming kernel as the engine made it."""
+    head = torch.nn.Linear(lm_head.in_features, lm_head.out_features, bias=False)
+    head.weight = torch.nn.Parameter(lm_head.weight.detach().flip(0).contiguous())
+    head.__class__ = type(lm_head)
+    return head
+
+
+def test_a_kv_pool_list_replaced_under_it_is_written(model_factory, checked_calls):
+    """The KV cache's lists of pools replaced by copies between steps: the next step writes its
+    keys and values into the new pools, not the old ones."""
+    from minillm import SamplingParams
+
+    llm = engine(model_factory("llama")[0])
+    req = llm.add_request(prompt_token_ids=PROMPTS[0], params=SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+    llm.step()
+    llm.step()
+    kv = llm.kv_cache
+    old_k, old_v = kv.k, kv.v
+    kv.k, kv.v = [t.clone() for t in old_k], [t.clone() for t in old_v]
+    before = [t.clone() for t in old_k + old_v]
+    llm.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, old_k + old_v))  # the old pools untouched
+    assert not all(torch.equal(a, b) for a, b in zip(before, kv.k + kv.v))  # the step's K/V in the new ones
+    assert checked_calls["stack"] == 2 and req.num_tokens == len(PROMPTS[0]) + 3
+
+
+def test_another_kv_cache_is_written(model_factory):
+    """The model called with another KV cache than the one its structs were made with: the step
+    writes into that cache's pools."""
+    import copy
+
+    llm = engine(model_factory("llama")[0])
+    greedy_tokens(llm, PROMPTS[:1], n=2)  # the structs are made
+    model, kv = llm.model, llm.kv_cache
+    other = copy.copy(kv)
+    other.k, other.v = [t.clone() for t in kv.k], [t.clone() for t in kv.v]
+    before = [t.clone() for t in kv.k + kv.v + other.k + other.v]
+    meta = DecodeMeta(torch.tensor([[0, 1]]), torch.tensor([3]), torch.tensor([5]), 2)
+    batch = AttentionBatch(positions=torch.tensor([2]), slot_mapping=meta.slot_mapping, num_decode=1,
+                           attention=PagedKernel(), decode_meta=meta)
+    with torch.inference_mode():
+        model(torch.tensor([7]), batch, other)
+    assert all(torch.equal(a, b) for a, b in zip(before, kv.k + kv.v))
+    assert not all(torch.equal(a, b) for a, b in zip(before[2 * len(kv.k):], other.k + other.v))

@@ -62,6 +62,9 @@ class DecodeMeta:
                                       # -inf past each context; None when no row is padded
     flex_mask: object = None          # FlexPaged's BlockMask, made by the first layer, shared
     layer_step: object = None         # the one-call layers' shared step struct (``layer_step``), likewise
+    argmax: torch.Tensor | None = None  # [B] int64 the runner gives for greedy rows: where the one-call
+                                        # model writes each row's argmax (``layer_step.model_call``)
+    argmax_of: object = None          # the logits it wrote ``argmax`` for (None: not this step)
 
 
 class AttentionBackend:

@@ -65,6 +65,11 @@ class _Head(ctypes.Structure):
     _fields_ = [("norm", _ptr), ("eps", ctypes.c_float), ("proj", _Projection)]
 
 
+class _Ends(ctypes.Structure):
+    _fields_ = [("embed", _ptr), ("vocab", _i64), ("dim", _i64), ("cos", _ptr), ("sin", _ptr), ("table_rows", _i64),
+                ("head", _Head)]
+
+
 class _Step(ctypes.Structure):
     _fields_ = [("m", _i64), ("slots", _ptr), ("tables", _ptr), ("lens", _ptr), ("width", _i64),
                 ("num_blocks", _i64), ("block_size", _i64), ("scratch", _ptr), ("scratch_floats", _i64),
@@ -91,6 +96,11 @@ def _declare(lib):
                                            _ptr, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, ctypes.POINTER(_Head),
                                            _ptr, _ptr]
     lib.decoder_stack_rope_f32.restype = ctypes.c_int
+    lib.decoder_model_f32.argtypes = [ctypes.POINTER(_Kernels), _ptr, _i64, ctypes.POINTER(_Step), _ptr, _ptr,
+                                      ctypes.POINTER(_Ends), _ptr, _ptr, _ptr, _ptr]
+    lib.decoder_model_f32.restype = ctypes.c_int
+    lib.rows_argmax_f32.argtypes = [_ptr, _i64, _i64, _ptr]
+    lib.rows_argmax_f32.restype = None
     g, s = gemv._lib, small_ops._lib
     _kernels = _Kernels(_address(g.minillm_gemv_f32), _address(g.minillm_gemv_i8), _address(s.rms_norm_f32),
                         _address(s.silu_mul_f32), _address(cpu_kernel._lib))
@@ -175,25 +185,29 @@ def _hooked(mods) -> bool:
 
 def _step(meta, m: int, k_cache: torch.Tensor, per_row: int):
     """The step's shared C struct (slots, tables, lengths, scratch of ``per_row`` floats a row),
-    made by the first layer and kept on the step's ``DecodeMeta``; None when the step is not the
-    one call's case."""
-    cached = meta.layer_step
-    size = m * per_row
-    if cached is not None and cached[0] == (m, k_cache.shape) and cached[1].scratch_floats >= size:
-        return cached[1]
+    made by the first layer and kept on the step's ``DecodeMeta`` (unless it points into copies
+    of them); None when the step is not the one call's case. A meta the runner keeps from step
+    to step (``DecodeLayout``) keeps its struct while its tensors, the pool's shape and the
+    threads stay."""
     slots, tables, lens = meta.slot_mapping, meta.block_tables, meta.context_lens
+    key = (m, k_cache.shape, gemv._threads or torch.get_num_threads(), torch.get_num_threads())
+    cached = meta.layer_step
+    if (cached is not None and cached[0] == key and cached[1].scratch_floats >= m * per_row
+            and cached[2] is slots and cached[3] is tables and cached[4] is lens):
+        return cached[1]
     if (slots is None or tables is None or lens is None or slots.dtype is not torch.int64
             or tables.dtype is not torch.int64 or lens.dtype is not torch.int64
             or tuple(slots.shape) != (m,) or tuple(lens.shape) != (m,) or tables.dim() != 2 or tables.shape[0] != m
             or tables.shape[1] < 1 or not (slots.is_cpu and tables.is_cpu and lens.is_cpu)):
         return None
-    slots, tables, lens = slots.contiguous(), tables.contiguous(), lens.contiguous()
+    c_slots, c_tables, c_lens = slots.contiguous(), tables.contiguous(), lens.contiguous()
+    size = m * per_row
     scratch = torch.empty(size, dtype=_F32)
-    st = _Step(m, slots.data_ptr(), tables.data_ptr(), lens.data_ptr(), tables.shape[1], k_cache.shape[0],
-               k_cache.shape[1], scratch.data_ptr(), size, gemv._threads or torch.get_num_threads(),
-               torch.get_num_threads())
-    st._keep = (slots, tables, lens, scratch)
-    meta.layer_step = ((m, k_cache.shape), st)
+    st = _Step(m, c_slots.data_ptr(), c_tables.data_ptr(), c_lens.data_ptr(), tables.shape[1], k_cache.shape[0],
+               k_cache.shape[1], scratch.data_ptr(), size, key[2], key[3])
+    st._keep = (c_slots, c_tables, c_lens, scratch)
+    if c_slots is slots and c_tables is tables and c_lens is lens:  # (a copy would not see later writes)
+        meta.layer_step = (key, st, slots, tables, lens)
     return st
 
 
@@ -265,8 +279,9 @@ class _Watch:
     layer by layer in Python cost ~0.8 ms of a SmolLM2-135M step: run right after the previous
     step's weights went through the caches, each attribute look-up missed them): the modules
     and tensors at every place the structs were read from (replaced: another object there), the
-    tensors' addresses (``.data`` replaced under the same object), the modules' classes, and no
-    forward hook on any of them."""
+    tensors' addresses (``.data`` replaced under the same object), the modules' classes, which of
+    them have a forward hook (none of the layers'), the numbers of layers and pools, and the
+    KV cache itself."""
 
     def __init__(self, model, kv_cache):
         self.places, self.keys, self.found, self.modules, self.tensors = [], [], [], [], []
@@ -281,31 +296,56 @@ class _Watch:
                 for name in names:
                     self._at(owner._modules, name)
             self.modules.append(layer)
-            for module in self.found[-8:]:
-                self.modules.append(module)
-                for name in module._parameters:
-                    self._at(module._parameters, name)
-                if getattr(module, "_stream", None) is not None:
-                    self._at(module.__dict__, "_stream")
-                    self.tensors += [t for t in module._stream if t is not None]
+            self._weights_of(self.found[-8:])
+        self._ends(model)
+        self._at(kv_cache.__dict__, "k")
+        self._at(kv_cache.__dict__, "v")
         for pools in (kv_cache.k, kv_cache.v):
             for i in range(len(pools)):
                 self._at(pools, i)
         self.tensors += [t for t in self.found if isinstance(t, torch.Tensor)]
         self.classes = list(map(type, self.modules))
         self.hooks = [d for m in self.modules for d in (m._forward_hooks, m._forward_pre_hooks)]
+        self.hooked = list(map(bool, self.hooks))
         self.addresses = list(map(torch.Tensor.data_ptr, self.tensors))
-        self.sizes = (len(layers), len(kv_cache.k), len(kv_cache.v))
+        self.counted = (layers._modules, kv_cache.k, kv_cache.v)
+        self.sizes = list(map(len, self.counted))
+        self.kv_cache = weakref.ref(kv_cache)
 
     def _at(self, place, key) -> None:
         self.places.append(place)
         self.keys.append(key)
         self.found.append(place[key])
 
+    def _weights_of(self, modules) -> None:
+        """Each module's parameters (and a streamed int8 projection's tensors)."""
+        for module in modules:
+            self.modules.append(module)
+            for name in module._parameters:
+                self._at(module._parameters, name)
+            if getattr(module, "_stream", None) is not None:
+                self._at(module.__dict__, "_stream")
+                self.tensors += [t for t in module._stream if t is not None]
+
+    def _ends(self, model) -> None:
+        """The modules around the layers (``_ends``): rotary tables, lm head, embedding, final
+        norm and its eps."""
+        for owner, name in ((model, "rotary"), (model, "lm_head"), (model.model, "embed_tokens"),
+                            (model.model, "norm")):
+            self._at(owner._modules, name)
+        rotary, lm_head, embed, norm = self.found[-4:]
+        self._weights_of((rotary, lm_head, embed, norm))
+        for name in ("cos", "sin"):
+            if name in rotary._buffers:
+                self._at(rotary._buffers, name)
+        self._at(norm.__dict__, "eps")
+        self._at(embed.__dict__, "max_norm")
+
     def holds(self, model, kv_cache) -> bool:
         try:
-            return (not any(self.hooks) and (len(model.model.layers), len(kv_cache.k), len(kv_cache.v)) == self.sizes
+            return (self.kv_cache() is kv_cache
                     and all(map(operator.is_, map(operator.getitem, self.places, self.keys), self.found))
+                    and list(map(len, self.counted)) == self.sizes and list(map(bool, self.hooks)) == self.hooked
                     and all(map(operator.is_, map(type, self.modules), self.classes))
                     and list(map(torch.Tensor.data_ptr, self.tensors)) == self.addresses)
         except (KeyError, IndexError, AttributeError):
@@ -314,16 +354,20 @@ class _Watch:
 
 class _Stack:
     """A model's layers as the C stack call takes them: pointer arrays to each layer's weights
-    struct and KV pools, and the ``_Watch`` that says when to remake them."""
+    struct and KV pools, the model's ends where ``model_call`` can run them (else None), and
+    the ``_Watch`` that says when to remake them."""
 
     def __init__(self, model, kv_cache, weights: list):
-        n = len(weights)
+        n, head_dim = len(weights), kv_cache.k[0].shape[3]
         self.watch = _Watch(model, kv_cache)
         self.structs = weights  # (kept alive: the arrays point into them)
         self.weights = (ctypes.POINTER(_Weights) * n)(*(ctypes.pointer(w) for w in weights))
         self.k = (_ptr * n)(*(t.data_ptr() for t in kv_cache.k))
         self.v = (_ptr * n)(*(t.data_ptr() for t in kv_cache.v))
-        self.n, self.per_row, self.pool = n, max(w.per_row for w in weights), kv_cache.k[0]
+        self.ends = _model_ends(model, weights, head_dim)
+        # scratch floats a row: the layers' and (decoder_layer.c's model_scratch_floats) the model call's own
+        self.per_row = max(w.per_row for w in weights) + 3 * weights[0].hidden + 2 * head_dim
+        self.n, self.pool = n, kv_cache.k[0]
 
 
 def _pools_ok(k_pools: list, v_pools: list) -> bool:
@@ -369,9 +413,19 @@ def _rope_tables(rotary, positions, m: int, head_dim: int):
     """The rotary's cos and sin tables when the stack call can gather the step's rows from them
     itself (saving the per-step index, neg and cat: ~40 us of the shipped model's ~0.9 ms step),
     else None (no table, a hook or a subclass on the rotary, or an unusual positions tensor)."""
-    if (type(rotary) is not RotaryEmbedding or rotary._forward_hooks or rotary._forward_pre_hooks
-            or positions.dtype is not torch.int64 or positions.dim() != 1 or positions.shape[0] != m
-            or not positions.is_cpu or not positions.is_contiguous()):
+    if not _index_ok(positions, m):
+        return None
+    return _rotary_tables(rotary, head_dim)
+
+
+def _index_ok(t, m: int) -> bool:
+    """Whether ``t`` is ``m`` int64 indices the C calls can read."""
+    return t.dtype is torch.int64 and t.dim() == 1 and t.shape[0] == m and t.is_cpu and t.is_contiguous()
+
+
+def _rotary_tables(rotary, head_dim: int):
+    """``_rope_tables`` but for the positions."""
+    if type(rotary) is not RotaryEmbedding or rotary._forward_hooks or rotary._forward_pre_hooks:
         return None
     cos, sin = rotary._buffers.get("cos"), rotary._buffers.get("sin")
     if (cos is None or sin is None or cos.dtype is not _F32 or sin.dtype is not _F32 or cos.dim() != 2
@@ -413,9 +467,25 @@ def _head(model) -> _Head | None:
 
 
 def _rows_ok(logits_rows, m: int) -> bool:
-    return logits_rows is None or (logits_rows.dtype is torch.int64 and logits_rows.dim() == 1
-                                   and logits_rows.shape[0] == m and logits_rows.is_cpu
-                                   and logits_rows.is_contiguous())
+    return logits_rows is None or _index_ok(logits_rows, m)
+
+
+def _model_ends(model, stack_weights: list, head_dim: int) -> _Ends | None:
+    """The embedding, the rotary's tables and the head as ``decoder_model_f32`` takes them, so
+    that a step's ids go in and its logits come out of one call (None: one of them is not its
+    case: hooked, another kind, not float32; the stack call then runs with the modules)."""
+    embed, hidden = model.model._modules["embed_tokens"], stack_weights[0].hidden
+    weight = embed._parameters.get("weight")
+    tables, head = _rotary_tables(model._modules["rotary"], head_dim), _head(model)
+    if (type(embed) is not torch.nn.Embedding or embed._forward_hooks or embed._forward_pre_hooks
+            or embed.max_norm is not None or weight is None or weight.dtype is not _F32 or weight.dim() != 2
+            or weight.shape[1] != hidden or not weight.is_cpu or not weight.is_contiguous() or tables is None
+            or head is None):
+        return None
+    ends = _Ends(weight.data_ptr(), weight.shape[0], hidden, tables[0].data_ptr(), tables[1].data_ptr(),
+                 tables[0].shape[0], head)
+    ends.keep = (weight, tables, head)
+    return ends
 
 
 def stack_call(stack: _Stack, x, cos, sin, meta, positions=None, head=None, logits_rows=None) -> torch.Tensor | None:
@@ -452,6 +522,29 @@ def stack_call(stack: _Stack, x, cos, sin, meta, positions=None, head=None, logi
     return out if status == 0 else None
 
 
+def model_call(stack: _Stack, input_ids, positions, meta) -> torch.Tensor | None:
+    """The step's logits for the token ids ``input_ids`` at ``positions`` by one C call through
+    the embedding, every layer and the head (``stack.ends``; None: refused). Where the runner
+    gave the meta an ``argmax`` buffer, each row's argmax goes there too and ``meta.argmax_of``
+    names these logits."""
+    m = input_ids.shape[0]
+    ends, argmax = stack.ends, meta.argmax
+    if not (_index_ok(input_ids, m) and _index_ok(positions, m) and (argmax is None or _index_ok(argmax, m))):
+        return None
+    st = _step(meta, m, stack.pool, stack.per_row)
+    if st is None:
+        return None
+    logits = torch.empty((m, ends.head.proj.n), dtype=_F32)
+    status = _lib.decoder_model_f32(_kernels, stack.weights, stack.n, st, stack.k, stack.v, ends,
+                                    input_ids.data_ptr(), positions.data_ptr(), logits.data_ptr(),
+                                    None if argmax is None else argmax.data_ptr())
+    if status != 0:
+        return None
+    if argmax is not None:
+        meta.argmax_of = logits
+    return logits
+
+
 class StepLlamaForCausalLM(LlamaForCausalLM):
     """A model whose decode steps of a few rows run every decoder layer in one C call
     (``stack_call``) when each layer is ``StepDecoderLayer``'s case and no layer has a hook;
@@ -463,8 +556,11 @@ class StepLlamaForCausalLM(LlamaForCausalLM):
         return logits if logits is not None else super().forward(input_ids, batch, kv_cache, logits_rows)
 
     def _stacked(self, stack: _Stack, input_ids, batch, logits_rows) -> torch.Tensor | None:
-        """The step's logits with the layers in one call (None: refused): with the rotary rows
-        gathered in it, and the final norm and lm head too, where those are its case."""
+        """The step's logits with the layers in one call (None: refused): with the embedding,
+        rotary rows, final norm and lm head too where all are its case (``model_call``), else
+        with the rotary rows, and the final norm and lm head where those are."""
+        if stack.ends is not None and logits_rows is None:
+            return model_call(stack, input_ids, batch.positions, batch.decode_meta)
         x = self.model.embed_tokens(input_ids)
         tables = _rope_tables(self.rotary, batch.positions, x.shape[0], stack.pool.shape[3])
         if tables is not None:

@@ -32,12 +32,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.modules.module as _module
 
 from ..kv_cache import KVCache
 from ..models.llama import AttentionBatch, DecodeGroup, LlamaForCausalLM, PrefillSeq
 from ..request import Request
 from ..runner import ModelRunner
-from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, make_backend
+from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, PagedKernel, make_backend
+from .decode_layout import DecodeLayout, decode_values
+from .gemv import only_thread_hooks, thread_hooks_idle
 from .sampler import BatchedSampler, plainly_greedy
 
 MAX_DECODE_GROUPS = 4
@@ -219,7 +222,10 @@ class FastRunner(ModelRunner):
         # decode-only steps at fixed shapes, one graph per bucket (``minillm.fast.decode_graphs``);
         # None: every step eager
         self.graphs = None
-        self._argmax = None  # (logits, their argmax) of the last graph step, for ``sample``
+        self._argmax = None  # (logits, their argmax) of the last graph or one-call step, for ``sample``
+        # eager decode-only CPU steps on the paged kernel: their buffers, kept (``decode_layout``)
+        self._layout: DecodeLayout | None = None
+        self._layouts = device.type == "cpu" and type(self.attention) is PagedKernel
 
     def forget(self, req: Request) -> None:
         """Drop what the runner keeps for ``req`` (its block-table row): call when it ends."""
@@ -304,6 +310,8 @@ class FastRunner(ModelRunner):
             graph = self.graphs.graph_for(len(decodes), max(-(-r.num_tokens // self.block_size) for r in decodes))
             if graph is not None:
                 return self._run_graph(graph, decodes)
+        if decodes and not prefills and self._layouts:
+            return self._run_layout(decodes)
         ids: list[int] = []
         positions: list[int] = []
         slot_mapping: list[int] = []
@@ -366,6 +374,27 @@ class FastRunner(ModelRunner):
             batch.decode_meta.slot_mapping = batch.slot_mapping[:n]
         rows = None if rows_part is None else upload.view(dev, rows_part)
         return self.model(input_ids, batch, self.kv, logits_rows=rows)
+
+    def _run_layout(self, decodes: list[Request]) -> torch.Tensor:
+        """A decode-only CPU step through the kept buffers (``DecodeLayout``): rows in the
+        scheduler's order. When every row is plainly greedy and the model runs its head in the
+        same C call (``layer_step.model_call``), that call's argmax is kept for ``sample``."""
+        layout = self._layout
+        values, width = decode_values(decodes, self.block_size, None if layout is None else layout.width)
+        if layout is None or layout.rows != len(decodes) or layout.width != width:
+            self._layout = layout = DecodeLayout(len(decodes), width, self.attention)
+        layout.fill(values)
+        meta = layout.meta
+        greedy = (all(plainly_greedy(r.params) for r in decodes) and not _module._global_forward_hooks
+                  and only_thread_hooks(self.model))  # (another hook may edit the logits)
+        meta.argmax, meta.argmax_of = (layout.argmax if greedy else None), None
+        # (no hook to run: forward itself, without Module.__call__'s way through the hooks)
+        call = self.model.forward if thread_hooks_idle(self.model) else self.model
+        logits = call(layout.input_ids, layout.batch, self.kv)
+        if greedy and meta.argmax_of is logits:
+            self._argmax = (logits, layout.argmax)
+        meta.argmax_of = None
+        return logits
 
     def _decode_row(self, r: Request) -> tuple[int, int, int]:
         """A decoding request's row: (its newest token, that token's position, the cache slot

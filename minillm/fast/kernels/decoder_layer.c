@@ -270,3 +270,71 @@ int decoder_stack_rope_f32(const struct layer_kernels *kern, const struct layer_
         return rc;
     return project(kern, &head->proj, normed, m, logits, st->gemv_threads);
 }
+
+/* Each of m rows of n floats: the index of its largest value, as torch.argmax gives it (the first
+ * of equal largest values; a NaN counts as the largest, the first one wins). */
+void rows_argmax_f32(const float *x, int64_t m, int64_t n, int64_t *out)
+{
+    for (int64_t r = 0; r < m; r++) {
+        const float *row = x + r * n;
+        int64_t best = 0;
+        float top = row[0];
+        for (int64_t j = 1; j < n && !isnan(top); j++) {
+            if (isnan(row[j]) || row[j] > top) {
+                top = row[j];
+                best = j;
+            }
+        }
+        out[r] = best;
+    }
+}
+
+/* The model around the layers: the embedding table [vocab, dim] the step's ids are rows of, the
+ * rotary's tables (as decoder_stack_rope_f32 reads them) and the head. */
+struct model_ends {
+    const float *embed;
+    int64_t vocab, dim;
+    const float *cos_tab, *sin_tab;
+    int64_t table_rows;
+    struct model_head head;
+};
+
+/* floats a row of a step's scratch that decoder_model_f32 uses besides the layers' */
+int64_t model_scratch_floats(int64_t hidden, int64_t head_dim)
+{
+    return 3 * hidden + 2 * head_dim;
+}
+
+/* A decode step of the whole model in one call: the rows of the embedding at the step's ids [m]
+ * (torch's embedding: a row copy), then decoder_stack_rope_f32 with the head, the logits [m, n] in
+ * the rows' order; with argmax (else NULL) each row's argmax of them too (rows_argmax_f32: the
+ * greedy token, saving the sampler's pass). The hidden states and rotary rows live in the first
+ * m * model_scratch_floats of st->scratch, the layers' scratch after them. An id outside the
+ * embedding returns -1 before anything is written. */
+int decoder_model_f32(const struct layer_kernels *kern, const struct layer_weights *const *layers, int64_t n_layers,
+                      const struct decode_step *st, float *const *k_pools, float *const *v_pools,
+                      const struct model_ends *ends, const int64_t *ids, const int64_t *positions, float *logits,
+                      int64_t *argmax)
+{
+    if (!layers || n_layers < 1 || !layers[0] || !st || !st->scratch || !ends || !ends->embed || !ids || !logits)
+        return -3;
+    const int64_t m = st->m, hidden = layers[0]->hidden, own = m * model_scratch_floats(hidden, layers[0]->head_dim);
+    if (m < 1 || m > MAX_ROWS || hidden < 1 || ends->dim != hidden || layers[0]->head_dim < 1 ||
+        st->scratch_floats < own)
+        return -3;
+    for (int64_t r = 0; r < m; r++)
+        if (ids[r] < 0 || ids[r] >= ends->vocab)
+            return -1;
+    struct decode_step rest = *st;
+    rest.scratch = st->scratch + own;
+    rest.scratch_floats = st->scratch_floats - own;
+    float *x = st->scratch, *out = x + m * hidden, *between = out + m * hidden, *rope = between + m * hidden;
+    for (int64_t r = 0; r < m; r++)
+        memcpy(x + r * hidden, ends->embed + ids[r] * hidden, (size_t)hidden * sizeof(float));
+    const int rc = decoder_stack_rope_f32(kern, layers, n_layers, &rest, x, out, between, k_pools, v_pools,
+                                          ends->cos_tab, ends->sin_tab, ends->table_rows, positions, rope,
+                                          &ends->head, NULL, logits);
+    if (rc == 0 && argmax != NULL)
+        rows_argmax_f32(logits, m, ends->head.proj.n, argmax);
+    return rc;
+}
