@@ -385,11 +385,12 @@ class FastRunner(ModelRunner):
             self._layout = layout = DecodeLayout(len(decodes), width, self.attention)
         layout.fill(values)
         meta = layout.meta
-        greedy = (all(plainly_greedy(r.params) for r in decodes) and not _module._global_forward_hooks
-                  and only_thread_hooks(self.model))  # (another hook may edit the logits)
+        # no hook to run: forward itself, without Module.__call__'s way through the hooks
+        idle = thread_hooks_idle(self.model)
+        greedy = (all(plainly_greedy(r.params) for r in decodes)  # (another hook may edit the logits)
+                  and (idle or not _module._global_forward_hooks and only_thread_hooks(self.model)))
         meta.argmax, meta.argmax_of = (layout.argmax if greedy else None), None
-        # (no hook to run: forward itself, without Module.__call__'s way through the hooks)
-        call = self.model.forward if thread_hooks_idle(self.model) else self.model
+        call = self.model.forward if idle else self.model
         logits = call(layout.input_ids, layout.batch, self.kv)
         if greedy and meta.argmax_of is logits:
             self._argmax = (logits, layout.argmax)
