@@ -327,3 +327,21 @@ def test_another_kv_cache_is_written(model_factory):
         model(torch.tensor([7]), batch, other)
     assert all(torch.equal(a, b) for a, b in zip(before, kv.k + kv.v))
     assert not all(torch.equal(a, b) for a, b in zip(before[2 * len(kv.k):], other.k + other.v))
+
+
+def test_a_hook_added_after_the_stack_is_made_runs(model_factory, checked_calls):
+    """A hook on a module inside a layer, added once the stack call has run: the next steps run
+    the hook (the stack's watch sees it); removed, the stack call runs again. A hook on a module
+    outside the model does not stop it."""
+    llm = engine(model_factory("llama")[0])
+    greedy_tokens(llm, PROMPTS[:1], n=4)
+    assert checked_calls["stack"] == 3
+    ran = []
+    handle = llm.model.model.layers[1].mlp.down_proj.register_forward_hook(lambda m, a, out: ran.append(1))
+    greedy_tokens(llm, PROMPTS[:1], n=4)
+    assert checked_calls["stack"] == 3 and len(ran) == 1 + 2 * 3  # the prefill, each decode step and its check
+    handle.remove()
+    other = torch.nn.Linear(2, 2).register_forward_hook(lambda *a: None)
+    greedy_tokens(llm, PROMPTS[:1], n=4)
+    other.remove()
+    assert checked_calls["stack"] == 6 and len(ran) == 7
