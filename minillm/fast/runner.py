@@ -310,8 +310,8 @@ class FastRunner(ModelRunner):
             graph = self.graphs.graph_for(len(decodes), max(-(-r.num_tokens // self.block_size) for r in decodes))
             if graph is not None:
                 return self._run_graph(graph, decodes)
-        if decodes and not prefills and self._layouts:
-            return self._run_layout(decodes)
+        if decodes and not prefills and self._layouts and isinstance(self.model, torch.nn.Module):
+            return self._run_layout(decodes)  # (not a ``CompiledModel``: it copies its inputs anyway)
         ids: list[int] = []
         positions: list[int] = []
         slot_mapping: list[int] = []
