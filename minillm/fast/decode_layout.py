@@ -56,17 +56,25 @@ def layout_width(blocks: int) -> int:
     return 1 << max(blocks - 1, 0).bit_length()
 
 
+def decode_row(r, block_size: int) -> tuple[int, int, int]:
+    """A decoding request's row: (its newest token, that token's position, the cache slot its K/V
+    goes to); the context it attends is position + 1 tokens."""
+    out, table = r.output_token_ids, r.block_table
+    pos = len(r.prompt_token_ids) + len(out) - 1
+    token = out[-1] if out else r.prompt_token_ids[-1]
+    return token, pos, table[pos // block_size] * block_size + pos % block_size
+
+
 def decode_values(decodes: list, block_size: int, width: int | None = None) -> tuple[list[int], int]:
     """The flat buffer's contents for decoding ``decodes`` (each request's newest token at its
     position, the slot its K/V goes to, its context length and block table), and the width
     (``layout_width`` of the longest context's blocks, or ``width`` when that is enough)."""
     ids, positions, slots = [], [], []
     for r in decodes:
-        out, table = r.output_token_ids, r.block_table
-        pos = len(r.prompt_token_ids) + len(out) - 1
-        ids.append(out[-1] if out else r.prompt_token_ids[-1])
+        token, pos, slot = decode_row(r, block_size)
+        ids.append(token)
         positions.append(pos)
-        slots.append(table[pos // block_size] * block_size + pos % block_size)
+        slots.append(slot)
     blocks = max(positions) // block_size + 1
     if width is None or width < blocks:
         width = layout_width(blocks)

@@ -39,7 +39,7 @@ from ..models.llama import AttentionBatch, DecodeGroup, LlamaForCausalLM, Prefil
 from ..request import Request
 from ..runner import ModelRunner
 from .attention import NULL_BLOCK, AttentionBackend, DecodeMeta, PagedKernel, make_backend
-from .decode_layout import DecodeLayout, decode_values
+from .decode_layout import DecodeLayout, decode_row, decode_values
 from .gemv import only_thread_hooks, thread_hooks_idle
 from .sampler import BatchedSampler, plainly_greedy
 
@@ -398,12 +398,8 @@ class FastRunner(ModelRunner):
         return logits
 
     def _decode_row(self, r: Request) -> tuple[int, int, int]:
-        """A decoding request's row: (its newest token, that token's position, the cache slot
-        its K/V goes to); the context it attends is position + 1 tokens."""
-        pos = r.num_tokens - 1
-        bs = self.block_size
-        token = r.output_token_ids[-1] if r.output_token_ids else r.prompt_token_ids[-1]
-        return token, pos, r.block_table[pos // bs] * bs + pos % bs
+        """A decoding request's row (``decode_layout.decode_row``)."""
+        return decode_row(r, self.block_size)
 
     def _run_graph(self, graph, decodes: list[Request]) -> torch.Tensor:
         """A decode-only step through its bucket's graph: the same integers as an eager step
@@ -424,11 +420,11 @@ class FastRunner(ModelRunner):
         bs, width = self.block_size, graph.width
         ids, positions, slots, tables = [], [], [], []
         for r in decodes:
-            out, table = r.output_token_ids, r.block_table
-            pos = len(r.prompt_token_ids) + len(out) - 1
-            ids.append(out[-1] if out else r.prompt_token_ids[-1])
+            token, pos, slot = decode_row(r, bs)
+            table = r.block_table
+            ids.append(token)
             positions.append(pos)
-            slots.append(table[pos // bs] * bs + pos % bs)
+            slots.append(slot)
             tables += table[:width]
             if len(table) < width:
                 tables += [NULL_BLOCK] * (width - len(table))
