@@ -252,13 +252,13 @@ def test_the_fast_layers_kv_pool_asks_for_huge_pages_and_the_reference_pool_does
 
     pool = huge_pages.zeros((8, 16, 2, 64 * 1024), torch.float32, torch.device("cpu"))  # 64 MiB
     assert pool.shape == (8, 16, 2, 64 * 1024) and pool.dtype == torch.float32 and not pool.any()
-    assert huge_pages.pages_of(pool)[1], "the pool's mapping does not carry the huge-page advice"
+    assert huge_pages.advised(pool), "the pool's mapping does not carry the huge-page advice"
     small = huge_pages.zeros((4, 4), torch.float32, torch.device("cpu"))
-    assert not small.any() and not huge_pages.pages_of(small)[1]  # below MIN_BYTES: left alone
+    assert not small.any() and not huge_pages.advised(small)  # below MIN_BYTES: left alone
     args = dict(model=str(tiny_llama[0]), device="cpu", dtype="float32", num_kv_blocks=8192, block_size=16)
     fast = LLM(**args)
     assert fast.kv_cache.k[0].numel() * 4 >= huge_pages.MIN_BYTES  # big enough to be advised
-    assert all(huge_pages.pages_of(t)[1] for t in fast.kv_cache.k + fast.kv_cache.v)
+    assert all(huge_pages.advised(t) for t in fast.kv_cache.k + fast.kv_cache.v)
     assert not any(t.any() for t in fast.kv_cache.k + fast.kv_cache.v)
     # the reference path never asks (whether its memory carries the advice is not asked of smaps: in a long
     # test process another mapping's advice is not this path's doing, and a full-suite run once saw one)
@@ -296,7 +296,7 @@ def test_rehome_moves_weights_into_huge_pages_keeping_values_layout_and_ties():
         moved = t.data_ptr() != ptr
         assert moved == (name not in ("half1", "half2")), name
         if moved:
-            assert huge_pages.pages_of(t)[1], f"{name} is not in the advised arena"
+            assert huge_pages.advised(t), f"{name} is not in the advised arena"
     assert m.tied.weight is m.b.weight and m.tied.weight.data_ptr() == m.b.weight.data_ptr()
     assert m.half2.data_ptr() == m.half1.data_ptr() + 2048 * 256 * 4  # still one storage
     small = torch.nn.Linear(4, 4)
@@ -317,7 +317,7 @@ def test_the_fast_layer_keeps_weights_in_huge_pages_and_the_reference_path_does_
                num_attention_heads=8, num_key_value_heads=4, vocab_size=4096)
     fast = LLM(str(folder), "cpu", "float32")
     assert sum(p.numel() * 4 for p in fast.model.parameters()) >= huge_pages.MIN_BYTES
-    assert all(huge_pages.pages_of(p)[1] for p in fast.model.parameters())
+    assert all(huge_pages.advised(p) for p in fast.model.parameters())
     monkeypatch.setattr(huge_pages, "arena", _never_asked)  # the reference path never asks
     ref = LLM(str(folder), "cpu", "float32", fast=False)
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)

@@ -21,6 +21,7 @@ reference path (``LLM(fast=False)``) never asks.
 
 from __future__ import annotations
 
+import math
 import mmap
 import sys
 
@@ -49,10 +50,7 @@ def arena(nbytes: int) -> torch.Tensor | None:
 
 def zeros(shape, dtype: torch.dtype, device) -> torch.Tensor:
     """``torch.zeros(shape, dtype=dtype, device=device)``, in huge pages where the system allows."""
-    numel = 1
-    for n in shape:
-        numel *= n
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     home = arena(nbytes) if torch.device(device).type == "cpu" and nbytes >= MIN_BYTES else None
     if home is None:
         return torch.zeros(shape, dtype=dtype, device=device)
@@ -81,12 +79,12 @@ def rehome(module: torch.nn.Module) -> int:
     return total
 
 
-def pages_of(t: torch.Tensor) -> tuple[int, bool]:
-    """(bytes of ``t``'s mappings now in huge pages, whether they carry the huge-page advice), from
-    /proc/self/smaps; (0, False) where that cannot be read. For benchmarks and tests: the kernel
-    may hand out fewer huge pages than asked when memory is fragmented."""
+def advised(t: torch.Tensor) -> bool:
+    """Whether a mapping under ``t`` carries the huge-page advice (/proc/self/smaps' VmFlags "hg";
+    False where that cannot be read). For tests: the kernel may still hand out 4 KB pages when
+    memory is fragmented, so this checks the asking, not the getting."""
     lo, hi = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
-    huge, advised, inside = 0, False, False
+    inside = False
     try:
         with open("/proc/self/smaps") as smaps:
             for line in smaps:
@@ -94,13 +92,11 @@ def pages_of(t: torch.Tensor) -> tuple[int, bool]:
                 if not head.endswith(":"):  # a mapping's first line: "start-end perms ..."
                     a, b = (int(x, 16) for x in head.split("-"))
                     inside = a < hi and b > lo
-                elif inside and head == "AnonHugePages:":
-                    huge += int(line.split()[1]) * 1024
-                elif inside and head == "VmFlags:":
-                    advised = advised or "hg" in line.split()[1:]
+                elif inside and head == "VmFlags:" and "hg" in line.split()[1:]:
+                    return True
     except (OSError, ValueError):
-        return 0, False
-    return huge, advised
+        return False
+    return False
 
 
 def _dense_cpu_tensors(module: torch.nn.Module) -> list[torch.Tensor]:

@@ -261,6 +261,19 @@ static int attend_fast(const float *q, int64_t q_head, const float *k_pool, cons
 }
 #endif
 
+/* The blocks a context of len tokens needs, or -1 when its table has fewer or one lies outside
+ * the pool (checked before anything is read). */
+static int64_t blocks_held(const int64_t *table, int64_t len, int64_t width, int64_t num_blocks, int64_t block_size)
+{
+    const int64_t blocks = (len + block_size - 1) / block_size;
+    if (blocks > width)
+        return -1;
+    for (int64_t j = 0; j < blocks; j++)
+        if (table[j] < 0 || table[j] >= num_blocks)
+            return -1;
+    return blocks;
+}
+
 /* One task: row b's KV heads [kh0, kh1). */
 static int attend_row(const float *q, int64_t q_head, const float *k_pool, const float *v_pool,
                       int64_t num_blocks, const int64_t *table, int64_t width, int64_t len,
@@ -272,12 +285,8 @@ static int attend_row(const float *q, int64_t q_head, const float *k_pool, const
         memset(out + kh0 * group * dim, 0, sizeof(float) * (kh1 - kh0) * group * dim);
         return 0;
     }
-    const int64_t nblocks = (len + block_size - 1) / block_size;
-    if (nblocks > width)
+    if (blocks_held(table, len, width, num_blocks, block_size) < 0)
         return -1;
-    for (int64_t j = 0; j < nblocks; j++)
-        if (table[j] < 0 || table[j] >= num_blocks)
-            return -1;
 #if defined(HAVE_VECTOR_PATH)
     int rc = 0;
     for (int64_t kh = kh0; kh < kh1 && rc == 0; kh++)
@@ -313,15 +322,10 @@ static struct ahead row_ahead(const float *k_pool, const float *v_pool, int64_t 
     struct ahead a = {(const char *)k_pool, (const char *)v_pool, NULL, block_size * token_floats * 4, 0, 0, 0};
     if (r >= n || context_lens[r] <= 0 || a.block_bytes % 64 != 0)
         return a;
-    const int64_t blocks = (context_lens[r] + block_size - 1) / block_size;
     const int64_t *table = block_tables + r * width;
-    if (blocks > width)
-        return a;
-    for (int64_t j = 0; j < blocks; j++)
-        if (table[j] < 0 || table[j] >= num_blocks)
-            return a;
-    a.table = table;
-    a.blocks = blocks;
+    const int64_t blocks = blocks_held(table, context_lens[r], width, num_blocks, block_size);
+    if (blocks > 0)
+        a.table = table, a.blocks = blocks;
     return a;
 }
 
