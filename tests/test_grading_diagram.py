@@ -337,3 +337,16 @@ def test_a_state_the_chapter_has_no_word_for_entered_on_a_stop_condition_is_the_
     # entered on something else than a stop condition, it stays an unknown step (no finished state)
     data["transitions"] = [(w, p, "有空桌"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "上菜"), (f, r, "free")]
     assert check("task1_diagram", data).score < 12
+
+
+def test_a_state_the_chapter_has_no_word_for_entered_from_finished_on_a_release_is_the_released_state():
+    # a diagram told as an airport: "下机清舱" (everyone off, cabin cleaned) is reached from the finished state on a release
+    names = ("值机排队", "登机（prefill）", "巡航（decode）", "落地", "下机清舱")
+    w, p, d, f, r = names
+    data = {"states": {w: "只有行程单（prompt 和采样参数）", p: "整段 prompt 的 KV 块", d: "KV 块，每步多一个 token",
+                       f: "停止原因，块还没还", r: "块都还回池子，什么都不占"},
+            "transitions": [(w, p, "叫号"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "EOS"), (f, r, "归还块")]}
+    assert check("task1_diagram", data).score == 12
+    # entered on something else than a release, it stays an unknown step (no released state)
+    data["transitions"] = [(w, p, "叫号"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "EOS"), (f, r, "下一位")]
+    assert check("task1_diagram", data).score < 12

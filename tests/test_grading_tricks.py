@@ -605,3 +605,77 @@ _T3_OUT = "思考越久，每步新增的 token 都要存 KV"
 ])
 def test_c25_task3_scenarios_and_reasons(pairs, score):
     assert check("task3_pressure", pairs).score == score
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # Taiwan's words: 快取 (cache), 記憶體 (memory), 併發 (concurrency), and 成長 as growth
+    ("task2_kv_explain", "快取之前 token 的 K/V，不必重新運算；代價是記憶體用量隨序列長度成長", 2),
+    ("task2_kv_explain", "快取之前 token 的 K/V，不必重新運算；記憶體用量不會成長", 1),
+    # the saving named by not redoing the whole thing / starting over from the first one
+    ("task2_kv_explain", "instead of re-hashing the entire history each step it keeps the old K/V; the price is VRAM that grows", 2),
+    ("task2_kv_explain", "像游戏存档，不用每次都从头重打一遍；代价是显存随长度涨", 2),
+    ("task2_kv_explain", "it keeps re-hashing the entire history each step; memory grows with length", 1),
+    ("task2_kv_explain", "每次都要从头重打一遍，显存随长度涨", 1),
+    # computed once, used for free afterwards (白嫖)
+    ("task2_kv_explain", "K/V 算一遍就存着，后面每步白嫖；代价是显存随长度涨", 2),
+    ("task2_kv_explain", "each K/V is computed once, after that later steps get it for free; memory grows with length", 2),
+    ("task2_kv_explain", "白嫖有代价", 0),
+    # the cost piled up (往上堆), the card blown up (撑爆, "blow up the GPU")
+    ("task2_kv_explain", "历史 KV 直接复用，显存按 token 数往上堆", 2),
+    ("task2_kv_explain", "历史 KV 直接复用，上下文一长就把显卡撑爆", 2),
+    ("task2_kv_explain", "old K/V is reused, but long chats blow up the GPU", 2),
+    ("task2_kv_explain", "历史 KV 直接复用，显存不会往上堆", 1),
+    ("task2_kv_explain", "历史 KV 直接复用，不会把卡撑爆", 1),
+    # a shape or a size formula with the length as a factor is memory that grows with it
+    ("task2_kv_explain", "no recompute of old tokens; it keeps a [layers, seq_len, heads, dim] buffer", 2),
+    ("task2_kv_explain", "不用重算旧 token；缓存大小 = 2 × 层数 × 序列长度 × 头维度", 2),
+    ("task2_kv_explain", "no recompute of old tokens; it keeps a [layers, heads, dim] buffer", 1),
+    ("task2_kv_explain", "no recompute of old tokens; the input is a [batch, seq_len] tensor", 1),
+    # a saving of memory denied and turned round ("quite the reverse") is the cost
+    ("task2_kv_explain", "it's no memory saver, quite the opposite; what it saves is recomputing old K/V", 2),
+    ("task2_kv_explain", "it's no memory saver; what it saves is recomputing old K/V", 1),
+])
+def test_c26_kinds_of_wording_task2(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # what a knob does to each step's distribution is not what follows from the token
+    ("task4_sampling", "top-p 会改变每一步的概率分布，所以输出会不一样", 0),
+    ("task4_sampling", "采样出的 token 会影响之后每一步的计算", 1),
+    # one token changed, all that follows differs
+    ("task4_sampling", "换一个 token 开头，后面全变了", 1),
+    ("task4_sampling", "采样完后面全是 padding", 0),
+    # the next step from the prompt alone, sampling that only changes what is shown: misconceptions
+    ("task4_sampling", "the next step is computed from the prompt only, so sampling just changes what gets shown", 0),
+    ("task4_sampling", "下一步只根据 prompt 算，采样出来的 token 不进上下文", 0),
+    ("task4_sampling", "not only what is shown: the sampled token is appended to the context and the next step reads it", 2),
+    # the token lands in / 落进 the context
+    ("task4_sampling", "the sampled token lands in the context and the next step reads it", 2),
+    ("task4_sampling", "采样出的 token 落到上下文末尾，下一步基于它算", 2),
+    ("task4_sampling", "the sampled token lands on the screen", 0),
+    # decode reads (读) the same cache, adds on top (往上加)
+    ("pitfall3_one_lifecycle", (True, "prefill 一次性把 prompt 过完、KV 落进缓存，decode 后面每步都读它"), 2),
+    ("pitfall3_one_lifecycle", (True, "prefill 一次性把 prompt 过完、KV 落进缓存，decode 后面每步都不读它，自己重算"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill 一次性把 prompt 过完、KV 落进缓存，decode 后面每步都读不到它"), 1),
+    # some … others (有人…有人), said of where the requests are
+    ("quiz4_states_before_batching", ("D", "同一个 batch 里有人还在 prefill、有人已经在 decode 了"), 2),
+    ("quiz4_states_before_batching", ("D", "有人说 batching 只是拼请求，有人说是省显存"), 1),
+])
+def test_c26_kinds_of_wording_task4_pitfalls_quiz(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+@pytest.mark.parametrize("pairs, score", [
+    # a product is a predicate ("乘以 4"); the model's size said plainly is the bigger-model kind, its weights are no
+    # reason (they do not grow with any scenario)
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("n=4 采样", "每个 beam 一条序列，KV 乘以 4")], 6),
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("模型很大，比如 70B", "每个 token 要存的 KV 字节更多")], 6),
+    ([("long prompts", "every token keeps its K/V"), ("many users", "each request keeps its own KV"),
+      ("a 70B model", "more bytes of KV for every token")], 6),
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("层数多的模型", "权重占了大部分显存")], 5),
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("n=4 采样", "KV，序列")], 5),
+    ([("长 prompt", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("模型权重很大", "权重占显存")], 4),
+])
+def test_c26_task3_scenarios_and_reasons(pairs, score):
+    assert check("task3_pressure", pairs).score == score

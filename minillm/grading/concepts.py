@@ -674,9 +674,18 @@ def unfold_rhetorical(text: str) -> str:
     return _RHETORICAL_EN.sub(en, text)
 
 
+# a tensor's shape written as a list, "[batch, max_len, heads, dim]", is the product of its sizes: read as one
+# phrase "batch × max_len × heads × dim", so that its commas do not cut it into clauses of one word each
+_SHAPE = re.compile(r"\[\s*([A-Za-z_][\w.]*|\d+)((?:\s*,\s*(?:[A-Za-z_][\w.]*|\d+)){1,7})\s*\]")
+
+
+def shape_as_product(text: str) -> str:
+    return _SHAPE.sub(lambda m: " " + " × ".join(x.strip() for x in m.group(0)[1:-1].split(",")) + " ", text)
+
+
 def read(text: str, ideas, misconceptions=(), prompts=()) -> Reading:
     t = normalize(text)[:MAX_READ]
-    fixed = unwrap_gloss(unfold_rhetorical(unfold_cleft(expand_abbreviations(t))))
+    fixed = shape_as_product(unwrap_gloss(unfold_rhetorical(unfold_cleft(expand_abbreviations(t)))))
     fixed = re.sub(r"\bO\(([\w^*]{1,12})\)", r"O_of_\1", fix_typos(fixed))  # "O(n)" is a growth rate, not a clause break
     r = Reading(t, language(t), salad=is_salad(t), copied=copied_from(t, prompts))
     for i in ideas:

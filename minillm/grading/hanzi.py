@@ -10,6 +10,8 @@ simplified reading depends on the word (著, 乾, 麵…) stays.
 
 from __future__ import annotations
 
+import re
+
 _PAIRS = (
     "個个們们這这會会來来為为爲为對对時时從从後后說说過过還还將将與与當当讓让讀读寫写長长問问題题輪轮記记憶忆"
     "體体數数據据計计複复顯显佔占隨随減减變变請请並并發发輸输歷历態态狀状釋释塊块緩缓處处節节約约費费層层權权"
@@ -24,7 +26,15 @@ _PAIRS = (
 )
 TABLE = str.maketrans({_PAIRS[i]: _PAIRS[i + 1] for i in range(0, len(_PAIRS), 2) if _PAIRS[i] != _PAIRS[i + 1]})
 
+# Taiwan's words for the same things, after the characters are mapped: 快取住之前的 K/V，記憶體用量跟著併發數成長
+# means 缓存住之前的 K/V，内存用量跟着并发数增长. Only words that mean nothing else in an answer.
+TAIWAN_WORDS = (("快取", "缓存"), ("记忆体", "内存"), ("併发", "并发"), ("显示卡", "显卡"), ("位元组", "字节"),
+                ("执行绪", "线程"), ("程式", "程序"), ("预设", "默认"))
+_TAIWAN = re.compile("|".join(w for w, _ in TAIWAN_WORDS))
+_TAIWAN_MAP = dict(TAIWAN_WORDS)
+
 
 def simplified(text: str) -> str:
-    """``text`` with the traditional characters of :data:`TABLE` in their simplified forms."""
-    return text.translate(TABLE)
+    """``text`` with the traditional characters of :data:`TABLE` in their simplified forms, and Taiwan's words
+    (:data:`TAIWAN_WORDS`) as the mainland's."""
+    return _TAIWAN.sub(lambda m: _TAIWAN_MAP[m.group(0)], text.translate(TABLE))

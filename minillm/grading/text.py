@@ -133,7 +133,9 @@ def keyword_list(text: str) -> str | None:
         verbish = bool(_VERBISH_EN.search(t)) or bool(re.search(
             r"减少|增加|避免|占用|保存|存储|复用|降低|提高|加速|消耗|决定|进入|加入|占着|追加|增长|变大|变多|留着|保留|涨|依赖|影响|"
             # a modal before a one-character verb is a predicate: "同一个 prompt 要存 8 条 sequence 的 KV"
-            r"(要|得|需|都|也|还|就|各)\s*(存|占|放|留|记|带|吃)", t))
+            r"(要|得|需|都|也|还|就|各)\s*(存|占|放|留|记|带|吃)|"
+            # a product is a predicate: "KV 差不多乘以 5", "翻 4 倍"
+            r"乘以|乘上|翻\s*\d*\s*倍|[×*]\s*\d+\b", t))
         if len(segments) == 1 and verbish and (len(words(t)) >= 3 or len(words(t)) + cjk_chars(t) >= 6):
             return "telegraphic"
         return "telegraphic" if verbish and len(segments) > 1 else "list"

@@ -42,6 +42,10 @@ _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|
           r"\bonly\s+(\w+\s+){0,2}?(one|a single)\s+new\b",
           # the saving named by its contrast with starting over: "incremental rather than from scratch"
           r"\b(rather than|instead of|not)\s+(\w+\s+){0,2}?(from scratch|all over again|starting over)\b",
+          # "instead of re-hashing the whole repo", "不用每集都从第一集重刷": not redoing all of it from the start
+          r"\b(instead of|rather than)\s+re-?(hash|scan|read|process|encod|comput|calculat|run|do|play|watch|build|deriv|evaluat)\w*"
+          r"\s+(\w+\s+){0,1}?(the\s+)?(whole|entire|full)\b",
+          r"(而不是|而非|不用|不必|无需|用不着|不需要)[^，。；,;]{0,8}从(头|零|第一|开头|最开始)[^，。；,;]{0,6}(重新|重|再)[\u4e00-\u9fff]",
 
           r"\b(new|newest|latest|current)\s+tokens?\s+only\b", r"\bonly\s+(needs?|has|have)\s+(\w+\s+){0,2}?own\b",
           r"\b(come|comes|read|reads|taken|fetched|loaded|pulled|looked up|grabbed|retrieved|fished out)\s+(straight\s+|directly\s+)?from\s+(the\s+)?(kv\s+)?cache",
@@ -60,7 +64,9 @@ RECOMPUTE = idea(
     "no_recompute", "it avoids recomputing the tokens already processed", "它避免了对已处理 token 的重复计算",
     parts=[_COMPUTE, _AVOID], inverted=_RECOMP, standalone=_REUSE, inverted_by=_AVOID,
     # "prefill 的时候算一次 KV，decode 就一直用": computed once in one clause, used from then on in the next
-    across=[r"(算|计算|存)\s*(一次|一遍)[^，。；,;]{0,12}，\s*[^，。；,;]{0,12}(一直|反复|直接|都|就)[^，。；,;]{0,3}(用|使用|读|拿)"],
+    # "K/V 算一次存一次，后面 decode 白嫖": used for free from then on
+    across=[r"(算|计算|存)\s*(一次|一遍)[^，。；,;]{0,12}，\s*[^，。；,;]{0,12}((一直|反复|直接|都|就)[^，。；,;]{0,3}(用|使用|读|拿)|白嫖|白拿|白用|免费(用|拿|读))",
+            r"\b(computed|calculated|done)\s+(only\s+|just\s+)?once\b[^.;，]{0,20}，\s*[^.;，]{0,30}\b(for free|free of charge)\b"],
     weak=[r"\b(fast\w*|speed\w*|quick\w*|accelerat\w*|latency|efficien\w*)\b", r"加速|更快|提速|加快|速度|快"])
 
 _MEM = [r"\bmemory\b", r"\bmem\b", r"\bvram\b", r"\bhbm\b", r"\bram\b", r"\bstorage\b", r"\bfootprint\b", r"\bspace\b", r"\bsize\b",
@@ -72,9 +78,9 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
          r"\blarge\w*", r"\bbig\w*", r"\bscal\w*", r"\blinear\w*", r"\bproportional\b", r"\bbottleneck\w*",
          r"\bbudget\b", r"\bspend\w*", r"\bprice\b", r"\bbills?\b", r"(?<![开雪烟火浪])花(?![样式招哨])", r"\btrad(e|es|ing)\b", r"\btrade-?off\b", r"\bhungry\b",
          r"\bintensive\b", r"\bdemand\w*", r"\bneed\w*", r"\brequir\w*", r"\bhog\w*", r"\baccumulat\w*",
-         r"\bballoon\w*", r"\bswell\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
+         r"\bballoon\w*", r"\bswell\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"(往上|越来越|越)堆|堆(积|起来|上去|满)", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
          r"\brun\w*\s+out\b", r"\bloss\b", r"\bdownside\w*", r"\bdrawback\w*", r"\bthe catch\b", r"\bpenalty\b", r"缺点|坏处|副作用|牺牲", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
-         r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
+         r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"成长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
          r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨",
          r"换", r"越多", r"越大", r"耗", r"翻倍", r"加倍", r"\bdoubl\w*", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
 MEMORY = idea(
@@ -95,17 +101,28 @@ MEMORY = idea(
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
                 r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多|成正比|正比|线性)",
                 r"(缓存|KV)[^，。；,;]{0,8}(非常|很|特别|超|巨|极)大", r"(显存|内存)(大户|杀手|黑洞)",
-                r"(显存|内存)[^，。；,;]{0,6}(吃紧|扛不住|撑不住|顶不住|吃不消|hold ?不住|放不下)"],
+                r"(显存|内存)[^，。；,;]{0,6}(吃紧|扛不住|撑不住|顶不住|吃不消|hold ?不住|放不下)",
+                # the card blown up by it (slang for running out of memory): "很容易把卡撑爆", "blows up the GPU"
+                r"(显?卡|GPU|gpu|显存|内存)(给)?(撑|挤|塞)(爆|满)|撑爆|爆卡",
+                r"\b(blow|blows|blew|blown|blowing)\s+(up\s+)?(the\s+)?(gpu|card|vram)\b", r"\b(gpu|card|vram)\s+(blows?|blew)\s+up\b",
+                # a shape or size formula with the length as a factor (concepts.shape_as_product): "[batch × max_len × …] buffer"
+                r"\b(buffer|cache|size|memory|footprint|cost)\b[^.;，]{0,40}(?<![\w])(max_len|max_seq_len|seq_len|seqlen|n_ctx|context_len|"
+                r"sequence length|序列长度|seq_length)\s*[×*]|[×*]\s*(max_len|max_seq_len|seq_len|seqlen|n_ctx|context_len|sequence length|"
+                r"序列长度|seq_length)\b[^.;，]{0,40}\b(buffer|cache)\b",
+                r"(大小|size|显存|内存|缓存|KV)[^，。；,;]{0,40}[×*]\s*(序列长度|序列长|seq_len|max_len|token ?数)"],
+    # "It's no memory saver, quite the reverse", "不省显存，恰恰相反": the saving denied and turned round is the cost
+    across=[r"(缓存|KV|显存|内存)[^，。；,;]{0,16}，\s*[^，。；,;]{0,10}(越[^，。；,;]{1,4}越(多|大)|吃紧|紧张|扛不住|顶不住|吃不消|撑不住|放不下|不够用?)",
+            r"\b(no|not\s+a)\s+(memory|vram|space)[- ]?savers?\s*，\s*(quite\s+|just\s+|rather\s+|in fact\s+)?the\s+(reverse|opposite|contrary)\b",
+            r"(不|并不|不会)(省|节省|节约)(显存|内存)[^，。；,;]{0,4}，\s*(恰恰|正好|刚好|正)?相反"],
     # the predicate in the next clause, its subject left out: "缓存要放显存里，聊得越久越多", "…留显存，长文本时很吃紧"
-    across=[r"(缓存|KV|显存|内存)[^，。；,;]{0,16}，\s*[^，。；,;]{0,10}(越[^，。；,;]{1,4}越(多|大)|吃紧|紧张|扛不住|顶不住|吃不消|撑不住|放不下|不够用?)"],
     weak=_MEM)
 
 _JOIN = [r"\bappend\w*", r"\badd\w*", r"\bjoin\w*", r"\bbecom\w*", r"\bfe[ed]\w*\s+back\b", r"\bfed\b", r"\bfeed\w*",
          r"\bgo(es)?\s+(back\s+)?in(to)?\b", r"\benter\w*", r"\bwritten\b", r"\bwrit\w*", r"\bconcat\w*",
-         r"\bpart of\b", r"\binsert\w*", r"\btorch\.(cat|concat\w*)\b", r"(?<![A-Za-z])cat\s*(到|进|回)", r"\b(tack|stuck|stick|glue|tag|slap)\w*\s+(it\s+)?(on|onto)\b", r"\bextend\w*", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",
+         r"\bpart of\b", r"\binsert\w*", r"\btorch\.(cat|concat\w*)\b", r"(?<![A-Za-z])cat\s*(到|进|回)", r"\b(tack|stuck|stick|glue|tag|slap)\w*\s+(it\s+)?(on|onto)\b", r"\bextend\w*", r"\b(land(s|ed|ing)?|ends?\s+up|ended\s+up)\s+(back\s+)?(in|into|on)\b", r"\bpush\w*", r"\bput\b", r"\binclud\w*", r"\bturn\w* into\b",
          r"\bused as\b", r"\bserves? as\b", r"\battach\w*", r"\bstays? in\b", r"\bstored\b", r"\bsaved\b", r"\brecorded\b",
          r"追加", r"加入", r"进入", r"拼接", r"拼到", r"成为", r"变成", r"写入", r"放入", r"放回", r"并入", r"加到", r"添加",
-         r"接到", r"接入", r"(贴|粘|挂)(到|在|进|回)", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
+         r"接到", r"接入", r"(贴|粘|挂|落)(到|在|进|回|入)", r"融入", r"作为", r"回到", r"加在", r"append", r"存入", r"存进", r"写回", r"回写", r"放到",
          r"接在", r"附加", r"拼在", r"送回", r"喂回", r"输回", r"(写|加|放|存|塞|并|拼)进", r"进到",
          r"成了", r"变为", r"当成", r"当作", r"的一部分", r"存到", r"放进", r"记(到|入|进)", r"留在", r"保留在", r"(拼|加|接|塞|存)回", r"进(了)?(历史|上下文|序列|输入|缓存|KV)",
          r"(在|位于|存在)(历史|上下文|序列|输入|缓存|KV)\s*(里|中|当中)"]
@@ -162,8 +179,10 @@ _NEXT = [r"\b(?!next\s+tokens?\b)(next|later|following|subsequent|future|upcomin
          r"下一(轮|步|个|次)", r"后续", r"(之后|以后|后面)(的)?[^，。；,;]{0,3}(每一?步|步|token|计算|生成|输出|解码|decode|内容|路径|轮|预测|都)",
          r"(影响|决定|改变|左右)[^，。；,;]{0,2}(之后|以后|后面)", r"接下来", r"路径", r"走向", r"轨迹", r"方向",
          r"依赖", r"基于", r"为条件", r"depend", r"next step", r"(顺着|接着|沿着)(它|这个)", r"(接着|顺着|沿着)[^，。；,;]{0,4}(往后|往下|继续)",
-         r"\b(generat\w*|produc\w*|predict\w*|comes?|outputs?)\s+next\b", r"(影响|决定|改变)[^，。；,;]{0,3}(每一步|后面每|之后每)",
-         r"(后面|之后|接下来)[^，。；,;]{0,6}(顺着|沿着|跟着|接着)"]
+         r"\b(generat\w*|produc\w*|predict\w*|comes?|outputs?)\s+next\b", r"(影响|决定|改变)[^，。；,;]{0,3}(每一步|后面每|之后每)(?!的?\s*(概率)?\s*(分布|logits?))",
+         r"(后面|之后|接下来)[^，。；,;]{0,6}(顺着|沿着|跟着|接着)",
+         # one changed, all that follows differs: "换一张开头后面全不一样"
+         r"(之后|以后|后面|后续)的?[^，。；,;]{0,2}全(都|部)?(不一样|不同|变了|跟着变|改变|变)"]
 NEXT_STEP_DEPENDS = idea(
     "next_step_depends", "every later step is computed from that token", "之后的每一步都基于这个 token 计算",
     standalone=_NEXT + [r"\b(comput|calculat|condition|predict|generat|decod|continu)\w*\s+(from|on)\s+(it|that|this|them|there)\b",
@@ -214,7 +233,7 @@ DECODE_CONTINUES = idea(
     "decode_continues", "decode continues from that same state", "decode 在同一份状态上继续",
     standalone=[_DECODE_EN + r"\s+(\w+\s+){0,5}?(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
                 r"resum\w*|append\w*|mov\w*|picks? up|carr\w*)",
-                _DECODE_ZH + r"[^。；;]{0,18}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一|(?<![不没])用|往(后|下|前)(走|推|跑|算|生成))",
+                _DECODE_ZH + r"[^。；;]{0,18}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一|(?<![不没])用|(?<![不没])读(?!不)|往(后|下|前|上)(走|推|跑|算|生成|加|叠|堆))",
                 r"decod\w*\s+(\w+\s+){0,3}?(goes|go|going|went|steps?|walks?|marche?s?)\s+(forward|onward|ahead)\s+(from|on)\b",
                 r"接着[^。；;]{0,16}(往下|继续|走|生成)", r"\bcontinu\w*\s+from\s+(the|that|this)\s+(\w+\s+){0,2}?(cache|state)",
                 r"\b(same|one|single)\s+(\w+\s+){0,2}?(state machine|cache)", r"\bwhere prefill left off\b",
@@ -262,7 +281,8 @@ RANDOM_ONLY = misconception(
      r"\b(ui|cosmetic|front-?end|presentation|display|product[- ]layer)\s+(knob|setting|parameter|option|feature|"
      r"layer|detail|concern|tweak|choice)", r"\bpost-?process\w*",
      r"(?<!不)只是[^。；;]{0,8}(随机|多样|创意|风格|花样|UI|界面)", r"(?<!不)仅仅[^。；;]{0,8}(随机|多样|UI)",
-     r"(UI|界面|前端|产品层)[^。；;]{0,4}(参数|旋钮|选项|设置|细节)", r"后处理", r"只是显示", r"(?<!不)(只|仅|仅仅)(影响|改变|用于|决定)[^。；;，,]{0,4}(展示|显示|界面|UI|风格|外观|观感)", r"only shown"],
+     r"(UI|界面|前端|产品层)[^。；;]{0,4}(参数|旋钮|选项|设置|细节)", r"后处理", r"只是显示",
+     r"\b(only|just|merely)\s+(affects?|changes?|matters?\s+for)\s+(\w+\s+){0,2}?(what\s+(is|gets)\s+)?(shown|displayed|printed|display)\b", r"(?<!不)(只|仅|仅仅)(影响|改变|用于|决定)[^。；;，,]{0,4}(展示|显示|界面|UI|风格|外观|观感)", r"only shown"],
     ["token_to_history", "next_step_depends", "sampling_picks"],
     "sampling is not only about how random the text looks: think about where the picked token goes",
     "采样不只是让文字更随机：想一想选出的 token 去了哪里")
@@ -270,7 +290,11 @@ NO_EFFECT_LATER = misconception(
     "no_effect_later",
     [r"\b(doesn't|does not|don't|do not|never|won't|will not|cannot|can't)\s+(\w+\s+){0,2}?(affect|change|influence|alter|"
      r"matter)\w*\s+(\w+\s+){0,4}?(later|next|following|subsequent|history|context|future|computation|what the engine)",
-     r"(不|并不|不会)影响[^。；;]{0,8}(后续|下一|历史|上下文|计算|之后)"],
+     r"(不|并不|不会)影响[^。；;]{0,8}(后续|下一|历史|上下文|计算|之后)",
+     # the next step computed from something else: "the next step is computed from the prompt only"
+     r"\b(next|later|following)\s+(\w+\s+){0,2}?(steps?|tokens?|passes?)\s+(is|are)\s+(\w+\s+)?(computed|calculated|predicted|generated|based)\s+"
+     r"(only\s+)?(from|on)\s+(the\s+)?(original\s+)?(prompt|input)\s+(only|alone)\b",
+     r"(下一步|之后|后面|后续)[^。；;，,]{0,10}只(看|根据|基于|用|依赖)[^，。；,;]{0,3}(prompt|提示|原始输入|原来的输入)"],
     ["next_step_depends"],
     "the sampled token does matter for later steps: think about what they are computed from",
     "采样出的 token 会影响后续步骤：想一想它们是基于什么计算的")
@@ -292,6 +316,8 @@ MIXED_STATES = idea(
                 r"不同(的)?(状态|阶段|进度)", r"(进度|阶段|步调)[^，。；]{0,4}(不一样|不同|各异|不相同|各不)", r"状态(转移|转换|变化|切换)", r"状态[^，。；]{0,6}(变化|改变|在变|会变|不一样|不同|各异|不相同|各不)",
                 r"各(不|有)(相同|一样)的?(状态|阶段)", r"每一?步[^，。；]{0,10}状态",
                 r"(改|更新|推进|切换|变)[^，。；]{0,6}(state|状态)", r"有的[^。；]{0,16}有的", r"有的(在|处于|正在)",
+                # "有人刚进来在 prefill、有人在 decode 第 300 步": some … others, said of where they are
+                r"有人\s*(刚|在|正在|已经|已|还在|还|处于)[^。；]{0,24}有人\s*(刚|在|正在|已经|已|还在|还|处于)",
                 r"状态[^，。；]{0,4}(一直|不断|每一?步|总)[^，。；]{0,4}(变|改)",
                 r"\bsome\b[^.;]{0,40}\b(others?|some)\b", r"\bchanging\s+(\w+\s+)?states?\b", r"一些[^。；]{0,16}一些",
                 r"\b(join|leave|enter|finish)\w*\b[^.;]{0,30}\bdifferent\s+(times?|moments?|points?)\b",

@@ -100,6 +100,22 @@ def stopped_states(d: Diagram, roles: dict) -> list[str]:
     return out
 
 
+_RELEASE_EDGE = re.compile(ROLES["release"][0] + r"|归还|还回|交还|\breturn\w*", re.IGNORECASE)
+
+
+def released_states(d: Diagram, roles: dict) -> list[str]:
+    """States the chapter has no word for ("下机清舱" in a diagram told as an airport) that every way in reaches from
+    the finished state on a release (release, free, 归还): the released state, whatever its name."""
+    out = []
+    for s in d.states:
+        if roles[s]:
+            continue
+        ins = [(src, label) for src, dst, label in d.transitions if dst == s and src != s]
+        if ins and all("finish" in roles.get(src, ()) and _RELEASE_EDGE.search(label or "") for src, label in ins):
+            out.append(s)
+    return out
+
+
 class _Graph:
     def __init__(self, d: Diagram):
         self.d = d
@@ -109,6 +125,8 @@ class _Graph:
             self.out[src].append((dst, label))
         for s in stopped_states(d, self.roles):
             self.roles[s] = {"finish"}
+        for s in released_states(d, self.roles):
+            self.roles[s] = {"release"}
 
     def with_role(self, role: str) -> list[str]:
         return [s for s, r in self.roles.items() if role in r]

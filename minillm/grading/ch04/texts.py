@@ -376,7 +376,11 @@ SCENARIO_KINDS = [
         r"\bengine\s+(never|doesn't|does not|didn't|did not)\s+(know|hear|learn|see|get|receive)\w*"]),
     _kind("bigger_model", "a model with more layers or KV heads (more bytes per token)", [
         r"(more|many|deep\w*)\s+layers", r"(more|many)\s+(kv\s+)?heads", r"larger\s+(model|head_dim|hidden)",
-        r"\bfp32\b|float32|higher\s+precision", r"\bmha\b|no\s+gqa", r"层数多|更多层|头数多|大模型|精度高|fp32"]),
+        r"\bfp32\b|float32|higher\s+precision", r"\bmha\b|no\s+gqa", r"层数多|更多层|头数多|大模型|精度高|fp32",
+        # the model's size said plainly: "模型很大，比如 70B", "a bigger model", "a 70B model" (its weights are no kind:
+        # "模型权重很大" names what no scenario makes grow)
+        r"模型\s*(很|太|特别|超|更|比较)大", r"\b(bigger|larger|huge|big)\s+models?\b(?!\s*(weights?|params?|parameters))", r"\b\d{2,3}\s*b\s+(models?|params?|parameters?)\b",
+        r"(比如|例如|像)\s*\d{2,3}\s*[bB]\b"]),
 ]
 
 _UNIT = (r"\btokens?\b|length|longer|\bclients?\b|\bcontext\b|\bprompts?\b|\bhistory\b|\boutputs?\b|\bbatch\b|对话|越长|\brequests?\b|\busers?\b|sessions?|sequences?|\bsteps?\b|\brounds?\b|positions?|"
@@ -392,6 +396,11 @@ _GROW = (r"grow\w*|increas\w*|\bfill\w*|scal\w*|proportional\w*|linear\w*|\bmore
          r"多(出)?\s*(一|1|几)\s*(个|格|份|块|条|行|截)|"
          r"\b(not|never)\s+(\w+\s+){0,2}?(freed|released|returned|shared|reclaimed|dropped|evicted|discarded|deleted)|"
          r"\buntil\b|\bwhile\b|不会?(丢|删)")
+
+
+# what a request's cache is made of, and the model's weights (which no scenario makes grow)
+_CACHE = r"\bkeys?\b|\bvalues?\b|\bkv\b|k/v|cache|blocks?|\bstate\b|KV|缓存|键值|块|状态"
+_WEIGHTS = r"\bweights?\b|\bparameters\b|\bparams\b|权重|参数量|模型参数"
 
 
 def _scenario_kind(scen: str, reason: str, seen: dict, m: Marks):
@@ -411,6 +420,8 @@ def _reason_level(reason: str, scenario: str = "") -> str | None:
     sentence = len(re.findall(r"[A-Za-z]+", reason)) >= 4 or len(re.findall(r"[\u4e00-\u9fff]", reason)) >= 6
     unit_text = f"{scenario} {reason}" if sentence else reason
     has = [bool(re.search(p, text, re.IGNORECASE)) for p, text in ((_UNIT, unit_text), (_STATE, reason), (_GROW, reason))]
+    if re.search(_WEIGHTS, reason, re.IGNORECASE) and not re.search(_CACHE, reason, re.IGNORECASE):
+        return None  # "权重占了大部分显存": the memory the weights take, not the state a request holds
     if all(has):
         return "strong"
     if has[1]:
