@@ -29,7 +29,7 @@ TABLE = str.maketrans({_PAIRS[i]: _PAIRS[i + 1] for i in range(0, len(_PAIRS), 2
 # Taiwan's words for the same things, after the characters are mapped: 快取住之前的 K/V，記憶體用量跟著併發數成長
 # means 缓存住之前的 K/V，内存用量跟着并发数增长. Only words that mean nothing else in an answer.
 TAIWAN_WORDS = (("快取", "缓存"), ("记忆体", "内存"), ("併发", "并发"), ("显示卡", "显卡"), ("位元组", "字节"),
-                ("执行绪", "线程"), ("程式", "程序"), ("预设", "默认"))
+                ("执行绪", "线程"))  # not 程式 (方程式) nor 预设 (a presupposition): they mean something else too
 _TAIWAN = re.compile("|".join(w for w, _ in TAIWAN_WORDS))
 _TAIWAN_MAP = dict(TAIWAN_WORDS)
 
