@@ -46,10 +46,17 @@ FLOORS = {  # measured (2765 answers, with c9-c25, the second reader built from 
     # gap 3.11 points), 12/479 not-full→full, 90 of 105 flagged, load 41.8 %. Without c26 every floor below held as
     # before; c26 alone moved tune agreement and ordinary 0.99 -> 0.98, tune load 0.32 -> 0.33 and the held-out zh/en
     # gap 0.03 -> 0.032 (the issue's 3-point line is missed by 0.1 point; put it back when a change brings it back).
-    "tune": {"agreement": 0.98, "ordinary": 0.98, "adversarial": 0.98, "wrong_full": 0.007, "flagged": 0.92,
-             "zh_en_gap": 0.01, "load": 0.33},
-    "holdout": {"agreement": 0.89, "ordinary": 0.88, "adversarial": 0.90, "wrong_full": 0.028, "flagged": 0.82,
-                "zh_en_gap": 0.032, "load": 0.42},
+    # Then c26's tune disagreements fixed by kind (17 rows, 16 fixed; held-out rows never read): tune 1893 99.21 %
+    # (ordinary 99.31, adversarial 98.97; zh 99.2, en 99.3), 5/952 not-full→full (0.53 %), 14 of 15 flagged, load
+    # 32.07 %; held out 969 89.27 % (ordinary 88.79, adversarial 90.29; zh 88.0, en 90.9: gap 2.93 points), 12/479
+    # (2.51 %) not-full→full, 90 of 104 flagged (86.5 %), load 41.59 %; c26 tune 98.6 %, held out 76.9 % (unchanged).
+    # Set to these, rounded down (ceilings up): tune agreement/ordinary back to 0.99, the zh/en gap back to the issue's
+    # 0.03; the tune load ceiling to 0.321 (32.07 %: 0.32 is still 0.07 point short); flagged and wrong_full to the
+    # measurement (tune 0.93 / 0.006, held out 0.86 / 0.026).
+    "tune": {"agreement": 0.99, "ordinary": 0.99, "adversarial": 0.98, "wrong_full": 0.006, "flagged": 0.93,
+             "zh_en_gap": 0.01, "load": 0.321},
+    "holdout": {"agreement": 0.89, "ordinary": 0.88, "adversarial": 0.90, "wrong_full": 0.026, "flagged": 0.86,
+                "zh_en_gap": 0.03, "load": 0.42},
 }
 
 
