@@ -679,3 +679,70 @@ def test_c26_kinds_of_wording_task4_pitfalls_quiz(exercise, answer, score):
 ])
 def test_c26_task3_scenarios_and_reasons(pairs, score):
     assert check("task3_pressure", pairs).score == score
+
+
+# A denial of the key idea is the misconception, not the idea: "decode 不读它，自己重新算", "the engine doesn't feed it
+# back", "请求不占资源". Each wrong answer (the denial) has a right twin that uses negation properly and keeps its marks.
+@pytest.mark.parametrize("exercise, answer, score", [
+    # pitfall 3 (true): prefill built the cache, decode denied reading it; one idea named used to be enough
+    ("pitfall3_one_lifecycle", (True, "prefill 把 KV 算好存起来，但 decode 不用它，每一步都重新算一遍"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill 建好 KV cache，decode 没用到这份缓存，它自己重算"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill 写好缓存，decode 不查缓存，每步从头重算整个序列"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill 算好 KV 存起来，decode 没用上 prefill 的 KV"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill builds the KV cache, but decode does not read it, it recomputes everything itself"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill fills the cache; decode doesn't use it and recomputes the whole prefix every step"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill writes the KV cache but decode never touches it: it redoes all the keys and values"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill computes the prompt's KV, then decode ignores it and recalculates from scratch"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill builds the cache; decode skips the cache and recomputes the prefix"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill 建好 KV cache，decode 直接在这份缓存上继续，不用重新计算前缀"), 2),
+    ("pitfall3_one_lifecycle", (True, "prefill builds the KV cache and decode continues from it, it doesn't need to recompute the prefix"), 2),
+    ("pitfall3_one_lifecycle", (True, "prefill 算好 KV，decode 接着用，不是每步都重算"), 2),
+    ("pitfall3_one_lifecycle", (True, "decode 不是自己重新算，而是读 prefill 存好的 KV 接着往下走"), 2),
+    ("pitfall3_one_lifecycle", (True, "decode never recomputes the prompt: it continues from the cache prefill built"), 2),
+    # the denial under "if", as a condition, in a counterfactual, or said of prefill (which writes the cache) is no claim
+    ("pitfall3_one_lifecycle", (True, "如果 decode 不读 prefill 的缓存，就得每步重算，所以它是接着 prefill 的 KV 继续"), 2),
+    ("pitfall3_one_lifecycle", (True, "without the cache decode would recompute everything; instead it continues from prefill's KV"), 2),
+    ("pitfall3_one_lifecycle", (True, "prefill 不读缓存，只负责写；decode 每步都读它继续生成"), 2),
+    # pitfall 2 (false): the token denied its way back into the context
+    ("pitfall2_sampling_not_ui", (False, "sampling picks each token but the engine doesn't feed it back, the next step "
+                                         "recomputes from the prompt"), 1),
+    ("pitfall2_sampling_not_ui", (False, "采样决定每一个 token，但 token 不会加入上下文，下一步从 prompt 重新算"), 1),
+    ("pitfall2_sampling_not_ui", (False, "the picked token is not discarded: it is appended to the history and later steps depend on it"), 2),
+    ("pitfall2_sampling_not_ui", (False, "采样决定每一个 token，token 不会被丢掉，而是加入上下文"), 2),
+    # task 2: a negated verb with its own object does not reach the next verb ("不读它重算", "skips the cache and recomputes")
+    ("task2_kv_explain", "KV cache 不读它重算，显存随长度增长", 1),
+    ("task2_kv_explain", "KV cache 跳过缓存重算，显存随长度增长", 1),
+    ("task2_kv_explain", "decode skips the cache and recomputes, and the cache's memory grows with length", 1),
+    ("task2_kv_explain", "缓存之前 token 的 K/V，decode 不用重新计算前缀，但显存随长度增长", 2),
+    ("task2_kv_explain", "it keeps past K/V so decode doesn't need to recompute the prefix; memory grows with context", 2),
+    ("task2_kv_explain", "存下 K 和 V，不是每步都重算，代价是显存随序列变长而增长", 2),
+    ("task2_kv_explain", "no recomputation of past tokens, but the cache's memory grows with tokens", 2),
+    ("task2_kv_explain", "decode skips recomputing past tokens, and the cache's memory grows with length", 2),
+    # task 4: the next step "from the prompt" after the token was denied its place
+    ("task4_sampling", "the engine doesn't feed the sampled token back; the next step recomputes from the prompt", 0),
+    ("task4_sampling", "采样出的 token 不会加入上下文，下一步从 prompt 重新算", 0),
+    ("task4_sampling", "采样的 token 不会被丢掉，而是追加进上下文，下一步基于它计算", 2),
+    # quiz reasons: a why that denies what it should name earns nothing
+    ("quiz1_live_requests", ("B", "请求不占资源，引擎只是数请求"), 1),
+    ("quiz1_live_requests", ("B", "requests hold no resources, the engine only counts them"), 1),
+    ("quiz5_debug_by_request", ("B", "请求对象不占块，问题在前向"), 1),
+    ("quiz5_debug_by_request", ("B", "live requests don't hold any blocks, so the forward pass is the suspect"), 1),
+    ("quiz1_live_requests", ("B", "每个请求在释放前都占着 KV 块和状态"), 2),
+    ("quiz1_live_requests", ("B", "请求释放后不再占资源，在那之前一直占着 KV 块"), 2),
+    ("quiz5_debug_by_request", ("B", "a finished request should hold no blocks, so look for one that still holds them"), 2),
+    ("quiz2_kv_tradeoff", ("D", "KV 存着但 decode 不读它重算，显存随 token 数增长"), 1),
+    ("quiz2_kv_tradeoff", ("D", "decode 不用重新算之前 token 的 K、V，直接读缓存，但缓存随 token 数增长占显存"), 2),
+    ("quiz2_kv_tradeoff", ("D", "no recomputation of past keys, but memory grows with tokens and requests"), 2),
+    ("quiz3_sampling_interface", ("C", "sampling picks the token, but the engine never feeds it back, later steps recompute "
+                                       "from the prompt"), 1),
+    ("quiz3_sampling_interface", ("C", "采样出的 token 不会加入历史，但之后每步都依赖 prompt"), 1),
+    ("quiz3_sampling_interface", ("C", "采样出的 token 会加入历史，之后每步都依赖它"), 2),
+])
+def test_a_denial_of_the_key_idea_is_the_misconception_not_the_idea(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+def test_a_negation_written_inside_a_misconception_phrase_denies_it():
+    # "缓存不是查答案的" denies the answer cache (it used to be read as one and cancel the saving)
+    assert check("task2_kv_explain", "缓存不是查答案的：它存下 K/V，decode 不用重新算，显存随长度涨").score == 2
+    assert check("task2_kv_explain", "缓存了之前的答案，相同问题直接返回，显存随长度涨").score <= 1

@@ -170,15 +170,33 @@ NEAR_WINDOW_EN = 24  # characters before the predicate (about four words)
 NEAR_WINDOW_ZH = 5
 
 
+# a negated verb with an object of its own: the negation ends at the object ("不读它重算", "跳过缓存重新算",
+# "without reading the cache it recomputes": what is denied is the reading, not the recomputing). 不用 + the cache
+# + a verb of computing is "needn't … recompute" ("不用 KV 重新算"): left to the negation.
+_CACHE_OBJECT_ZH = r"\s*(这份|那份|之前的?|已有的?|存好的?|prefill\s*的?)?\s*(KV\s*(cache|缓存)?|缓存|cache|它们?)"
+_NEG_VERB_OBJECT = re.compile(
+    r"(不|没有?|并不|从不|不会)\s*(再|去)?\s*(读取?|查|看|碰|访问|复用|利用|拿)(到|过|了|上)?" + _CACHE_OBJECT_ZH + "|"
+    r"(不|没有?|并不|从不|不会)\s*(再|去)?\s*(使用|用)(到|过|了|上)?" + _CACHE_OBJECT_ZH +
+    r"(?!\s*(重新|重复|再|从头)?\s*(算|计算|生成|推理))|"
+    r"(跳过|绕过|无视|忽略|抛开)" + _CACHE_OBJECT_ZH + r"|(读|用|查|拿)不(到|着|上)" + _CACHE_OBJECT_ZH + "|"
+    r"\b(without|instead\s+of|rather\s+than|not|never|n't)\s+(\w+\s+)?(read|us|touch|check|consult|look\w*\s+at|skip|bypass|"
+    r"ignor)\w*\s+(\w+\s+){0,2}?(kv\s+)?(cache|it|them)\b|\b(skip\w*|bypass\w*|ignor\w*)\s+(the\s+)?(kv\s+)?cache\b", _I)
+
+
+def object_closes(before: str) -> int:
+    """Where the last negated verb with its own object ends in ``before`` (0 if none): a negation before it is spent."""
+    return max([0] + [m.end() for m in _NEG_VERB_OBJECT.finditer(before)])
+
+
 def negated_at(clause: str, pos: int) -> bool:
     """Is the word at ``pos`` in ``clause`` negated (a wide negator anywhere before it in the
     clause, or a plain one just before it)?"""
     before = clause[:pos]
     found = list(re.finditer(r"\band\b|\bor\b|和|并且|而且|、|或者|或(?!许)", before, _I))
-    joins = [m.end() for m in found]
+    joins = [m.end() for m in found] + [object_closes(before)]
     if found and _OR.fullmatch(found[-1].group(0)) and _DISJUNCT.fullmatch(before[found[-1].end():]):
         return negated_at(clause, found[-1].start())  # "don't re-read or redo": the negation governs both verbs
-    if _NEG_WIDE.search(before[joins[-1]:] if joins else before):  # "avoids X and costs Y": the scope ends at "and"
+    if _NEG_WIDE.search(before[max(joins):]):  # "avoids X and costs Y": the scope ends at "and"
         return True
     window_start = max(0, pos - (NEAR_WINDOW_ZH if _CJK_RE.search(clause[max(0, pos - 1):pos + 1]) else NEAR_WINDOW_EN))
     near = clause[max([window_start] + joins):pos]  # "is not small and rises": the "not" stays with "small"
@@ -277,7 +295,7 @@ class Idea:
         for p in self.inverted:
             for m in p.finditer(clause):
                 if negated_at(clause, m.start()) or _NEG_NEAR.search(m.group(0)) or counterfactual(clause[:m.start()], prev) or (
-                        self.inverted_by is not None and self.inverted_by.search(clause[:m.start()])):
+                        self.inverted_by is not None and self.inverted_by.search(clause[object_closes(clause[:m.start()]):m.start()])):
                     return "present"
         return "weak" if any(p.search(clause) for p in self.weak) else "absent"
 
@@ -287,8 +305,10 @@ class Idea:
         if not self.parts:
             return "absent"
         hits = []
-        for group in self.parts:
-            ms = [m for p in group for m in p.finditer(clause)]
+        spent = [m.span() for m in _NEG_VERB_OBJECT.finditer(clause)]  # "skips the cache": its verb has another object
+        for k, group in enumerate(self.parts):
+            ms = [m for p in group for m in p.finditer(clause)
+                  if k < len(self.parts) - 1 or not any(a <= m.start() < b for a, b in spent)]
             if not ms:
                 return "absent"
             hits.append(ms)
@@ -367,16 +387,27 @@ class Misconception:
     spoils: tuple = ()  # the ideas whose point it cancels
     feedback_en: str = ""
     feedback_zh: str = ""
+    hypothetical_ok: bool = False  # True: said of a world without the cache ("if decode didn't read it, …") it is no claim
+    true_of: re.Pattern | None = None  # a subject of whom the phrase is true ("prefill 不读缓存": it writes it), read in
+    # the clause before the phrase and the clause before that ("once it is released, it holds no blocks")
 
     def find(self, text: str) -> str | None:
         """The offending phrase when stated (not negated), else None."""
+        prev = ""
         for at, clause in clauses(text):
+            before_clause, prev = prev, clause
             for p in self.patterns:
                 for m in p.finditer(clause):
                     if retracted(clause[:m.start()], text[at + len(clause):]):
                         continue
+                    # a pattern that names its subject first negates at its verb, group "v": "decode 不用每步重算"
+                    at_verb = m.start("v") if "v" in p.groupindex and m.start("v") >= 0 else m.start()
+                    if self.hypothetical_ok and hypothetical(clause, at_verb, m.end(), before_clause):
+                        continue
+                    if self.true_of is not None and self.true_of.search(before_clause + "，" + clause[:m.start()]):
+                        continue
                     # "not just a UI knob" denies the misconception even though "not just" affirms an idea
-                    if not negated_at(clause, m.start()) and not _NOT_JUST.search(clause[max(0, m.start() - 30):m.start()]):
+                    if not negated_at(clause, at_verb) and not _NOT_JUST.search(clause[max(0, m.start() - 30):m.start()]):
                         return m.group(0)
         return None
 
@@ -392,8 +423,22 @@ def retracted(before: str, after: str) -> bool:
     return bool(_BELIEVED.search(before) and _TAKEN_BACK.search(after))
 
 
-def misconception(key, patterns, spoils, feedback_en, feedback_zh) -> Misconception:
-    return Misconception(key, tuple(_rx([p]) for p in patterns), tuple(spoils), feedback_en, feedback_zh)
+_IF = re.compile(r"\b(if|unless|suppose|supposing|imagine)\b|如果|若|要是|假如|假设|一旦|倘若", _I)
+_THEN = re.compile(r"^\s*(的话|时|的时候|就|则|便|也(能|可以|行)|那)", _I)
+
+
+def hypothetical(clause: str, start: int, end: int, prev: str) -> bool:
+    """Is the phrase (``clause[start:end]``, from its verb) said of a world that is not the answer's claim: under
+    "if" ("如果 decode 不读缓存"), as the condition of what follows ("不读缓存的话", "不用 KV 就得重算"), or in a
+    counterfactual ("would", "否则", "without it")?"""
+    before = clause[:start]
+    return bool(_IF.search(before) or _THEN.match(clause[end:]) or counterfactual(before, prev)
+                or re.search(r"\bcould\b", before, _I))
+
+
+def misconception(key, patterns, spoils, feedback_en, feedback_zh, hypothetical_ok=False, true_of=None) -> Misconception:
+    return Misconception(key, tuple(_rx([p]) for p in patterns), tuple(spoils), feedback_en, feedback_zh, hypothetical_ok,
+                         _rx([true_of]) if true_of else None)
 
 
 # --- sentence or salad? -------------------------------------------------------------------------------

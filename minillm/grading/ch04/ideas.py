@@ -254,7 +254,7 @@ HIT_MISS = misconception(
      r"(same|identical|repeated)\s+(prompts?|questions?|query|queries|requests?)\b[^.;!?]{0,40}(return|serv|answer|"
      r"skip|fast|instant)",
      r"\blru\b", r"\b(cache[sd]?|fill\w*|stor\w*|remember\w*|keep\w*)\b[^.;]{0,30}\b(answers|responses|replies|completions)\b",
-     r"命中", r"缓存(了)?[^。；;，,]{0,6}(答案|回答|回复)", r"(返回|复用)[^。；;，,]{0,6}(之前|以前)的?(答案|回答|回复)",
+     r"命中", r"缓存(了)?((?!不|没|并非)[^。；;，,]){0,6}(答案|回答|回复)",  # "缓存不是查答案的" denies it r"(返回|复用)[^。；;，,]{0,6}(之前|以前)的?(答案|回答|回复)",
      r"(相同|同样|重复)的?(问题|请求|提示)[^。；;]{0,10}(直接|返回)", r"查表"],
     ["no_recompute"],
     "the KV cache is not a hit/miss cache of answers: it exists only while its own request runs",
@@ -363,3 +363,60 @@ DECODE_PER_TOKEN = idea(
                 r"步数\s*(=|等于|就是|和|跟)\s*(输出|生成)", r"逐(个|一)?\s*token|一轮一轮|一步一步",
                 r"输出(越|很)?长[^。；;]{0,20}(步|轮|延迟|越久|时间|慢)", r"步数[^，。；,;]{0,3}(越多|更多|增加|变多)",
                 r"\bmore\s+(decode\s+)?steps\b", r"(调度|批|batch)[^。；;]{0,16}(利用率|吞吐|一起|合批|空闲)"])
+
+# --- denials of the key ideas: said plainly, they are the misconception, not the idea -----------------------------
+# what decode would read, named as an object ("它", "这份缓存", "prefill 存好的 KV"); a cache of answers is pitfall 1's
+_CACHE_OBJ_ZH = (r"\s*(这份|那份|这个|那个|这些|之前的?|前面的?|已有的?|存好的?|现成的?|prefill\s*(阶段)?\s*(存|算|写|建|留|填)?"
+                 r"(好|下|出)?的?)?\s*(KV\s*(cache|缓存)?|缓存|cache|它们?)(?!\s*(里|中)?\s*的?\s*(答案|回答|回复))")
+_NEG_ZH = r"(不|没有?|并不|从不|根本不|从来不|压根不|不会|并没有?)\s*(再|去|会)?\s*"
+CACHE_UNREAD = misconception(
+    "cache_unread",
+    [_NEG_ZH + r"(读取?|查|看|碰|访问|复用|利用|理会|管|拿)(到|过|了|上)?" + _CACHE_OBJ_ZH,
+     # 不用 + the cache then a verb of computing is "needn't … recompute" ("不用 KV 重新算"): not this
+     _NEG_ZH + r"(使用|用)(到|过|了|上)?" + _CACHE_OBJ_ZH + r"(?!\s*(重新|重复|再|从头)?\s*(算|计算|生成|推理))",
+     r"(读|用|查|拿)不(到|着|上)" + _CACHE_OBJ_ZH, r"(跳过|绕过|无视|忽略|抛开|不理)" + _CACHE_OBJ_ZH,
+     r"自己\s*(重新|从头|再)\s*(算|计算)|自己\s*重算|自己[^，。；,;]{0,4}(重新|从头)(算|计算)",
+     # decode as the subject of recomputing; a verb of sparing between them is the idea ("decode 跳过重算", "spares decode from")
+     _DECODE_ZH + r"((?!跳过|省|免|避|少|不|没|无)[^，。；,;]){0,10}(?P<v>(重新|从头|再次)\s*(算|计算|过一遍|跑一遍)|重算)",
+     r"\b(does\s+not|doesn't|do\s+not|don't|did\s+not|didn't|never|won't|will\s+not|cannot|can't)\s+(actually\s+|even\s+|really\s+)?"
+     r"(read|use|touch|look\s+(at|up|in)(to)?|consult|check|access|reuse|query)\w*\s+(\w+\s+){0,2}?(kv\s+)?(cache|it|them|what\s+prefill|prefill's)\b"
+     r"(?!\s+of\s+(answers|responses|replies|outputs|completions|prompts))",
+     r"\b(ignor|bypass|disregard)\w*\s+(\w+\s+){0,2}?(kv\s+)?(cache|what\s+prefill)\b", r"\bskip\w*\s+(the\s+)?(kv\s+)?cache\b",
+     r"\b(recomput|recalculat|redo|redoes|re-comput|re-calculat)\w*\s+(\w+\s+){0,4}?(itself|by\s+itself|on\s+its\s+own)\b",
+     r"\bdecod\w*\s+((?!(skip|spar|avoid|sav|bypass|no|never|not|without|from|instead|rather)\w*\b)\w+\s+){0,3}?"
+     r"(?P<v>(recomput|recalculat|redo|redoes|re-?run|reprocess|re-comput)\w*)"],
+    ["no_recompute", "prefill_builds", "decode_continues"],
+    "the cache is not left unread: think about what decode does with what prefill wrote",
+    "缓存不是放着不用的：想一想 decode 拿 prefill 写下的东西做什么",
+    hypothetical_ok=True,  # "如果 decode 不读缓存，就得重算", "without it decode would recompute": the chapter's own point
+    # prefill does not read the cache (it writes it); a naive decoder, or one without a cache, does recompute
+    true_of=r"(prefill|预填充?|context\s*(phase|阶段))(?![^，。；,;]*(decode|解码|generation))(?=[^，。；,;]*$)|\bnaive\b|\bvanilla\b|朴素|"
+            r"\bwithout\s+(a\s+|the\s+|any\s+)?(kv\s+)?cach\w*|\bno[- ](kv[- ])?cache\b|(没|无)有?\s*(KV\s*)?(缓存|cache)")
+TOKEN_DROPPED = misconception(
+    "token_dropped",
+    [r"\b(tokens?|it|choices?|samples?|results?)\s+(is|are|was|gets?)?\s*(not|never|n't)\s+(\w+\s+)?"
+     r"(appended|added|fed|written|put|inserted|concatenated)\b",
+     r"\b(tokens?|it|choices?|samples?)\s+(doesn't|does\s+not|never|won't|will\s+not|don't|do\s+not)\s+(\w+\s+)?"
+     r"(join|enter|go\s+(back\s+)?in(to)?|get\s+(appended|added|fed)|become\s+part)\w*",
+     r"\b(doesn't|does\s+not|never|won't|will\s+not|don't|do\s+not)\s+(\w+\s+)?(feed|append|add|put|pass|write|send)\w*\s+"
+     r"(it|them|the\s+(\w+\s+)?tokens?)\s+(back|in|into|to)\b",
+     r"\b(next|later|following)\s+(\w+\s+){0,2}?(steps?|tokens?|passes?)\s+(\w+\s+){0,2}?(recomput|recalculat|start)\w*\s+"
+     r"(\w+\s+){0,2}?from\s+(the\s+)?(original\s+)?(prompt|scratch)\b",
+     r"(token|它|结果|这个词|这个字)[^，。；,;]{0,6}(不|没有?|不会|并不|从不)\s*(会)?\s*(被)?\s*(加入|进入|进|追加|拼|放|写|喂|送|回|加|存)"
+     r"(到|进|入|回)?[^，。；,;]{0,4}(历史|上下文|输入|序列|模型|KV|缓存|context)",
+     r"(不|没有?|不会|并不|从不)\s*(会)?\s*把\s*(它|token|这个\s*token|采样[^，。；,;]{0,4})[^，。；,;]{0,4}(加入|放回|喂回|追加|拼|送回|加到|放进)",
+     r"(下一步|之后|后面|后续)[^，。；,;]{0,10}(从|根据|基于)\s*(prompt|提示词?|原始输入|原来的输入)\s*(重新|从头)(算|计算|生成)"],
+    ["token_to_history", "next_step_depends"],
+    "the sampled token is not thrown away: think about where it goes and what reads it next",
+    "采样出的 token 不会被丢掉：想一想它去了哪里、接下来谁读它")
+NO_HOLD = misconception(
+    "no_hold",
+    [r"(不|没有?|并不|从不|不会|并没有?)\s*(会)?\s*(占|占用|占着|持有|拿着|霸着|霸占)(有)?[^，。；,;]{0,4}(资源|块|显存|内存|KV|状态|东西)",
+     r"\b(hold|holds|own|owns|occupy|occupies|keep|keeps|have|has)\s+no\s+(\w+\s+)?(resources?|blocks?|memory|state|kv)\b",
+     r"\b(doesn't|does\s+not|don't|do\s+not|never)\s+(hold|own|occupy|keep|take\s+up|use)\w*\s+(any\s+)?(\w+\s+)?"
+     r"(resources?|blocks?|memory|state|kv)\b"],
+    ["holds_resources"],
+    "a live request is not weightless: think about what it keeps until it is released",
+    "活跃请求并不是不占东西的：想一想它在释放之前一直留着什么",
+    # a request that has finished or been released does hold nothing: that is the point, not the misconception
+    true_of=r"释放|结束|完成|取消|退出|归还|回收|\b(released|freed|finished|done|ended|cancel+ed|completed?|after|once)\b")

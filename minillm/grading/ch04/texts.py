@@ -294,7 +294,7 @@ def grade_task2(answer, m: Marks) -> None:
     from . import ideas as I
 
     text = _as_text(answer, "task2_kv_explain")
-    _short_answer(text, m, [I.RECOMPUTE, I.MEMORY], [I.HIT_MISS, I.SAVES_MEMORY, I.STORES_WEIGHTS],
+    _short_answer(text, m, [I.RECOMPUTE, I.MEMORY], [I.HIT_MISS, I.SAVES_MEMORY, I.STORES_WEIGHTS, I.CACHE_UNREAD],
                   TASK2_PROMPTS, TASK2_LIMIT, "task2_kv_explain")
 
 
@@ -561,7 +561,7 @@ def grade_task4(answer, m: Marks) -> None:
     from . import ideas as I
 
     text = _as_text(answer, "task4_sampling")
-    _short_answer(text, m, [I.TOKEN_TO_HISTORY, I.NEXT_STEP_DEPENDS], [I.RANDOM_ONLY, I.NO_EFFECT_LATER],
+    _short_answer(text, m, [I.TOKEN_TO_HISTORY, I.NEXT_STEP_DEPENDS], [I.RANDOM_ONLY, I.NO_EFFECT_LATER, I.TOKEN_DROPPED],
                   TASK4_PROMPTS, TASK4_LIMIT, "task4_sampling")
 
 
@@ -792,13 +792,14 @@ def parse_choice(value: str, options, lang: str = "en") -> tuple[str | None, str
 def _quiz_why_ideas(q: Question):
     from . import ideas as I
 
-    return {"quiz1_live_requests": ([I.HOLDS_RESOURCES], False),
-            "quiz2_kv_tradeoff": ([I.RECOMPUTE, I.MEMORY], True),
-            "quiz3_sampling_interface": ([I.TOKEN_TO_HISTORY, I.NEXT_STEP_DEPENDS], False),
-            "quiz4_states_before_batching": ([I.MIXED_STATES], False),
-            "quiz5_debug_by_request": ([I.HOLDS_RESOURCES], False),
-            "quiz6_key_table_decode": ([I.DECODE_PER_TOKEN], False),
-            "quiz7_scheduling_states": ([I.MIXED_STATES], False)}[q.id]
+    # (ideas, all of them needed, the misconceptions that deny them: said plainly, the why earns nothing)
+    return {"quiz1_live_requests": ([I.HOLDS_RESOURCES], False, [I.NO_HOLD]),
+            "quiz2_kv_tradeoff": ([I.RECOMPUTE, I.MEMORY], True, [I.CACHE_UNREAD]),
+            "quiz3_sampling_interface": ([I.TOKEN_TO_HISTORY, I.NEXT_STEP_DEPENDS], False, [I.TOKEN_DROPPED]),
+            "quiz4_states_before_batching": ([I.MIXED_STATES], False, []),
+            "quiz5_debug_by_request": ([I.HOLDS_RESOURCES], False, [I.NO_HOLD]),
+            "quiz6_key_table_decode": ([I.DECODE_PER_TOKEN], False, []),
+            "quiz7_scheduling_states": ([I.MIXED_STATES], False, [])}[q.id]
 
 
 def _quiz_answer(answer, q: Question) -> tuple:
@@ -867,10 +868,11 @@ def _register_question(q: Question) -> None:
             return
         if max(option_share(why, q.options[letter].text.en), option_share(why, q.options[letter].text.zh)) >= NEAR_OPTION:
             m.doubt("close to the option's words", NEAR_OPTION_DOUBT)
-        wanted, need_all = _quiz_why_ideas(q)
-        r = read(why, wanted, [])
+        wanted, need_all, denials = _quiz_why_ideas(q)
+        r = read(why, wanted, denials)
         _add_doubts(r, m)
-        found = [i for i in wanted if r.ideas[i.key] == "present"]
+        spoiled = _report_misconceptions(r, m)
+        found = [i for i in wanted if r.ideas[i.key] == "present" and i.key not in spoiled]
         if (need_all and len(found) == len(wanted)) or (not need_all and found):
             m.ok(_say(lang, "the why names the mechanism", "理由说清了机制"), 1)
         else:
@@ -968,7 +970,8 @@ def _pitfall_reason(p: Pitfall, reason: str):
     wanted = {"pitfall1_kv_not_hit_cache": [I.REQUEST_STATE],
               "pitfall2_sampling_not_ui": [I.TOKEN_TO_HISTORY, I.NEXT_STEP_DEPENDS, I.SAMPLING_PICKS],
               "pitfall3_one_lifecycle": [I.PREFILL_BUILDS, I.DECODE_CONTINUES]}[p.id]
-    bad = [I.HIT_MISS, I.RANDOM_ONLY] + ([I.NO_EFFECT_LATER] if p.id == "pitfall2_sampling_not_ui" else [])
+    bad = [I.HIT_MISS, I.RANDOM_ONLY] + {"pitfall2_sampling_not_ui": [I.NO_EFFECT_LATER, I.TOKEN_DROPPED],
+                                         "pitfall3_one_lifecycle": [I.CACHE_UNREAD]}.get(p.id, [])
     r = read(reason, wanted, bad)
     return r, wanted, any(r.ideas[i.key] == "present" for i in wanted)
 
