@@ -746,3 +746,28 @@ def test_a_negation_written_inside_a_misconception_phrase_denies_it():
     # "缓存不是查答案的" denies the answer cache (it used to be read as one and cancel the saving)
     assert check("task2_kv_explain", "缓存不是查答案的：它存下 K/V，decode 不用重新算，显存随长度涨").score == 2
     assert check("task2_kv_explain", "缓存了之前的答案，相同问题直接返回，显存随长度涨").score <= 1
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # decode cut off from prefill, or starting over: the same denial in other words
+    ("pitfall3_one_lifecycle", (True, "prefill 把 KV 建好，decode 跟 prefill 没关系，从零开始算"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill builds the KV cache; decode does not depend on it and starts from scratch"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill builds the cache, then decode starts over from the prompt"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill builds the cache but decode is a separate pass that does not rely on it"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill builds the cache, and decode doesn't need it"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill 建好缓存，decode 依赖它继续，不需要从头开始"), 2),
+    ("pitfall3_one_lifecycle", (True, "decode 不用从零开始，它接着 prefill 的 KV 往下走"), 2),
+    ("pitfall3_one_lifecycle", (True, "decode doesn't start over: it continues from the cache prefill built"), 2),
+    # the token thrown away once shown
+    ("pitfall2_sampling_not_ui", (False, "sampling picks every token; the sampled token is shown and then discarded"), 1),
+    ("pitfall2_sampling_not_ui", (False, "每个 token 都由采样决定；采样的 token 显示完就被丢掉了"), 1),
+    ("pitfall2_sampling_not_ui", (False, "每个 token 都由采样决定；采样的 token 不会被丢掉，会加入上下文"), 2),
+    ("pitfall2_sampling_not_ui", (False, "sampling picks every token; the sampled token is not discarded but appended to the context"), 2),
+])
+def test_decode_cut_off_from_prefill_and_a_token_thrown_away_are_denials_too(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+def test_the_misconception_denied_then_the_idea_said_without_its_subject():
+    # "不是从头开始，而是在 prefill 的 KV 上继续": decode continues "on" the KV (在…上继续), its subject left before 不是
+    assert check("pitfall3_one_lifecycle", (True, "decode 不是从头开始，而是在 prefill 的 KV 上继续")).score == 2

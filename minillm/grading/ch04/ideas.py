@@ -238,7 +238,7 @@ DECODE_CONTINUES = idea(
                 r"接着[^。；;]{0,16}(往下|继续|走|生成)", r"\bcontinu\w*\s+from\s+(the|that|this)\s+(\w+\s+){0,2}?(cache|state)",
                 r"\b(same|one|single)\s+(\w+\s+){0,2}?(state machine|cache)", r"\bwhere prefill left off\b",
                 r"同一(个|条|份)?\s*(状态机|缓存|状态|KV|kv)",
-                r"从[^，。；,;]{0,14}(状态|缓存|KV)[^，。；,;]{0,6}(继续|接着|往下|推进)",
+                r"从[^，。；,;]{0,14}(状态|缓存|KV)[^，。；,;]{0,6}(继续|接着|往下|推进)", r"在[^，。；,;]{0,14}(状态|缓存|KV)\s*(上|里|中)\s*(继续|接着|往下|推进)",
                 r"\b(continu\w*|resum\w*|picks? up|carr(y|ies) on)\s+from\s+(\w+\s+){0,4}?(state|cache|kv)\b",
                 # "decode just keeps going from prefill's KV", "goes on from where prefill stopped"
                 r"decod\w*\s+(\w+\s+){0,3}?(keeps?\s+going|kept\s+going|goes\s+on|went\s+on|proceeds?|moves?\s+on)\s+(from|with)\b"],
@@ -377,14 +377,24 @@ CACHE_UNREAD = misconception(
      r"(读|用|查|拿)不(到|着|上)" + _CACHE_OBJ_ZH, r"(跳过|绕过|无视|忽略|抛开|不理)" + _CACHE_OBJ_ZH,
      r"自己\s*(重新|从头|再)\s*(算|计算)|自己\s*重算|自己[^，。；,;]{0,4}(重新|从头)(算|计算)",
      # decode as the subject of recomputing; a verb of sparing between them is the idea ("decode 跳过重算", "spares decode from")
-     _DECODE_ZH + r"((?!跳过|省|免|避|少|不|没|无)[^，。；,;]){0,10}(?P<v>(重新|从头|再次)\s*(算|计算|过一遍|跑一遍)|重算)",
+     _DECODE_ZH + r"((?!跳过|省|免|避|少|不|没|无)[^，。；,;]){0,10}(?P<v>(重新|从头|再次)\s*(算|计算|过一遍|跑一遍)|重算|"
+                  r"(从零|从头|重新)\s*开始|另起炉灶)",
+     # decode cut off from prefill: "跟 prefill 没关系", "不依赖它", "prefill 和 decode 互不相干"
+     r"(跟|和|与)\s*(prefill|预填充?|它|缓存|KV)\s*(没有?|无|毫无)\s*(关系|关联|联系)|(跟|和|与)\s*(prefill|预填充?|它)\s*无关",
+     _NEG_ZH + r"(依赖|依靠|基于|需要|靠)" + _CACHE_OBJ_ZH.replace(r"它们?)", r"它们?|prefill)"),
+     r"(prefill|预填充?)\s*(和|与|跟)\s*(decode|解码)[^，。；,;]{0,6}(?P<v>互不相干|互不相关|没有?关系|无关|(相互|互相|彼此|各自)独立)",
      r"\b(does\s+not|doesn't|do\s+not|don't|did\s+not|didn't|never|won't|will\s+not|cannot|can't)\s+(actually\s+|even\s+|really\s+)?"
      r"(read|use|touch|look\s+(at|up|in)(to)?|consult|check|access|reuse|query)\w*\s+(\w+\s+){0,2}?(kv\s+)?(cache|it|them|what\s+prefill|prefill's)\b"
      r"(?!\s+of\s+(answers|responses|replies|outputs|completions|prompts))",
      r"\b(ignor|bypass|disregard)\w*\s+(\w+\s+){0,2}?(kv\s+)?(cache|what\s+prefill)\b", r"\bskip\w*\s+(the\s+)?(kv\s+)?cache\b",
      r"\b(recomput|recalculat|redo|redoes|re-comput|re-calculat)\w*\s+(\w+\s+){0,4}?(itself|by\s+itself|on\s+its\s+own)\b",
      r"\bdecod\w*\s+((?!(skip|spar|avoid|sav|bypass|no|never|not|without|from|instead|rather)\w*\b)\w+\s+){0,3}?"
-     r"(?P<v>(recomput|recalculat|redo|redoes|re-?run|reprocess|re-comput)\w*)"],
+     r"(?P<v>(recomput|recalculat|redo|redoes|re-?run|reprocess|re-comput)\w*|start\w*\s+(over|afresh|from\s+(scratch|zero|the\s+beginning)))",
+     r"\b(does\s+not|doesn't|do\s+not|don't|never|won't|will\s+not)\s+(\w+\s+)?(depend\w*\s+on|rel(y|ies)\s+on|build\w*\s+on)\s+"
+     r"(\w+\s+){0,2}?(kv\s+)?(cache|it|them|prefill|what\s+prefill)\b",
+     r"\b(does\s+not|doesn't|do\s+not|don't|never|won't|will\s+not)\s+need\s+(the\s+)?(kv\s+)?(cache|it|them|prefill)\b",
+     r"\b(prefill\s+and\s+decode|decode\s+and\s+prefill|the\s+two(\s+phases)?)\s+(are|run)\s+(\w+\s+)?(?P<v>independent|unrelated)\b",
+     r"\bdecod\w*\s+(\w+\s+){0,3}?(?P<v>independent|unrelated|has\s+nothing\s+to\s+do)\s+(of|from|to|with)\s+(\w+\s+)?(prefill|it|the\s+cache)\b"],
     ["no_recompute", "prefill_builds", "decode_continues"],
     "the cache is not left unread: think about what decode does with what prefill wrote",
     "缓存不是放着不用的：想一想 decode 拿 prefill 写下的东西做什么",
@@ -405,7 +415,12 @@ TOKEN_DROPPED = misconception(
      r"(token|它|结果|这个词|这个字)[^，。；,;]{0,6}(不|没有?|不会|并不|从不)\s*(会)?\s*(被)?\s*(加入|进入|进|追加|拼|放|写|喂|送|回|加|存)"
      r"(到|进|入|回)?[^，。；,;]{0,4}(历史|上下文|输入|序列|模型|KV|缓存|context)",
      r"(不|没有?|不会|并不|从不)\s*(会)?\s*把\s*(它|token|这个\s*token|采样[^，。；,;]{0,4})[^，。；,;]{0,4}(加入|放回|喂回|追加|拼|送回|加到|放进)",
-     r"(下一步|之后|后面|后续)[^，。；,;]{0,10}(从|根据|基于)\s*(prompt|提示词?|原始输入|原来的输入)\s*(重新|从头)(算|计算|生成)"],
+     r"(下一步|之后|后面|后续)[^，。；,;]{0,10}(从|根据|基于)\s*(prompt|提示词?|原始输入|原来的输入)\s*(重新|从头)(算|计算|生成)",
+     # thrown away after it is shown ("is not discarded" negates at the verb, group v)
+     r"\b(tokens?|it|choices?|samples?)\s+(is|are|gets?|was)\s+(\w+\s+){0,3}?(?P<v>discarded|thrown\s+away|dropped|forgotten)\b",
+     r"(token|它)[^，。；,;]{0,6}(?P<v>(就|会)?(被)?(丢掉|丢弃|扔掉|扔了|丢了))",
+     # "… is shown and then discarded": the clause after "and then" keeps the token as its subject
+     r"^\s*(it\s+is\s+|it's\s+|gets?\s+|is\s+)?(?P<v>discarded|thrown\s+away|dropped|forgotten)\b(?!\s+(when|after|once|at\s+the\s+end))"],
     ["token_to_history", "next_step_depends"],
     "the sampled token is not thrown away: think about where it goes and what reads it next",
     "采样出的 token 不会被丢掉：想一想它去了哪里、接下来谁读它")
