@@ -771,3 +771,19 @@ def test_decode_cut_off_from_prefill_and_a_token_thrown_away_are_denials_too(exe
 def test_the_misconception_denied_then_the_idea_said_without_its_subject():
     # "不是从头开始，而是在 prefill 的 KV 上继续": decode continues "on" the KV (在…上继续), its subject left before 不是
     assert check("pitfall3_one_lifecycle", (True, "decode 不是从头开始，而是在 prefill 的 KV 上继续")).score == 2
+
+
+@pytest.mark.parametrize("exercise, answer, score", [
+    # a pitfall's reason names one of its ideas and denies another: it says the opposite of the chapter
+    ("pitfall2_sampling_not_ui", (False, "sampling picks each token, and the next step never sees it"), 1),
+    ("pitfall2_sampling_not_ui", (False, "sampling picks every token; later steps ignore it"), 1),
+    ("pitfall2_sampling_not_ui", (False, "每个 token 都由采样决定，但后面的步骤不依赖它"), 1),
+    ("pitfall3_one_lifecycle", (True, "prefill builds the cache, but decode doesn't continue from it"), 1),
+    # a negator before a verb of ignoring is a yes
+    ("pitfall2_sampling_not_ui", (False, "sampling picks every token; later steps can't ignore it"), 2),
+    ("pitfall2_sampling_not_ui", (False, "采样决定每个 token，后面的步骤不能忽略它"), 2),
+    ("pitfall2_sampling_not_ui", (False, "采样决定每个 token，后面的步骤离不开它"), 2),
+    ("pitfall3_one_lifecycle", (True, "prefill builds the cache; decode never recomputes it, it continues from it"), 2),
+])
+def test_a_pitfall_reason_that_denies_one_of_its_ideas_earns_nothing(exercise, answer, score):
+    assert check(exercise, answer).score == score

@@ -210,8 +210,16 @@ _IGNORES_ZH = re.compile(r"[^，。；,;]{0,2}(忽略|无视|丢弃|扔掉|不�
 NEG_AFTER_ZH = 4
 
 
+# a negator before a verb of ignoring is a yes: "later steps can't ignore it", "后面的步骤不能忽略它", "离不开它"
+_CANNOT_IGNORE = re.compile(r"\s*(\w+\s+){0,1}?(can't|cannot|can\s+not|couldn't|won't|don't|doesn't|never|do\s+not|does\s+not)\s+"
+                            r"(\w+\s+)?(ignor|disregard|overlook|skip|escape|do\s+without)\w*|"
+                            r"[^，。；,;]{0,2}((不能|不会|没法|无法|不可能|不可|不)(忽略|无视|不管|绕开|跳过|丢开)|离不开)", _I)
+
+
 def negated_after(clause: str, end: int) -> bool:
     """A subject followed by its negated verb: "later steps do not depend on it", "后续计算不依赖它"."""
+    if _CANNOT_IGNORE.match(clause, end):
+        return False
     after_zh = clause[end:end + NEG_AFTER_ZH]
     if _CJK_RE.search(after_zh[:1] or "") and _NEG_NEAR.search(after_zh):
         return True

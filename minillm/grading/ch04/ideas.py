@@ -231,7 +231,8 @@ PREFILL_BUILDS = idea(
                 _PREFILL_ZH + r"[^。；;]{0,18}(建立|构建|建好|建起|搭好|生成|写入|写进|存进|放进|写好|填充|填好|准备|计算|得到|算好|算出|存好|留下|产生|存下)"])
 DECODE_CONTINUES = idea(
     "decode_continues", "decode continues from that same state", "decode 在同一份状态上继续",
-    standalone=[_DECODE_EN + r"\s+(\w+\s+){0,5}?(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
+    # the gap crosses "doesn't" so that "decode doesn't continue from it" is read, and read as negated
+    standalone=[_DECODE_EN + r"\s+([\w']+\s+){0,5}?(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
                 r"resum\w*|append\w*|mov\w*|picks? up|carr\w*)",
                 _DECODE_ZH + r"[^。；;]{0,18}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一|(?<![不没])用|(?<![不没])读(?!不)|往(后|下|前|上)(走|推|跑|算|生成|加|叠|堆))",
                 r"decod\w*\s+(\w+\s+){0,3}?(goes|go|going|went|steps?|walks?|marche?s?)\s+(forward|onward|ahead)\s+(from|on)\b",

@@ -973,7 +973,9 @@ def _pitfall_reason(p: Pitfall, reason: str):
     bad = [I.HIT_MISS, I.RANDOM_ONLY] + {"pitfall2_sampling_not_ui": [I.NO_EFFECT_LATER, I.TOKEN_DROPPED],
                                          "pitfall3_one_lifecycle": [I.CACHE_UNREAD]}.get(p.id, [])
     r = read(reason, wanted, bad)
-    return r, wanted, any(r.ideas[i.key] == "present" for i in wanted)
+    # one idea named is enough, unless another is denied: "sampling picks each token, and the next step never sees it"
+    denied = any(r.ideas[i.key] == "negated" for i in wanted)
+    return r, wanted, any(r.ideas[i.key] == "present" for i in wanted) and not denied
 
 
 _PITFALL_HINT = {"pitfall1_kv_not_hit_cache": "request_state", "pitfall2_sampling_not_ui": "sampling_picks",
