@@ -90,14 +90,7 @@ _STOP_EDGE = re.compile(r"\beos\b|<eos>|\bstop\w*|\bmax_?(new_)?tokens\b|\bend o
 def stopped_states(d: Diagram, roles: dict) -> list[str]:
     """States named by something the chapter has no word for ("买单" in a diagram told as a restaurant) that every
     way in reaches from a decode state on a stop condition (EOS, max tokens): the finished state, whatever its name."""
-    out = []
-    for s in d.states:
-        if roles[s]:
-            continue
-        ins = [(src, label) for src, dst, label in d.transitions if dst == s and src != s]
-        if ins and all("decode" in roles.get(src, ()) and _STOP_EDGE.search(label or "") for src, label in ins):
-            out.append(s)
-    return out
+    return _entered_only(d, roles, "decode", _STOP_EDGE)
 
 
 _RELEASE_EDGE = re.compile(ROLES["release"][0] + r"|归还|还回|交还|\breturn\w*", re.IGNORECASE)
@@ -106,12 +99,18 @@ _RELEASE_EDGE = re.compile(ROLES["release"][0] + r"|归还|还回|交还|\bretur
 def released_states(d: Diagram, roles: dict) -> list[str]:
     """States the chapter has no word for ("下机清舱" in a diagram told as an airport) that every way in reaches from
     the finished state on a release (release, free, 归还): the released state, whatever its name."""
+    return _entered_only(d, roles, "finish", _RELEASE_EDGE)
+
+
+def _entered_only(d: Diagram, roles: dict, role: str, edge: re.Pattern) -> list[str]:
+    """The states with no role of their own whose every way in comes from a state of ``role`` on an
+    edge whose label matches ``edge``."""
     out = []
     for s in d.states:
         if roles[s]:
             continue
         ins = [(src, label) for src, dst, label in d.transitions if dst == s and src != s]
-        if ins and all("finish" in roles.get(src, ()) and _RELEASE_EDGE.search(label or "") for src, label in ins):
+        if ins and all(role in roles.get(src, ()) and edge.search(label or "") for src, label in ins):
             out.append(s)
     return out
 
