@@ -187,6 +187,13 @@ class LazyLibrary:
             self.home["_lib"] = lib
         return lib
 
+    def require(self, what: str):
+        """The library, or a RuntimeError saying that ``what`` is unavailable here and why."""
+        lib = self.get()
+        if lib is None:
+            raise RuntimeError(f"{what} is unavailable: {self.reason}")
+        return lib
+
     def available(self) -> bool:
         """Whether the library is built and loaded on this machine (builds it on first call)."""
         return self.get() is not None
@@ -274,9 +281,7 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     """Decode attention of ``q`` [n, heads, D] over the paged pool ([blocks, block_size,
     kv_heads, D]), row b reading the blocks ``block_tables[b]`` (int64 [n, W]) up to
     ``context_lens[b]`` tokens; returns [n, heads, D]. float32 CPU tensors only."""
-    fn = _library.get()
-    if fn is None:
-        raise RuntimeError(f"the CPU paged attention kernel is unavailable: {_library.reason}")
+    fn = _library.require("the CPU paged attention kernel")
     if not _plainly_valid(q, k_pool, v_pool, block_tables, context_lens, scale):
         _check_args(q, k_pool, v_pool, block_tables, context_lens, scale)  # raises, naming the argument
     n, heads, dim = q.shape

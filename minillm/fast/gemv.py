@@ -90,9 +90,7 @@ def read_probe(buffer: torch.Tensor) -> float:
     """The sum of a contiguous float32 CPU tensor, read the way the kernel reads weights (4 far-apart
     streams): the benchmarks time it for the read-bandwidth floor. Releases the GIL (ctypes), so
     several Python threads can probe halves of a buffer at once."""
-    lib = _library.get()
-    if lib is None:
-        raise RuntimeError(f"the gemv kernel is unavailable: {_library.reason}")
+    lib = _library.require("the gemv kernel")
     if buffer.dtype != torch.float32 or buffer.device.type != "cpu" or not buffer.is_contiguous():
         raise ValueError("gemv.read_probe: buffer must be a contiguous float32 CPU tensor")
     return float(lib.minillm_gemv_read_probe(buffer.data_ptr(), buffer.numel()))
@@ -108,9 +106,7 @@ def set_spin_us(us: int) -> int:
     """How long an idle worker spins before it sleeps, in microseconds; returns the old value."""
     if isinstance(us, bool) or not isinstance(us, int) or us < 0:
         raise ValueError(f"us must be an int >= 0, got {us!r}")
-    lib = _library.get()
-    if lib is None:
-        raise RuntimeError(f"the gemv kernel is unavailable: {_library.reason}")
+    lib = _library.require("the gemv kernel")
     return lib.minillm_gemv_set_spin_us(us)
 
 
@@ -180,9 +176,7 @@ def linear_int8(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: tor
 
 
 def _call(x, weight, scale, bias, threads):
-    lib = _library.get()
-    if lib is None:
-        raise RuntimeError(f"the gemv kernel is unavailable: {_library.reason}")
+    lib = _library.require("the gemv kernel")
     if threads is None:
         threads = _threads or torch.get_num_threads()
     n, k = weight.shape

@@ -99,6 +99,10 @@ def _declare(lib):
     lib.decoder_model_f32.argtypes = [ctypes.POINTER(_Kernels), _ptr, _i64, ctypes.POINTER(_Step), _ptr, _ptr,
                                       ctypes.POINTER(_Ends), _ptr, _ptr, _ptr, _ptr]
     lib.decoder_model_f32.restype = ctypes.c_int
+    lib.layer_scratch_floats.argtypes = [_i64] * 6
+    lib.layer_scratch_floats.restype = _i64
+    lib.model_scratch_floats.argtypes = [_i64, _i64]
+    lib.model_scratch_floats.restype = _i64
     lib.rows_argmax_f32.argtypes = [_ptr, _i64, _i64, _ptr]
     lib.rows_argmax_f32.restype = None
     g, s = gemv._lib, small_ops._lib
@@ -153,9 +157,7 @@ def _weights(mods) -> _Weights | None:
     w = _Weights(*(p for p, _ in projs), norms[0].data_ptr(), norms[1].data_ptr(), norm1.eps, norm2.eps,
                  attn.scale, norms[0].shape[0], attn.num_heads, attn.num_kv_heads, attn.head_dim, mlp.intermediate)
     w.keep = tuple(t for _, ts in projs for t in ts)  # alive while the struct points into them
-    # scratch floats a row (decoder_layer.c's layer_scratch_floats)
-    q = attn.num_heads * attn.head_dim
-    w.per_row = 3 * w.hidden + 2 * q + 2 * attn.num_kv_heads * attn.head_dim + 3 * mlp.intermediate
+    w.per_row = _lib.layer_scratch_floats(1, w.hidden, w.heads, w.kv_heads, w.head_dim, w.inter)  # floats a row
     return w
 
 
@@ -287,8 +289,8 @@ class _Stack:
         self.k = (_ptr * n)(*(t.data_ptr() for t in kv_cache.k))
         self.v = (_ptr * n)(*(t.data_ptr() for t in kv_cache.v))
         self.ends = _model_ends(model, weights, head_dim)
-        # scratch floats a row: the layers' and (decoder_layer.c's model_scratch_floats) the model call's own
-        self.per_row = max(w.per_row for w in weights) + 3 * weights[0].hidden + 2 * head_dim
+        # scratch floats a row: the layers' and the model call's own
+        self.per_row = max(w.per_row for w in weights) + _lib.model_scratch_floats(weights[0].hidden, head_dim)
         self.n, self.pool = n, kv_cache.k[0]
 
 
@@ -346,7 +348,8 @@ def _index_ok(t, m: int) -> bool:
 
 
 def _rotary_tables(rotary, head_dim: int):
-    """``_rope_tables`` but for the positions."""
+    """The rotary's float32 cos and sin tables ([positions, head_dim], contiguous, on the CPU) where
+    no hook or subclass is on the rotary, else None (``_rope_tables`` checks the positions too)."""
     if type(rotary) is not RotaryEmbedding or rotary._forward_hooks or rotary._forward_pre_hooks:
         return None
     cos, sin = rotary._buffers.get("cos"), rotary._buffers.get("sin")
