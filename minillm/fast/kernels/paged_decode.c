@@ -13,10 +13,10 @@
  * every thread busy; a row's heads split into spans when rows alone would leave threads idle).
  * Each key and value vector is read once for all the query heads that share it. Two passes
  * over the context (scores, then the weighted sum of values) with the softmax between them,
- * all in float32; the scores (query heads x context floats) are a task's only scratch. Two
- * versions: attend_fixed, vectorised (AVX-512, or AVX2 + FMA) for the common head shapes, one
- * KV head at a time with its queries and accumulators in registers; attend_generic, plain
- * loops, any shape.
+ * all in float32; the scores (query heads x context floats) are a task's main scratch. Two
+ * versions: attend_fixed, vectorised (AVX-512, or AVX2 + FMA) for the common head shapes, block
+ * by block and within a block one KV head at a time, its queries and accumulators in registers,
+ * the next block fetched meanwhile; attend_generic, plain loops, any shape.
  *
  * Returns 0, or -1 when a block id lies outside the pool or a row has fewer blocks than its
  * context needs (nothing is read then), -2 when scratch memory could not be had, or -3 when an
@@ -153,90 +153,123 @@ static float softmax_numerators_vec(float *s, int64_t len)
     return total;
 }
 
-/* One (row, KV head) task with G query heads of D floats (D a multiple of 16), G and D
- * constants after inlining: the G queries and the G x D accumulators live in registers (or,
- * for the larger shapes with AVX2's 16 registers, in L1 beside them). Their arrays come from
- * FIXED below, sized there by constants: declared here with G and D they would be C99
- * variable-length arrays, which GCC keeps on the stack, so every accumulator update went through
- * memory (a store-to-load chain per token): sized here, the kernel ran 1.1-1.6x faster per head
- * shape on a Zen 4 core (benchmarks/README.md, *Zen 4 with AVX-512*).
- * Block by block (no division per token); while a block is read, the same head's piece of the
- * next block is prefetched (the hardware prefetcher cannot guess the jump between blocks:
- * measured 1.2-1.4x, and at 2 threads the pool is then read at about the machine's bandwidth);
- * with AHEAD, each token also fetches a piece of the next row (``struct ahead``), a copy without
- * it serving tasks that have no next row to fetch (its checks cost ~15 % on data in cache). */
+/* One task, KV heads [kh0, kh1) of a row, each with G query heads of D floats (D a multiple of
+ * 16), G and D constants after inlining. Block by block, and inside a block head by head: a
+ * token's heads lie side by side in the pool, so a block's heads together are one contiguous
+ * stretch. A head's G queries and G x D accumulators sit in registers while it walks a block (qr,
+ * ar: arrays from FIXED below, sized there by constants: declared here they would be C99
+ * variable-length arrays, which GCC keeps on the stack, a store-to-load chain per token), and in
+ * the task's scratch between blocks. Every score, sum and accumulator sees the same operations in
+ * the same order as walking one head over the whole context did: the same bits.
+ *
+ * The pool is far (a decode step streams the weights between two visits of a layer's blocks), and
+ * a row's blocks lie anywhere in it, so the hardware prefetcher cannot guess the jump from one
+ * block to the next. The kernel fetches, into L2 (a prefetch into L1 held the core's few L1 miss
+ * buffers and the kernel read the pool at ~6 GB/s): the first block's keys before it starts; while
+ * block j's keys are read, block j + 1's keys and block j's values (read again only in pass 2);
+ * while block j's values are read, block j + 1's. On a Zen 4 core, SmolLM2's 30 layers of
+ * attention at batch 1 took 0.46 ms at 128 tokens and 1.4-1.7 ms at 512, 0.87 and 2.9 ms head by
+ * head with prefetches into L1 (benchmarks/README.md, *Attention's reads from far memory*). With
+ * AHEAD, each token also fetches a piece of the next row (``struct ahead``), a copy without it
+ * serving tasks that have no next row to fetch (its checks cost ~15 % on data in cache). */
 static inline __attribute__((always_inline)) int
 attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v_pool,
-             const int64_t *table, int64_t len, float *o, int64_t kh, int64_t kv_heads,
-             int64_t block_size, float scale, vec *restrict qv, vec *restrict acc, vec *restrict v,
-             float *restrict inv, const int G, const int D, struct ahead *restrict ah, const int AHEAD)
+             const int64_t *table, int64_t len, float *o, int64_t kh0, int64_t kh1, int64_t kv_heads,
+             int64_t block_size, float scale, vec *restrict qr, vec *restrict ar, vec *restrict v,
+             const int G, const int D, struct ahead *restrict ah, const int AHEAD)
 {
     const int C = D / LANES;                            /* vectors per head */
-    const int64_t token_stride = kv_heads * D, block_stride = block_size * token_stride;
-    float *scores = malloc(sizeof(float) * G * len);
-    if (scores == NULL)
+    const int64_t nh = kh1 - kh0, token_stride = kv_heads * D, block_stride = block_size * token_stride;
+    void *mem = NULL;                                  /* [nh][G*C] queries, accumulators; scores; sums */
+    const size_t vecs = (size_t)nh * G * C;
+    if (posix_memalign(&mem, 64, sizeof(vec) * 2 * vecs + sizeof(float) * (nh * G * len + nh * G)) != 0)
         return -2;
-    for (int g = 0; g < G; g++)
-        for (int c = 0; c < C; c++)
-            qv[g * C + c] = v_mul(v_load(q + g * q_head + LANES * c), v_set1(scale));
-    for (int64_t t0 = 0, j = 0; t0 < len; t0 += block_size, j++) {   /* pass 1: scores */
-        const float *kb = k_pool + table[j] * block_stride + kh * D;
-        const int64_t ntok = t0 + block_size <= len ? block_size : len - t0;
-        const float *kn = t0 + block_size < len ? k_pool + table[j + 1] * block_stride + kh * D : kb;
-        for (int64_t i = 0; i < ntok; i++) {
-            const float *kt = kb + i * token_stride;
-            if (AHEAD)
-                ahead_step(ah, D / 16);
-            for (int c = 0; c < D / 16; c++)              /* one prefetch per 64-byte line */
-                _mm_prefetch((const char *)(kn + i * token_stride + 16 * c), _MM_HINT_T0);
-            for (int g = 0; g < G; g++) {
-                vec a = v_mul(qv[g * C], v_load(kt));
-                for (int c = 1; c < C; c++)
-                    a = v_fmadd(qv[g * C + c], v_load(kt + LANES * c), a);
-                scores[g * len + t0 + i] = v_sum(a);
-            }
-        }
-    }
-    for (int g = 0; g < G; g++)
-        inv[g] = 1.0f / softmax_numerators_vec(scores + g * len, len);
-    for (int g = 0; g < G; g++)
-        for (int c = 0; c < C; c++)
-            acc[g * C + c] = v_zero();
-    for (int64_t t0 = 0, j = 0; t0 < len; t0 += block_size, j++) {   /* pass 2: weighted values */
-        const float *vb = v_pool + table[j] * block_stride + kh * D;
-        const int64_t ntok = t0 + block_size <= len ? block_size : len - t0;
-        const float *vn = t0 + block_size < len ? v_pool + table[j + 1] * block_stride + kh * D : vb;
-        for (int64_t i = 0; i < ntok; i++) {
-            const float *vt = vb + i * token_stride;
-            if (AHEAD)
-                ahead_step(ah, D / 16);
-            for (int c = 0; c < D / 16; c++)
-                _mm_prefetch((const char *)(vn + i * token_stride + 16 * c), _MM_HINT_T0);
+    vec *qs = mem, *accs = qs + vecs;
+    float *scores = (float *)(accs + vecs), *inv = scores + nh * G * len;   /* [nh][G][len], [nh][G] */
+    for (int64_t h = 0; h < nh; h++)
+        for (int g = 0; g < G; g++)
             for (int c = 0; c < C; c++)
-                v[c] = v_load(vt + LANES * c);
-            for (int g = 0; g < G; g++) {
-                const vec p = v_set1(scores[g * len + t0 + i]);
-                for (int c = 0; c < C; c++)
-                    acc[g * C + c] = v_fmadd(p, v[c], acc[g * C + c]);
+                qs[(h * G + g) * C + c] = v_mul(v_load(q + ((kh0 + h) * G + g) * q_head + LANES * c), v_set1(scale));
+    const int64_t lines = nh * D / 16;                  /* 64-byte lines of the task's heads in one token */
+    const char *k0 = (const char *)(k_pool + table[0] * block_stride + kh0 * D);
+    for (int64_t i = 0; i < (len < block_size ? len : block_size); i++)   /* the first block's keys */
+        for (int64_t c = 0; c < lines; c++)
+            _mm_prefetch(k0 + i * token_stride * 4 + 64 * c, _MM_HINT_T1);
+    for (int64_t t0 = 0, j = 0; t0 < len; t0 += block_size, j++) {   /* pass 1: scores */
+        const int64_t ntok = t0 + block_size <= len ? block_size : len - t0;
+        const float *kb = k_pool + table[j] * block_stride;
+        const float *kn = t0 + block_size < len ? k_pool + table[j + 1] * block_stride : kb;
+        const float *vb = v_pool + table[j] * block_stride;
+        for (int64_t h = 0; h < nh; h++) {
+            const int64_t off = (kh0 + h) * D;
+            float *sh = scores + h * G * len + t0;
+            for (int c = 0; c < G * C; c++)
+                qr[c] = qs[h * G * C + c];
+            for (int64_t i = 0; i < ntok; i++) {
+                const float *kt = kb + i * token_stride + off;
+                if (AHEAD)
+                    ahead_step(ah, D / 16);
+                for (int c = 0; c < D / 16; c++) {        /* one prefetch per 64-byte line */
+                    _mm_prefetch((const char *)(kn + i * token_stride + off + 16 * c), _MM_HINT_T1);
+                    _mm_prefetch((const char *)(vb + i * token_stride + off + 16 * c), _MM_HINT_T1);
+                }
+                for (int g = 0; g < G; g++) {
+                    vec a = v_mul(qr[g * C], v_load(kt));
+                    for (int c = 1; c < C; c++)
+                        a = v_fmadd(qr[g * C + c], v_load(kt + LANES * c), a);
+                    sh[g * len + i] = v_sum(a);
+                }
             }
         }
     }
-    for (int g = 0; g < G; g++)
-        for (int c = 0; c < C; c++)
-            v_store(o + g * D + LANES * c, v_mul(acc[g * C + c], v_set1(inv[g])));
-    free(scores);
+    for (int64_t hg = 0; hg < nh * G; hg++)
+        inv[hg] = 1.0f / softmax_numerators_vec(scores + hg * len, len);
+    for (size_t c = 0; c < vecs; c++)
+        accs[c] = v_zero();
+    for (int64_t t0 = 0, j = 0; t0 < len; t0 += block_size, j++) {   /* pass 2: weighted values */
+        const int64_t ntok = t0 + block_size <= len ? block_size : len - t0;
+        const float *vb = v_pool + table[j] * block_stride;
+        const float *vn = t0 + block_size < len ? v_pool + table[j + 1] * block_stride : vb;
+        for (int64_t h = 0; h < nh; h++) {
+            const int64_t off = (kh0 + h) * D;
+            const float *ph = scores + h * G * len + t0;
+            for (int c = 0; c < G * C; c++)
+                ar[c] = accs[h * G * C + c];
+            for (int64_t i = 0; i < ntok; i++) {
+                const float *vt = vb + i * token_stride + off;
+                if (AHEAD)
+                    ahead_step(ah, D / 16);
+                for (int c = 0; c < D / 16; c++)
+                    _mm_prefetch((const char *)(vn + i * token_stride + off + 16 * c), _MM_HINT_T1);
+                for (int c = 0; c < C; c++)
+                    v[c] = v_load(vt + LANES * c);
+                for (int g = 0; g < G; g++) {
+                    const vec p = v_set1(ph[g * len + i]);
+                    for (int c = 0; c < C; c++)
+                        ar[g * C + c] = v_fmadd(p, v[c], ar[g * C + c]);
+                }
+            }
+            for (int c = 0; c < G * C; c++)
+                accs[h * G * C + c] = ar[c];
+        }
+    }
+    for (int64_t h = 0; h < nh; h++)
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < C; c++)
+                v_store(o + ((kh0 + h) * G + g) * D + LANES * c,
+                        v_mul(accs[(h * G + g) * C + c], v_set1(inv[h * G + g])));
+    free(mem);
     return 0;
 }
 
 #define FIXED(G, D)                                                                             \
     ({                                                                                          \
-        vec qv_[(G) * ((D) / LANES)], acc_[(G) * ((D) / LANES)], v_[(D) / LANES];               \
-        float inv_[G];                                                                          \
+        vec qr_[(G) * ((D) / LANES)], ar_[(G) * ((D) / LANES)], v_[(D) / LANES];                \
         ah->table != NULL                                                                       \
-            ? attend_fixed(q, q_head, k_pool, v_pool, table, len, o, kh, kv_heads, block_size,  \
-                           scale, qv_, acc_, v_, inv_, G, D, ah, 1)                             \
-            : attend_fixed(q, q_head, k_pool, v_pool, table, len, o, kh, kv_heads, block_size,  \
-                           scale, qv_, acc_, v_, inv_, G, D, ah, 0);                            \
+            ? attend_fixed(q, q_head, k_pool, v_pool, table, len, o, kh0, kh1, kv_heads,        \
+                           block_size, scale, qr_, ar_, v_, G, D, ah, 1)                        \
+            : attend_fixed(q, q_head, k_pool, v_pool, table, len, o, kh0, kh1, kv_heads,        \
+                           block_size, scale, qr_, ar_, v_, G, D, ah, 0);                       \
     })
 #define FIXED_G(D)                                                                              \
     switch (group) {                                                                            \
@@ -252,7 +285,7 @@ attend_fixed(const float *q, int64_t q_head, const float *k_pool, const float *v
 
 /* The fast path where it is compiled for the shape (returns 1 when it is not). */
 static int attend_fast(const float *q, int64_t q_head, const float *k_pool, const float *v_pool,
-                       const int64_t *table, int64_t len, float *o, int64_t kh, int64_t group,
+                       const int64_t *table, int64_t len, float *o, int64_t kh0, int64_t kh1, int64_t group,
                        int64_t kv_heads, int64_t dim, int64_t block_size, float scale, struct ahead *ah)
 {
     if (dim == 64) { FIXED_G(64) }
@@ -288,10 +321,8 @@ static int attend_row(const float *q, int64_t q_head, const float *k_pool, const
     if (blocks_held(table, len, width, num_blocks, block_size) < 0)
         return -1;
 #if defined(HAVE_VECTOR_PATH)
-    int rc = 0;
-    for (int64_t kh = kh0; kh < kh1 && rc == 0; kh++)
-        rc = attend_fast(q + kh * group * q_head, q_head, k_pool, v_pool, table, len,
-                         out + kh * group * dim, kh, group, kv_heads, dim, block_size, scale, ah);
+    const int rc = attend_fast(q, q_head, k_pool, v_pool, table, len, out, kh0, kh1, group, kv_heads,
+                               dim, block_size, scale, ah);
     if (rc != 1)
         return rc;
 #endif
@@ -351,9 +382,10 @@ int paged_decode_f32(const float *q, int64_t q_row, int64_t q_head,
     if (num_threads < 1)
         num_threads = 1;
     const int64_t group = heads / kv_heads;
-    /* split each row's KV heads into spans only when rows alone leave threads idle */
+    /* split each row's KV heads into spans only when rows alone leave threads idle (one thread
+     * takes a row whole: its heads are read as one stretch, block by block) */
     int64_t spans = 1;
-    while (spans < kv_heads && n * spans < 2 * (int64_t)num_threads)
+    while (num_threads > 1 && spans < kv_heads && n * spans < 2 * (int64_t)num_threads)
         spans++;
     const int64_t per_span = (kv_heads + spans - 1) / spans;
     spans = (kv_heads + per_span - 1) / per_span;
