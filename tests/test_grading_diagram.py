@@ -8,7 +8,7 @@ import json
 import pytest
 
 from minillm.grading import DiagramEditor, check
-from minillm.grading.ch04.lifecycle import roles_of
+from minillm.grading.ch04.lifecycle import _holds_kv, roles_of
 from minillm.grading.diagram import DiagramFormatError, parse_dot, to_dot
 
 NOTES = {
@@ -350,3 +350,21 @@ def test_a_state_the_chapter_has_no_word_for_entered_from_finished_on_a_release_
     # entered on something else than a release, it stays an unknown step (no released state)
     data["transitions"] = [(w, p, "叫号"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "EOS"), (f, r, "下一位")]
     assert check("task1_diagram", data).score < 12
+
+
+def test_states_the_chapter_has_no_word_for_are_read_from_the_path_and_the_notes():
+    # a diagram told as a hospital: the loop that holds KV is decode, the state that enters it with the prompt's KV is
+    # prefill, the state the diagram starts from (holding nothing yet, "还没分到床位（KV 块）") is the waiting state
+    w, p, d, f, r = "挂号候诊", "入院检查", "住院", "出院结算", "床位清理"
+    data = {"states": {w: "只有病历（prompt 和采样参数），还没分到床位（KV 块）", p: "把整段病史（prompt）的 KV 写进块里",
+                       d: "KV 块，每住一天（每步）多一个 token", f: "停止原因定了，床位还没退", r: "块全部归还，什么都不占"},
+            "transitions": [(w, p, "叫号"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "EOS"), (f, r, "归还")]}
+    assert check("task1_diagram", data).score == 12
+    # without the loop nothing says which state decodes: the roles are not guessed
+    data["transitions"] = [(w, p, "叫号"), (p, d, "第一个 token"), (d, f, "EOS"), (f, r, "归还")]
+    assert check("task1_diagram", data).score < 6
+
+
+def test_a_gloss_is_read_with_the_word_it_glosses():
+    assert not _holds_kv("还没分到床位（KV 块）")
+    assert _holds_kv("分到了床位（KV 块）")

@@ -787,3 +787,61 @@ def test_the_misconception_denied_then_the_idea_said_without_its_subject():
 ])
 def test_a_pitfall_reason_that_denies_one_of_its_ideas_earns_nothing(exercise, answer, score):
     assert check(exercise, answer).score == score
+
+
+# c27 (issue #27): kinds of wording behind the fresh batch's tune disagreements; each right answer failed on the rules
+# before, each near miss or wrong twin scores as it did.
+@pytest.mark.parametrize("exercise, answer, score", [
+    # the saving: memory traded for FLOPs after a colon, computed once, computed before and used directly, the cost of
+    # recomputing said under "if"
+    ("task2_kv_explain", "Trade: memory for FLOPs. Each old token's K/V is computed once; the cache grows with every token", 2),
+    ("task2_kv_explain", "each old token's K/V is computed once per step, and the cache grows with every token", 1),
+    ("task2_kv_explain", "每个 token 的 K/V 只算一次，显存随长度增长", 2),
+    ("task2_kv_explain", "算好的 K/V 留在显存，后面生成时直接拼上去用；显存随长度增长", 2),
+    ("task2_kv_explain", "算好的 K/V 留在显存，后面生成时不拼上去用；显存随长度增长", 1),
+    ("task2_kv_explain", "要是每一步都把前面的 token 重新算一遍就太慢了，所以缓存 K/V；代价是显存随长度增长", 2),
+    ("task2_kv_explain", "if each step recomputed all the old K/V it would be slow, so they are cached; memory grows with length", 2),
+    # the cost: the cache 涨, the size that follows the length ("开多大，KV 就占多大")
+    ("task2_kv_explain", "不用重算旧 token 的 K/V，但缓存随 token 数涨", 2),
+    ("task2_kv_explain", "不用重算旧 token 的 K/V，缓存也不会涨", 1),
+    ("task2_kv_explain", "上下文开多大，KV 就占多大；好处是旧 token 不用重算", 2),
+    ("task2_kv_explain", "上下文开多大都行，旧 token 不用重算", 1),
+    # the sampled token as the next step's input; the next step from the original prompt, "only for display"
+    ("task4_sampling", "采样出的 token 记下来，下一步以它为输入", 2),
+    ("task4_sampling", "采样出的 token 只是拿去显示，下一步还是只看原来的 prompt", 0),
+    ("task4_sampling", "采样出的 token 不只是拿去显示：它进了上下文，下一步基于它算", 2),
+    # a misconception named as what the cache is not like; the request named in English inside Chinese; Cantonese
+    ("pitfall1_kv_not_hit_cache", (False, "它是这个请求自己的中间状态，跟“同样的问题直接返回答案”的缓存不是一回事"), 2),
+    ("pitfall1_kv_not_hit_cache", (True, "它跟“同样的问题直接返回答案”的缓存是一回事"), 0),
+    ("pitfall1_kv_not_hit_cache", (False, "它存的是这个 request 每个 token 的 K 和 V"), 2),
+    ("pitfall1_kv_not_hit_cache", (False, "KV 唔係答案，係存住呢個 request 每個 token 嘅 K 同 V"), 2),
+    # decode cannot do without prefill's state ("离不开" is no negation); without the state it names no mechanism
+    ("pitfall3_one_lifecycle", (True, "decode 离不开 prefill 写好的那份 KV"), 2),
+    ("pitfall3_one_lifecycle", (True, "decode 离不开 prefill"), 1),
+    ("pitfall3_one_lifecycle", (True, "decode 不依赖 prefill 的 KV，自己重算"), 1),
+    # a batch as some requests doing one thing, others another; who is at which stage
+    ("quiz7_scheduling_states", ("C", "每一步都有请求刚进来、有请求刚结束"), 2),
+    ("quiz7_scheduling_states", ("C", "有请求就调度"), 1),
+    ("quiz4_states_before_batching", ("D", "you need to know who's at which stage"), 2),
+])
+def test_c27_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+@pytest.mark.parametrize("pairs, score", [
+    # a document counted in pages, a whole repository sent as context: long context
+    ([("一份 200 页的合同", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("长输出", "每生成一个 token 多存一份 KV")], 6),
+    ([("the whole repo sent as context", "every token keeps its K/V"), ("many users", "each request keeps its own KV"),
+      ("long outputs", "each generated token adds K/V")], 6),
+    ([("几页纸", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("长输出", "每生成一个 token 多存一份 KV")], 5),
+])
+def test_c27_task3_scenarios(pairs, score):
+    assert check("task3_pressure", pairs).score == score
+
+
+def test_written_cantonese_is_read_as_mandarin_only_where_it_is_cantonese():
+    from minillm.grading.hanzi import simplified
+
+    assert simplified("佢係系统嘅一部分，唔使再計過") == "它是系统的一部分，不用再算过"
+    assert simplified("这个系统的关系") == "这个系统的关系"  # no Cantonese mark: nothing read
+    assert simplified("食堂") == "食堂"

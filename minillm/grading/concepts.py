@@ -162,7 +162,7 @@ _NEG_WIDE = re.compile(r"\b(is|are|was|it's)\s+(not|n't)\s+(a|an|the|some|any)\b
                        r"无需|无须|不必|不用|不需要|无需再|不再|免去|免得|以免|省得|省去|省掉|省了|避免|没有必要|从不|永远不|与其说?", _I)
 _NEG_NEAR = re.compile(r"\bnot\b(?!\s+(just|only|merely|simply|solely|small|little|negligible|cheap|free|trivial|minor)\b)|n't\b(?!\s+(just|only|merely|simply)\b)|\bno\b|\bdont\b|\bdoesnt\b|\bisnt\b|\barent\b|\bwont\b|\bcant\b|\bdidnt\b|"
                        r"\bcannot\b|\bhardly\b|\bbarely\b|\bfails? to\b|"
-                       r"(?<!得)不(?!断|同|少|小|低|便宜|过|仅|只|止|单|管|停|久|然|但|论|得不|够|一样|相同|如|住|消|下(?![降来去]))|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
+                       r"(?<!得)(?<!离)不(?!断|同|少|小|低|便宜|过|仅|只|止|单|管|停|久|然|但|论|得不|够|一样|相同|如|住|消|下(?![降来去]))|没|(?<!无)无(?!论|限|数)|并非|未(?!来)|非(?!常)|别", _I)
 _NOT_JUST = re.compile(r"\b(not|n't)\s+(just|only|merely|simply|solely)\b|不只|不仅|不单|不止", _I)
 _OR = re.compile(r"or|或者|或", _I)
 _DISJUNCT = re.compile(r"\s*((again|even|ever|just|also|simply|really|otherwise)\s+)?", _I)  # the next verb right after "or", no subject of its own
@@ -414,6 +414,8 @@ class Misconception:
                         continue
                     if self.true_of is not None and self.true_of.search(before_clause + "，" + clause[:m.start()]):
                         continue
+                    if compared_and_denied(clause[:m.start()], clause[m.end():]):
+                        continue
                     # "not just a UI knob" denies the misconception even though "not just" affirms an idea
                     if not negated_at(clause, at_verb) and not _NOT_JUST.search(clause[max(0, m.start() - 30):m.start()]):
                         return m.group(0)
@@ -429,6 +431,19 @@ _TAKEN_BACK = re.compile(r"\bbut\b|\bactually\b|\bturns?\s+out\b|\bin fact\b|\bh
 def retracted(before: str, after: str) -> bool:
     """Is the phrase the content of a belief the student reports ("I thought …", "以为 …") and then contradicts?"""
     return bool(_BELIEVED.search(before) and _TAKEN_BACK.search(after))
+
+
+# the misconception named as what the thing is compared with and denied: "跟“同样问题直接给答案”的缓存不是一回事",
+# "不像网页缓存那样直接返回答案", "unlike a web cache that returns stored answers"
+_COMPARED_WITH = re.compile(r"(跟|和|与|同)\s*[“\"「『'‘]?\s*$", _I)
+_DENIED_AFTER = re.compile(r"^[^，。；,;]{0,14}?(不是一回事|是两回事|两码事|不一样|不相同|不同|无关|没有?关系|不相干|不是一个东西)", _I)
+_UNLIKE = re.compile(r"不像|不同于|有别于|区别于|\bunlike\b|\b(different|distinct)\s+from\b|\bnot\s+(the\s+same\s+as|like)\b|"
+                     r"\bisn't\s+like\b", _I)
+
+
+def compared_and_denied(before: str, after: str) -> bool:
+    """Is the phrase what the answer says the thing is *not like* (a comparison it denies)?"""
+    return bool((_COMPARED_WITH.search(before) and _DENIED_AFTER.search(after)) or _UNLIKE.search(before))
 
 
 _IF = re.compile(r"\b(if|unless|suppose|supposing|imagine)\b|如果|若|要是|假如|假设|一旦|倘若", _I)

@@ -34,7 +34,27 @@ _TAIWAN = re.compile("|".join(w for w, _ in TAIWAN_WORDS))
 _TAIWAN_MAP = dict(TAIWAN_WORDS)
 
 
+# Written Cantonese (Hong Kong): 唔使再計過 is 不用再算过, 揀出嚟嘅 token 駁返落 context is 选出来的 token 接回 context. Read
+# only in a text that has a character Mandarin does not write (唔 嘅 佢 咗 嚟 啲 冇 喺 嗰 哋 嘢), after the characters are
+# mapped (係 is already 系 then); 系 is 是 there except inside a word (关系, 系统 …).
+_CANTONESE_MARK = re.compile("[唔嘅佢咗嚟啲冇喺嗰哋嘢]")
+CANTONESE_WORDS = (("唔系", "不是"), ("唔使", "不用"), ("唔驶", "不用"), ("唔好", "不要"), ("唔会", "不会"), ("唔", "不"),
+                   ("系咪", "是不是"), ("淨系", "只是"), ("净系", "只是"), ("佢哋", "它们"), ("佢", "它"), ("嘅", "的"),
+                   ("咗", "了"), ("嚟", "来"), ("啲", "的"), ("冇", "没有"), ("喺", "在"), ("嗰", "那"), ("呢个", "这个"),
+                   ("呢啲", "这些"), ("揀", "选"), ("駁返", "接回"), ("驳返", "接回"), ("駁", "接"), ("驳", "接"), ("计过", "算过"),
+                   ("食", "吃"), ("成日", "经常"), ("一齐", "一起"), ("带住", "带着"), ("存住", "存着"), ("攞", "拿"), ("嘢", "东西"), ("几长", "多长"), ("几大", "多大"),
+                   ("几多", "多少"))
+_CANTONESE = re.compile("|".join(w for w, _ in CANTONESE_WORDS) + "|(?<![关联体维派直星水谱父母院科])系(?![统列数])")
+_CANTONESE_MAP = dict(CANTONESE_WORDS)
+
+
+def _mandarin(text: str) -> str:
+    if not _CANTONESE_MARK.search(text):
+        return text
+    return _CANTONESE.sub(lambda m: _CANTONESE_MAP.get(m.group(0), "是"), text)
+
+
 def simplified(text: str) -> str:
-    """``text`` with the traditional characters of :data:`TABLE` in their simplified forms, and Taiwan's words
-    (:data:`TAIWAN_WORDS`) as the mainland's."""
-    return _TAIWAN.sub(lambda m: _TAIWAN_MAP[m.group(0)], text.translate(TABLE))
+    """``text`` with the traditional characters of :data:`TABLE` in their simplified forms, Taiwan's words
+    (:data:`TAIWAN_WORDS`) as the mainland's, and written Cantonese (:data:`CANTONESE_WORDS`) as Mandarin."""
+    return _mandarin(_TAIWAN.sub(lambda m: _TAIWAN_MAP[m.group(0)], text.translate(TABLE)))

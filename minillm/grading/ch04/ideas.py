@@ -33,7 +33,17 @@ _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r
            r"\bquadratic\b", r"平方级|平方复杂度"]
 _REUSE = [r"\bre-?us(e|es|ed|ing)\b", r"复用", r"拿来用", r"直接(拿|读|取)",
           # memory traded for *compute* names the saving; for speed or time it names only the effect (labelled 1)
-          r"\btrad\w*\s+(\w+\s+){0,2}?(memory|space|vram|storage)\s+for\s+(\w+\s+)?(compute|computation|flops)",
+          r"\btrad\w*\s*[:：]?\s+(\w+\s+){0,2}?(memory|space|vram|storage)\s+for\s+(\w+\s+)?(compute|computation|flops)",
+          # computed once, never again: "old tokens' K/V computed once and kept", "每个 token 的 K/V 只算一次"
+          r"\b(computed|calculated|projected|encoded)\s+(only\s+|just\s+)?once\b(?!\s+(per|every|each|a)\s+(step|token|iteration|round))",
+          r"只(需要?|要)?(算|计算)\s*(一次|一遍)(?!\s*(前向|forward))",
+          # computed before, used directly later: "算过的 K/V 留在显存，后面直接拼上去用"
+          r"(算过|算好|算出来?|计算过|计算好|算完)的[^，。；,;]{0,16}(直接|接着|拿来|照样)[^，。；,;不没]{0,6}用",
+          # the cost of recomputing said under "if": "如果每步都把整段历史重新过一遍会慢死", "if every step redid the prefix it would crawl"
+          r"(如果|要是|假如|假设|若)[^，。；,;]{0,20}((重新|重复|再)[^，。；,;]{0,16}(过|跑|算|走)一?遍|重算|重新(计)?算|从头(计)?算)"
+          r"[^，。；,;]{0,16}(慢|浪费|白费|卡死|吃不消|受不了)",
+          r"\bif\b[^.;]{0,40}\b(recomput\w*|recalculat\w*|re-?ran|re-?run\w*|redo(es|ing)?|redid)\b[^.;]{0,40}\b(would|'d)\s+(\w+\s+)?"
+          r"(be\s+)?(slow|crawl|wasteful|waste|expensive|quadratic)\w*",
           r"\b(memory|space)\s+for\s+(compute|computation)\b",
           r"O_of_n\^?2[^，。；,;]{0,16}(O_of_n\b|linear|线性)", r"O_of_n\b[^，。；,;]{0,20}(instead of|rather than|而不是|而非)\s*O_of_n\^?2", r"\bquadratic\b[^.;]{0,30}\blinear\b", r"(以|用|拿)?(显存|空间|内存|存储)换(计算|算力)", r"重用", r"重复利用", r"直接用", r"直接使用",
           r"\b(only|just|merely)\s+(\w+\s+){0,3}?(the\s+)?(new|newest|latest|last|current|one)\s+(\w+\s+)?tokens?",
@@ -65,7 +75,8 @@ RECOMPUTE = idea(
     parts=[_COMPUTE, _AVOID], inverted=_RECOMP, standalone=_REUSE, inverted_by=_AVOID,
     # "prefill 的时候算一次 KV，decode 就一直用": computed once in one clause, used from then on in the next
     # "K/V 算一次存一次，后面 decode 白嫖": used for free from then on
-    across=[r"(算|计算|存)\s*(一次|一遍)[^，。；,;]{0,12}，\s*[^，。；,;]{0,12}((一直|反复|直接|都|就)[^，。；,;]{0,3}(用|使用|读|拿)|白嫖|白拿|白用|免费(用|拿|读))",
+    across=[r"(算过|算好|算出来?|计算过|计算好|算完)的[^，。；,;]{0,16}，\s*[^，。；,;]{0,8}(直接|接着|拿来|照样)[^，。；,;不没]{0,6}用",
+            r"(算|计算|存)\s*(一次|一遍)[^，。；,;]{0,12}，\s*[^，。；,;]{0,12}((一直|反复|直接|都|就)[^，。；,;]{0,3}(用|使用|读|拿)|白嫖|白拿|白用|免费(用|拿|读))",
             r"\b(computed|calculated|done)\s+(only\s+|just\s+)?once\b[^.;，]{0,20}，\s*[^.;，]{0,30}\b(for free|free of charge)\b"],
     weak=[r"\b(fast\w*|speed\w*|quick\w*|accelerat\w*|latency|efficien\w*)\b", r"加速|更快|提速|加快|速度|快"])
 
@@ -99,7 +110,9 @@ MEMORY = idea(
                 r"\b(size|memory|footprint)\b[^.;]{0,40}\bdepends?\s+on\b[^.;]{0,50}\b(length|tokens?|context)\b",
                 r"额外(的)?(显存|内存|存储)|显存开销|(显存|内存)[^，。；,;]{0,10}(有关|相关|成正比)", r"爆显存|显存(不够|不足|溢出|耗尽)",
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
-                r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多|成正比|正比|线性)",
+                r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多|成正比|正比|线性|(?<![不没])涨)",
+                # the size follows the length: "n_ctx 开多大 KV 就预留多大", "上下文多长，缓存就有多长"
+                r"(多大|多长|多少)[^，。；,;]{0,12}(KV|缓存|显存|内存)[^，。；,;]{0,6}(多大|多长|多少)",
                 r"(缓存|KV)[^，。；,;]{0,8}(非常|很|特别|超|巨|极)大", r"(显存|内存)(大户|杀手|黑洞)",
                 r"(显存|内存)[^，。；,;]{0,6}(吃紧|扛不住|撑不住|顶不住|吃不消|hold ?不住|放不下)",
                 # the card blown up by it (slang for running out of memory): "很容易把卡撑爆", "blows up the GPU"
@@ -111,7 +124,8 @@ MEMORY = idea(
                 r"序列长度|seq_length)\b[^.;，]{0,40}\b(buffer|cache)\b",
                 r"(大小|size|显存|内存|缓存|KV)[^，。；,;]{0,40}[×*]\s*(序列长度|序列长|seq_len|max_len|token ?数)"],
     # "It's no memory saver, quite the reverse", "不省显存，恰恰相反": the saving denied and turned round is the cost
-    across=[r"(缓存|KV|显存|内存)[^，。；,;]{0,16}，\s*[^，。；,;]{0,10}(越[^，。；,;]{1,4}越(多|大)|吃紧|紧张|扛不住|顶不住|吃不消|撑不住|放不下|不够用?)",
+    across=[r"(多大|多长|多少)[^，。；,;]{0,12}，\s*[^，。；,;]{0,4}(KV|缓存|显存|内存)[^，。；,;]{0,6}(多大|多长|多少)",  # "上下文开多大，KV 就占多大"
+            r"(缓存|KV|显存|内存)[^，。；,;]{0,16}，\s*[^，。；,;]{0,10}(越[^，。；,;]{1,4}越(多|大)|吃紧|紧张|扛不住|顶不住|吃不消|撑不住|放不下|不够用?)",
             r"\b(no|not\s+a)\s+(memory|vram|space)[- ]?savers?\s*，\s*(quite\s+|just\s+|rather\s+|in fact\s+)?the\s+(reverse|opposite|contrary)\b",
             r"(不|并不|不会)(省|节省|节约)(显存|内存)[^，。；,;]{0,4}，\s*(恰恰|正好|刚好|正)?相反"],
     # the predicate in the next clause, its subject left out: "缓存要放显存里，聊得越久越多", "…留显存，长文本时很吃紧"
@@ -142,7 +156,7 @@ TOKEN_TO_HISTORY = idea(
     parts=[_HIST, _JOIN],  # the subject is often in the clause before ("… 不会被丢弃，而是追加到历史里")
     standalone=[r"\b(output|token|result|sample)s?\b\s+(\w+\s+){0,4}?(is|becomes|serves as|used as)\s+([\w']+\s+){0,3}?input\b",
                 r"\b(token|it|choice|sample)('s|\s+(is|gets|was))\s+(then\s+)?(appended|fed back|added back|concatenated)\b",
-                r"(作为|成为|当作|当成)[^，。；]{0,8}(输入|条件|依据)",
+                r"(作为|成为|当作|当成)[^，。；]{0,8}(输入|条件|依据)", r"以\s*(它|这个\s*token|该\s*token|此|这个词)\s*(作)?为[^，。；,;]{0,4}输入",
                 # the token changes what later steps see: it is in their context
                 r"\b(sees?|gets?|has|have)\s+(a\s+)?(different|changed|new)\s+(context|history|input)\b",
                 r"\b(context|history|input)\s+(is\s+|becomes\s+)?(different|changes|changed)\b",
@@ -212,7 +226,9 @@ REQUEST_STATE = idea(
                 r"\b(goes away|dies|is freed|is dropped|disappears)\s+with\s+(the|its|that)\s+request\b",
                 r"请求[^，。；,;]{0,4}(结束|完成|释放)[^，。；,;]{0,3}(就|便|后|时)[^，。；,;]{0,3}(被)?(回收|释放|清掉|清空|销毁|删除|归还|没了|消失)",
                 r"(只|仅)(在|于)[^，。；,;]{0,6}请求[^，。；,;]{0,6}(期间|的时候|时|过程中)",
-                r"\bonly\s+(exists?|lives?|lasts?)\s+(while|as long as|during)\s+(the|its|that|a)\s+request\b", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求"])
+                r"\bonly\s+(exists?|lives?|lasts?)\s+(while|as long as|during)\s+(the|its|that|a)\s+request\b", r"运行状态", r"激活值", r"这个请求", r"该请求", r"单个[^，。；,;]{0,4}请求",
+                # the request named in English inside Chinese: "存着这个 request 每个 token 的 key 和 value"
+                r"(这个|该|那个|当前|每个|单个|某个)\s*(request|req|sequence)\b"])
 SAMPLING_PICKS = idea(
     "sampling_picks", "sampling picks every token", "采样决定每一个 token",
     standalone=[r"\b(picks?|chooses?|selects?|decides?|determin\w*)\s+(\w+\s+){0,3}?(every|each|the next|which)\s+"
@@ -236,7 +252,8 @@ DECODE_CONTINUES = idea(
                 r"resum\w*|append\w*|mov\w*|picks? up|carr\w*)",
                 _DECODE_ZH + r"[^。；;]{0,18}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一|(?<![不没])用|(?<![不没])读(?!不)|往(后|下|前|上)(走|推|跑|算|生成|加|叠|堆))",
                 r"decod\w*\s+(\w+\s+){0,3}?(goes|go|going|went|steps?|walks?|marche?s?)\s+(forward|onward|ahead)\s+(from|on)\b",
-                r"接着[^。；;]{0,16}(往下|继续|走|生成)", r"\bcontinu\w*\s+from\s+(the|that|this)\s+(\w+\s+){0,2}?(cache|state)",
+                r"接着[^。；;]{0,16}(往下|继续|走|生成)",
+                _DECODE_ZH + r"[^。；;]{0,6}(离不开|依赖|依靠|靠着?|用的是|要用|得用)\s*(prefill|预填充?|之前|前面)?[^，。；,;]{0,10}(状态|KV|kv|缓存|cache)", r"\bcontinu\w*\s+from\s+(the|that|this)\s+(\w+\s+){0,2}?(cache|state)",
                 r"\b(same|one|single)\s+(\w+\s+){0,2}?(state machine|cache)", r"\bwhere prefill left off\b",
                 r"同一(个|条|份)?\s*(状态机|缓存|状态|KV|kv)",
                 r"从[^，。；,;]{0,14}(状态|缓存|KV)[^，。；,;]{0,6}(继续|接着|往下|推进)", r"在[^，。；,;]{0,14}(状态|缓存|KV)\s*(上|里|中)\s*(继续|接着|往下|推进)",
@@ -281,7 +298,7 @@ RANDOM_ONLY = misconception(
      r"style|cosmetic|\bui\b|flavou?r|spice|decorat\w*|look\w*)",
      r"\b(ui|cosmetic|front-?end|presentation|display|product[- ]layer)\s+(knob|setting|parameter|option|feature|"
      r"layer|detail|concern|tweak|choice)", r"\bpost-?process\w*",
-     r"(?<!不)只是[^。；;]{0,8}(随机|多样|创意|风格|花样|UI|界面)", r"(?<!不)仅仅[^。；;]{0,8}(随机|多样|UI)",
+     r"(?<!不)只是[^。；;]{0,8}(随机|多样|创意|风格|花样|UI|界面)", r"(?<!不)只是\s*(拿去|用来|用于|拿来|给人)\s*(显示|展示|看)", r"(?<!不)仅仅[^。；;]{0,8}(随机|多样|UI)",
      r"(UI|界面|前端|产品层)[^。；;]{0,4}(参数|旋钮|选项|设置|细节)", r"后处理", r"只是显示",
      r"\b(only|just|merely)\s+(affects?|changes?|matters?\s+for)\s+(\w+\s+){0,2}?(what\s+(is|gets)\s+)?(shown|displayed|printed|display)\b", r"(?<!不)(只|仅|仅仅)(影响|改变|用于|决定)[^。；;，,]{0,4}(展示|显示|界面|UI|风格|外观|观感)", r"only shown"],
     ["token_to_history", "next_step_depends", "sampling_picks"],
@@ -295,7 +312,7 @@ NO_EFFECT_LATER = misconception(
      # the next step computed from something else: "the next step is computed from the prompt only"
      r"\b(next|later|following)\s+(\w+\s+){0,2}?(steps?|tokens?|passes?)\s+(is|are)\s+(\w+\s+)?(computed|calculated|predicted|generated|based)\s+"
      r"(only\s+)?(from|on)\s+(the\s+)?(original\s+)?(prompt|input)\s+(only|alone)\b",
-     r"(下一步|之后|后面|后续)[^。；;，,]{0,10}只(看|根据|基于|用|依赖)[^，。；,;]{0,3}(prompt|提示|原始输入|原来的输入)"],
+     r"(下一步|之后|后面|后续)[^。；;，,]{0,10}只(看|根据|基于|用|依赖)[^，。；,;]{0,3}((原来|原始|最初|一开始)的?\s*)?(prompt|提示|原始输入|原来的输入)"],
     ["next_step_depends"],
     "the sampled token does matter for later steps: think about what they are computed from",
     "采样出的 token 会影响后续步骤：想一想它们是基于什么计算的")
@@ -319,6 +336,8 @@ MIXED_STATES = idea(
                 r"(改|更新|推进|切换|变)[^，。；]{0,6}(state|状态)", r"有的[^。；]{0,16}有的", r"有的(在|处于|正在)",
                 # "有人刚进来在 prefill、有人在 decode 第 300 步": some … others, said of where they are
                 r"有人\s*(刚|在|正在|已经|已|还在|还|处于)[^。；]{0,24}有人\s*(刚|在|正在|已经|已|还在|还|处于)",
+                r"有(的)?(请求|序列|request)\s*(刚|在|正在|已经|已|还在|还|处于)?\s*[\u4e00-\u9fff]{1,3}[^。；]{0,12}有(的)?(请求|序列|request)",
+                r"\bwho('s|\s+is)\s+(at|in)\s+which\s+(stage|state|phase|step)\b", r"谁(在|处于)哪(个|一)?(阶段|状态|步)",
                 r"状态[^，。；]{0,4}(一直|不断|每一?步|总)[^，。；]{0,4}(变|改)",
                 r"\bsome\b[^.;]{0,40}\b(others?|some)\b", r"\bchanging\s+(\w+\s+)?states?\b", r"一些[^。；]{0,16}一些",
                 r"\b(join|leave|enter|finish)\w*\b[^.;]{0,30}\bdifferent\s+(times?|moments?|points?)\b",

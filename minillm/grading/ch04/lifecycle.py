@@ -115,10 +115,48 @@ def _entered_only(d: Diagram, roles: dict, role: str, edge: re.Pattern) -> list[
     return out
 
 
+_FIRST_TOKEN = re.compile(r"first\s+token|第一个\s*token|首\s*个?\s*token|首字", re.IGNORECASE)
+_PROMPT = re.compile(r"\bprompt|提示|输入", re.IGNORECASE)
+
+
+def told_by_structure(d: Diagram, roles: dict) -> dict[str, str]:
+    """Roles for states the chapter has no word for (a diagram told as a hospital: 挂号候诊, 入院检查, 住院 …), read
+    from the path and the notes as an instructor reads them, only where the diagram has no state of that role:
+    a state that loops on itself and whose note holds KV is the decode state; the one whose edge enters it and whose
+    note holds the prompt's KV (or whose edge is the first token) is prefill; the state the diagram starts from,
+    holding no KV, that enters prefill is the waiting state."""
+    found: dict[str, str] = {}
+    plain = [s for s in d.states if not roles[s]]
+    has = {r for rs in roles.values() for r in rs}
+
+    def edges_into(targets):
+        return [(src, label) for src, dst, label in d.transitions if dst in targets and src != dst]
+
+    if "decode" not in has:
+        for s in plain:
+            if any(src == dst == s for src, dst, _ in d.transitions) and _holds_kv(d.states.get(s, "")):
+                found[s] = "decode"
+    decode = [s for s in d.states if "decode" in roles[s] or found.get(s) == "decode"]
+    if "prefill" not in has and decode:
+        for src, label in edges_into(decode):
+            note = d.states.get(src, "")
+            if src in plain and src not in found and (_FIRST_TOKEN.search(label or "") or (_PROMPT.search(note) and _holds_kv(note))):
+                found[src] = "prefill"
+    prefill = [s for s in d.states if "prefill" in roles[s] or found.get(s) == "prefill"]
+    if not has & {"enqueue", "new"} and prefill:
+        for src, _ in edges_into(prefill):
+            starts = not any(dst == src and s != src for s, dst, _ in d.transitions)
+            if src in plain and src not in found and starts and not _holds_kv(d.states.get(src, "")):
+                found[src] = "enqueue"
+    return found
+
+
 class _Graph:
     def __init__(self, d: Diagram):
         self.d = d
         self.roles = {s: roles_of(s, d.labels.get(s, "")) for s in d.states}
+        for s, role in told_by_structure(d, self.roles).items():
+            self.roles[s] = {role}
         self.out: dict[str, list[tuple[str, str]]] = {s: [] for s in d.states}
         for src, dst, label in d.transitions:
             self.out[src].append((dst, label))
@@ -166,8 +204,14 @@ def _holds_kv(note: str) -> bool:
     from ..concepts import clauses, negated_at
     from ..unicode_clean import clean
 
-    for _, clause in clauses(clean(note)):
+    text, prev = clean(note), ""
+    for at, clause in clauses(text):
+        # a gloss is read with the word it glosses: "还没分到床位（KV 块）" holds none
+        glossed = at > 0 and text[at - 1] == "(" and prev and negated_at(prev, max(0, len(prev) - 2))
+        prev = clause
         m = _KV.search(clause)  # the clause's first mention decides: "还没有 KV 块" is one negated mention
+        if glossed:
+            continue
         if m and (_ZERO.search(clause[:m.start()]) or _NONE_AFTER.match(clause[m.end():])):
             continue  # "0 KV blocks", "zero blocks", "零个块", "KV: none": a count of none
         if m and not negated_at(clause, m.start()) and not re.search(

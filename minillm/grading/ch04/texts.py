@@ -327,7 +327,10 @@ SCENARIO_KINDS = [
         r"(context|history)\s+(\w+\s+){0,2}(keeps\s+)?grow\w*", r"智能体|工具(调用|输出|结果)|上下文[^。；;]{0,4}(累积|越来越长|增长)",
         r"(huge|big|large|very long|enormous|massive|lengthy|giant|long)\s+(\w+\s+){0,2}(prompts?|context|inputs?|documents?|"
         r"history|pdfs?|codebases?|files?|books?|transcripts?)", r"system\s+prompt", r"(summari[sz]\w*|analy[sz]\w*|read\w*)\s+(\w+\s+){0,3}(pdfs?|documents?|books?|reports?|papers?|transcripts?|codebases?|logs?)\b",
-        r"\d+[- ]page", r"\b(docs?|documents?|pdfs?)\s+(qa|q&a|question[- ]answering)\b", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
+        r"\d+[- ]page", r"\d+\s*页|(几|上|数|成)(十|百|千)\s*页|卷宗",
+        # a whole body of text sent in: "the whole repo as context", "整个代码仓库塞进去"
+        r"\b(whole|entire|full)\s+(\w+\s+)?(repo|repository|codebase|monorepo|book|manual|handbook|document|thread|transcript)s?\b",
+        r"整个\s*(仓库|代码库|代码仓库|repo|项目|文档库)", r"\b(docs?|documents?|pdfs?)\s+(qa|q&a|question[- ]answering)\b", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
         r"(book|novel|document|file|codebase|report)",
         # a whole book put in: "一次丢进去一整本小说让它总结", "(小说|手册)…总结"
         r"(丢|塞|贴|扔|喂|传|输入|粘贴|放)[^。；;]{0,6}(一)?整(本|部|篇|份|个)", r"(小说|手册)[^。；;]{0,6}(总结|摘要|分析|问答)",
