@@ -347,9 +347,13 @@ def test_a_state_the_chapter_has_no_word_for_entered_from_finished_on_a_release_
                        f: "停止原因，块还没还", r: "块都还回池子，什么都不占"},
             "transitions": [(w, p, "叫号"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "EOS"), (f, r, "归还块")]}
     assert check("task1_diagram", data).score == 12
-    # entered on something else than a release, it stays an unknown step (no released state)
+    # entered on something else than a release, with a note that gives nothing back, it stays an unknown step (no
+    # released state); a note that gives the blocks back says it (c28: test_a_released_state_…_is_read_from_its_note)
     data["transitions"] = [(w, p, "叫号"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "EOS"), (f, r, "下一位")]
+    data["states"][r] = "乘客下机，机组检查客舱"
     assert check("task1_diagram", data).score < 12
+    data["states"][r] = "块都还回池子，什么都不占"
+    assert check("task1_diagram", data).score == 12
 
 
 def test_states_the_chapter_has_no_word_for_are_read_from_the_path_and_the_notes():
@@ -368,3 +372,19 @@ def test_states_the_chapter_has_no_word_for_are_read_from_the_path_and_the_notes
 def test_a_gloss_is_read_with_the_word_it_glosses():
     assert not _holds_kv("还没分到床位（KV 块）")
     assert _holds_kv("分到了床位（KV 块）")
+
+
+def test_a_released_state_the_chapter_has_no_word_for_is_read_from_its_note():
+    # a diagram told as a restaurant: the state after the finished one whose note gives the blocks back is released
+    w, p, d, f, r = "取号", "点菜", "上菜", "买单", "翻台"
+    data = {"states": {w: "只有号码单（prompt 和参数）", p: "整份菜单（prompt）的 KV 写进块", d: "KV 块，每道菜（token）多一格",
+                       f: "停止原因，桌子还占着", r: "桌子（块）全部让出"},
+            "transitions": [(w, p, "叫到号"), (p, d, "第一道菜"), (d, d, "下一道"), (d, f, "EOS"), (f, r, "清桌")]}
+    assert check("task1_diagram", data).score == 12
+    data["states"][r] = "桌子（块）还占着"  # a note that still holds the blocks: no released state
+    assert check("task1_diagram", data).score < 12
+
+
+def test_a_gloss_is_the_subject_of_what_follows_it():
+    assert not _holds_kv("桌子（块）全部让出")
+    assert _holds_kv("桌子（块）还占着")

@@ -845,3 +845,50 @@ def test_written_cantonese_is_read_as_mandarin_only_where_it_is_cantonese():
     assert simplified("佢係系统嘅一部分，唔使再計過") == "它是系统的一部分，不用再算过"
     assert simplified("这个系统的关系") == "这个系统的关系"  # no Cantonese mark: nothing read
     assert simplified("食堂") == "食堂"
+
+
+# c28 (issue #27): kinds of wording behind the fresh batch's tune disagreements (chat, code-review and notes wording);
+# each right answer failed on the rules before, each near miss or wrong twin scores as it did.
+@pytest.mark.parametrize("exercise, answer, score", [
+    # the computing named by an English term inside Chinese, or by an English re- verb
+    ("task2_kv_explain", "K/V 留着，省得每步对 prefix 重新做 projection；显存随长度增长", 2),
+    ("task2_kv_explain", "每步都对 prefix 重新做 projection，显存随长度增长", 1),
+    ("task2_kv_explain", "生成时不再对老 token 做 matmul，显存随长度增长", 2),
+    ("task2_kv_explain", "it avoids re-projecting the old tokens' K/V; memory grows with every token", 2),
+    # a condition whose consequence starts with an English word keeps it in its own clause
+    ("task2_kv_explain", "不存的话 decode 每步要把前面的 token 再 forward 一遍；存了的话显存随长度涨", 2),
+    # the cache as 它 that grows; memory filled up, or going up
+    ("task2_kv_explain", "旧 token 的 K/V 不用重算；长对话、多用户都会让它变大", 2),
+    ("task2_kv_explain", "旧 token 的 K/V 不用重算；它不会变大", 1),
+    ("task2_kv_explain", "旧 token 的 K/V 不用重算，显存迟早被塞满", 2),
+    ("task2_kv_explain", "旧 token 的 K/V 不用重算，内存随 token 数一路往上走", 2),
+    # bullets are clause marks: the 不用 of one bullet does not deny the next
+    ("task2_kv_explain", "• 不用每步重算 prefix\n• 占显存，随长度涨", 2),
+    # the recomputing as what is spared; the misconception as what sampling must not be taken for
+    ("task2_kv_explain", "它省的是 decode 时对前文的重新计算，显存随 token 数增长", 2),
+    ("task4_sampling", "不能把它当成后处理：选中的 token 会拼进上下文，下一步基于它算", 2),
+    ("task4_sampling", "don't treat it as post-processing: the picked token is appended to the context and the next step is computed from it", 2),
+    ("task4_sampling", "它就是后处理：选中的 token 只是拿去显示", 0),
+    # the feedback's praise lines pasted back earn nothing; the same ideas in the learner's own sentence do
+    ("task4_sampling", "you say that the sampled token is appended to the request's history; you say that every later step is "
+                       "computed from that token", 0),
+    ("task4_sampling", "你说到了：采样出的 token 会加入请求的历史（上下文）；你说到了：之后的每一步都基于这个 token 计算", 0),
+    ("task4_sampling", "my take: the picked token goes into this request's history and the steps after it are computed from it", 2),
+    # prefill that finished computing the KV; decode rolling on along the cache
+    ("pitfall3_one_lifecycle", (True, "prefill 算完 prompt 的 KV，一个请求走到底"), 2),
+    ("pitfall3_one_lifecycle", (True, "decode 直接在这个 cache 上往后滚"), 2),
+    ("pitfall3_one_lifecycle", (True, "prefill 算完了，一个请求走到底"), 1),
+])
+def test_c28_kinds_of_wording(exercise, answer, score):
+    assert check(exercise, answer).score == score
+
+
+@pytest.mark.parametrize("pairs, score", [
+    # the input's size in tokens; the output's length as a count to write
+    ([("32k-token contracts", "every prompt token keeps its K/V"), ("many users", "each request keeps its own KV"),
+      ("long outputs", "each generated token adds K/V")], 6),
+    ([("长文档", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("让模型写 5000 字的周报", "周报很长")], 5),
+    ([("长文档", "每个 token 都存 KV"), ("高并发", "每个请求一份 KV"), ("让模型写 50 字的周报", "周报很短")], 4),
+])
+def test_c28_task3_scenarios(pairs, score):
+    assert check("task3_pressure", pairs).score == score

@@ -134,7 +134,7 @@ def fix_typos(text: str) -> str:
 
 # --- clauses and negation ---------------------------------------------------------------------------
 _CLAUSE_SPLIT = re.compile(
-    r"\.(?=\s|$|[\u4e00-\u9fff])|[;!?。；！？:：\n,，()（）\[\]—–]|\s-\s|(?:(?<=\s)|^)(?:#+|//)\s(?!of\b)|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
+    r"\.(?=\s|$|[\u4e00-\u9fff])|[;!?。；！？:：\n,，()（）\[\]—–•▪●◦‣]|\s-\s|(?:(?<=\s)|^)(?:#+|//)\s(?!of\b)|\bbut\b|\bwhereas\b|\bwhile\b|\bthough\b|\balthough\b|\bhowever\b|"
     r"\bso that\b|\bso\b(?!\s+(far|much|many|long)\b)|\bthus\b|\bhence\b|\btherefore\b|\bbecause\b|\bsince\b|\band then\b|\band it\b|\band its\b|"
     r"(?=\bdownsides?\b|\bthe catch\b|\bdrawbacks?\b)|但是|但|而是|不过|然而|所以|因此|因为|从而|于是|而且|并且|同时|(?=否则)|可是|只是(?=让)", _I)
 
@@ -354,7 +354,7 @@ def without_it(prev: str) -> bool:
     """Is the clause before a condition without the cache ("without it", "如果没有 KV cache 的话", a bare "否则") whose
     consequence is the clause that follows?"""
     m = _WITHOUT_IT.search(prev)
-    if m and re.search(f"的话\\s*[{CJK}]{{2}}", prev):
+    if m and re.search(f"的话\\s*([{CJK}]{{2}}|[A-Za-z]{{2}})", prev):
         return False  # "不缓存的话每步都要重算": the condition has its consequence in its own clause
     return bool(m) and not _SAID_IN_FULL.search(prev)
 
@@ -441,9 +441,19 @@ _UNLIKE = re.compile(r"不像|不同于|有别于|区别于|\bunlike\b|\b(differ
                      r"\bisn't\s+like\b", _I)
 
 
+# the misconception as what the thing must not be taken for: "不能把它当成后处理", "don't treat it as post-processing"
+_NOT_TAKEN_FOR = re.compile(r"(别|不能|不要|不该|不应该?|千万别|不可以)\s*(再)?\s*(把\s*[^，。；,;]{0,8}?)?(当成|当作|当做|看成|看作|理解成|理解为|视为)\s*[“\"「『'‘]?\s*$|"
+                            r"\b(don't|do\s+not|never|shouldn't|should\s+not|can't|cannot)\s+(treat|see|think\s+of|view|regard|mistake)\s+"
+                            r"(\w+\s+){0,2}?(as|for)\s+(a\s+|an\s+|the\s+|just\s+)?$", _I)
+# the misconception phrase as what is spared: "它省的是 decode 时对前文的重新计算", "避免了 decode 重算"
+_SPARED = re.compile(r"(省|省掉|省去|省下|免去|免掉|避免|避开|跳过|消除)(了|掉|下)?\s*(的(就)?是)?\s*$", _I)
+
+
 def compared_and_denied(before: str, after: str) -> bool:
-    """Is the phrase what the answer says the thing is *not like* (a comparison it denies)?"""
-    return bool((_COMPARED_WITH.search(before) and _DENIED_AFTER.search(after)) or _UNLIKE.search(before))
+    """Is the phrase what the answer says the thing is *not like* (a comparison it denies), not to be taken for, or
+    what it spares?"""
+    return bool((_COMPARED_WITH.search(before) and _DENIED_AFTER.search(after)) or _UNLIKE.search(before)
+                or _NOT_TAKEN_FOR.search(before) or _SPARED.search(before))
 
 
 _IF = re.compile(r"\b(if|unless|suppose|supposing|imagine)\b|如果|若|要是|假如|假设|一旦|倘若", _I)

@@ -96,6 +96,17 @@ def _labels() -> list[str]:
     return current().idea_labels()
 
 
+# how feedback praises an idea the answer has ("you say that …"): the frame is the feedback's, not a learner's words
+PRAISE_EN, PRAISE_ZH = "you say that ", "你说到了："
+_PRAISE = re.compile(r"\byou\s+say\s+that\b|你说到了", re.IGNORECASE)
+
+
+def praised_texts() -> list[str]:
+    """Each idea's label in the frame the feedback praises it with: what a pasted-back praise line is checked against
+    (the labels alone stay apart: a right answer may well read like one)."""
+    return [frame + label for label in _labels() for frame in (PRAISE_EN, PRAISE_ZH)]
+
+
 def model_texts() -> list[str]:
     """The model answers, shown only on request (``show_solution``, which the notebook records)."""
     from .chapter import current
@@ -113,8 +124,10 @@ def _index(texts: list[str]) -> tuple:
     return toks, index
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=3)
 def _corpus(which: str) -> tuple:
+    if which == "praised":
+        return _index(shown_texts() + praised_texts())
     return _index(shown_texts() if which == "shown" else model_texts())
 
 
@@ -179,7 +192,8 @@ def verdict(text: str) -> str | None:
     strung together ("the keys and values of one live request's") are not a copy: half of a
     copy lies in passages of :data:`LONG_STRETCH` words or more."""
     text = _QUOTED.sub(" ", text)  # feedback quotes the learner's own names back: not shown text
-    share, pasted = _coverage(text, "shown")
+    # an answer in the feedback's praise frame ("you say that …") is checked against the praised labels too
+    share, pasted = _coverage(text, "praised" if _PRAISE.search(text) else "shown")
     if share >= WHOLLY and pasted >= WHOLLY:
         return "pasted"  # nothing of the learner's own in it: no one needs to look
     if share >= COPIED and pasted >= PASTED:

@@ -25,6 +25,9 @@ _RECOMP = [r"re-?\s?comput\w*", r"re-?calculat\w*", r"\bre-?do(ne|ing|es)?\b", r
            r"(重新|重复|再次)\s*[A-Za-z][^，。；,;]{0,12}的?(计算|运算)", r"重做|(重新|重复|再次?)\s*(做|跑|走)\s*[一1]?\s*(次|遍)",
            r"(重新|重复|再次?)\s*(re-?)?(comput\w*|calculat\w*|process\w*)",
            r"(重新|重复|再次?)[^，。；,;]{0,8}(投影|前向|编码)",
+           # the computing named by its English term inside Chinese: "省得对 prefix 重新做 projection", "不再对老 token 做 matmul"
+           r"(重新|重复|再次?)[^，。；,;]{0,12}(做|跑|算|过)?\s*(projection|project\w*|forward|fwd|matmul|gemm|attention|attn|encod\w*)\b",
+           r"\bre-?(project|deriv|evaluat|materializ|materialis)\w*",
            # "no need to compute (it) again": the plain verb under a need-negator is the idea ("下次不用算了")
            r"(不用|不必|无需|无须|不需要|用不着)(再|重新|重复)?(去)?(算|计算)",
            r"(计算|运算)\s*[:：]?\s*(不|没有|无需|不用)\s*(重复|重新|再)",  # "计算：不重复"
@@ -92,7 +95,7 @@ _COST = [r"\bcost\w*", r"\bconsum\w*", r"\bus(e|es|ed|ing|age)\b", r"\btak(e|es|
          r"\bballoon\w*", r"\bswell\w*", r"\bexpand\w*", r"\bpil(e|es|ing)\s+up\b", r"(往上|越来越|越)堆|堆(积|起来|上去|满)", r"↑", r"⬆", r"∝", r"\bextra\b", r"\boverhead\b", r"\bpa(y|ys|id|ying)\b", r"\bhold\w*",
          r"\brun\w*\s+out\b", r"\bloss\b", r"\bdownside\w*", r"\bdrawback\w*", r"\bthe catch\b", r"\bpenalty\b", r"缺点|坏处|副作用|牺牲", r"\bexhaust\w*", r"\boom\b", r"\bconcern\w*", r"\bissue\b", r"\bproblem\w*", r"\bnot free\b", r"\bsit\b", r"\bkeeps? growing\b",
          r"占用", r"占(?!位)", r"消耗", r"压力", r"增加", r"增长", r"成长", r"增大", r"变大", r"上升", r"吃", r"开销", r"代价", r"成本",
-         r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨",
+         r"负担", r"紧张", r"不够", r"不足", r"瓶颈", r"越来越", r"膨胀", r"更多", r"大量", r"很多", r"线性", r"正比", r"涨", r"往上(走|窜|飙|冲|爬)|一路(上涨|走高|飙升|往上)|飙升|水涨船高",
          r"换", r"越多", r"越大", r"耗", r"翻倍", r"加倍", r"\bdoubl\w*", r"变多", r"增多", r"(?<![免])费(?!用)", r"\bper (token|sequence|request|step)\b", r"\bO\(\w+\)", r"\bO_of_\w+"]
 MEMORY = idea(
     "memory_cost", "it costs memory that grows", "它要占用显存，而且随长度和请求数增长",
@@ -110,10 +113,13 @@ MEMORY = idea(
                 r"\b(size|memory|footprint)\b[^.;]{0,40}\bdepends?\s+on\b[^.;]{0,50}\b(length|tokens?|context)\b",
                 r"额外(的)?(显存|内存|存储)|显存开销|(显存|内存)[^，。；,;]{0,10}(有关|相关|成正比)", r"爆显存|显存(不够|不足|溢出|耗尽)",
                 r"\bfill\w*\s+(up\s+)?(the\s+)?(gpu|card|device)\b", r"\b(gpu|card)\s+fills?\s+up\b", r"占(地方|空间|位置)|显存(被)?(占满|吃满)",
+                r"(显存|内存)[^，。；,;]{0,4}(被|给)\s*(塞|占|吃|撑|挤|填)满",
                 r"(缓存|KV)[^，。；,;]{0,16}(越来越大|增长|变大|膨胀|越大|越多|更大|更多|成正比|正比|线性|(?<![不没])涨)",
                 # the size follows the length: "n_ctx 开多大 KV 就预留多大", "上下文多长，缓存就有多长"
                 r"(多大|多长|多少)[^，。；,;]{0,12}(KV|缓存|显存|内存)[^，。；,;]{0,6}(多大|多长|多少)",
-                r"(缓存|KV)[^，。；,;]{0,8}(非常|很|特别|超|巨|极)大", r"(显存|内存)(大户|杀手|黑洞)",
+                r"(缓存|KV)[^，。；,;]{0,8}(非常|很|特别|超|巨|极)大",
+                # the cache named by a pronoun, as "it grows" is in English: "长对话、多用户都会让它变大"
+                r"它((?![不没])[^，。；,;]){0,4}(变大|变多|越来越大|越来越多|膨胀|增长|撑大|涨)", r"(显存|内存)(大户|杀手|黑洞)",
                 r"(显存|内存)[^，。；,;]{0,6}(吃紧|扛不住|撑不住|顶不住|吃不消|hold ?不住|放不下)",
                 # the card blown up by it (slang for running out of memory): "很容易把卡撑爆", "blows up the GPU"
                 r"(显?卡|GPU|gpu|显存|内存)(给)?(撑|挤|塞)(爆|满)|撑爆|爆卡",
@@ -244,19 +250,22 @@ PREFILL_BUILDS = idea(
     standalone=[_PREFILL_EN + r"\s+(\w+\s+){0,5}?(build\w*|creat\w*|fill\w*|writ\w*|wrote|produc\w*|populat\w*|set\w*\s+up|"
                 r"comput\w*|prepar\w*|establish\w*|stor\w*|generat\w*)",
                 r"(that|which)\s+prefill\s+(wrote|built|created|filled|computed|produced)",
-                _PREFILL_ZH + r"[^。；;]{0,18}(建立|构建|建好|建起|搭好|生成|写入|写进|存进|放进|写好|填充|填好|准备|计算|得到|算好|算出|存好|留下|产生|存下)"])
+                _PREFILL_ZH + r"[^。；;]{0,18}(建立|构建|建好|建起|搭好|生成|写入|写进|存进|放进|写好|填充|填好|准备|计算|得到|算好|算出|存好|留下|产生|存下)",
+                # "prefill 算完 prompt 的 KV": finished computing it, the state named after the verb
+                _PREFILL_ZH + r"[^。；;]{0,6}(算完|跑完|做完|处理完)[^，。；,;]{0,10}(KV|kv|缓存|cache|状态)"])
 DECODE_CONTINUES = idea(
     "decode_continues", "decode continues from that same state", "decode 在同一份状态上继续",
     # the gap crosses "doesn't" so that "decode doesn't continue from it" is read, and read as negated
     standalone=[_DECODE_EN + r"\s+([\w']+\s+){0,5}?(continu\w*|reus\w*|build\w*|extend\w*|read\w*|us(e|es|ing)|start\w*|"
                 r"resum\w*|append\w*|mov\w*|picks? up|carr\w*)",
-                _DECODE_ZH + r"[^。；;]{0,18}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一|(?<![不没])用|(?<![不没])读(?!不)|往(后|下|前|上)(走|推|跑|算|生成|加|叠|堆))",
+                _DECODE_ZH + r"[^。；;]{0,18}(继续|沿着|复用|基于|接着|读取|使用|延续|接续|在同一|(?<![不没])用|(?<![不没])读(?!不)|往(后|下|前|上)(走|推|跑|算|生成|加|叠|堆|滚|续|写))",
                 r"decod\w*\s+(\w+\s+){0,3}?(goes|go|going|went|steps?|walks?|marche?s?)\s+(forward|onward|ahead)\s+(from|on)\b",
                 r"接着[^。；;]{0,16}(往下|继续|走|生成)",
                 _DECODE_ZH + r"[^。；;]{0,6}(离不开|依赖|依靠|靠着?|用的是|要用|得用)\s*(prefill|预填充?|之前|前面)?[^，。；,;]{0,10}(状态|KV|kv|缓存|cache)", r"\bcontinu\w*\s+from\s+(the|that|this)\s+(\w+\s+){0,2}?(cache|state)",
                 r"\b(same|one|single)\s+(\w+\s+){0,2}?(state machine|cache)", r"\bwhere prefill left off\b",
                 r"同一(个|条|份)?\s*(状态机|缓存|状态|KV|kv)",
-                r"从[^，。；,;]{0,14}(状态|缓存|KV)[^，。；,;]{0,6}(继续|接着|往下|推进)", r"在[^，。；,;]{0,14}(状态|缓存|KV)\s*(上|里|中)\s*(继续|接着|往下|推进)",
+                r"从[^，。；,;]{0,14}(状态|缓存|KV)[^，。；,;]{0,6}(继续|接着|往下|推进)",
+                r"在[^，。；,;]{0,14}(状态|缓存|KV|kv|cache|state)\s*(上|里|中)\s*(继续|接着|往下|往后|推进)",
                 r"\b(continu\w*|resum\w*|picks? up|carr(y|ies) on)\s+from\s+(\w+\s+){0,4}?(state|cache|kv)\b",
                 # "decode just keeps going from prefill's KV", "goes on from where prefill stopped"
                 r"decod\w*\s+(\w+\s+){0,3}?(keeps?\s+going|kept\s+going|goes\s+on|went\s+on|proceeds?|moves?\s+on)\s+(from|with)\b"],

@@ -96,10 +96,19 @@ def stopped_states(d: Diagram, roles: dict) -> list[str]:
 _RELEASE_EDGE = re.compile(ROLES["release"][0] + r"|归还|还回|交还|\breturn\w*", re.IGNORECASE)
 
 
+# a note that says the state gives everything back: "桌子（块）全部让出", "nothing held"
+_GIVES_BACK = re.compile(_RELEASE_EDGE.pattern + r"|让出|腾出|空出|还掉|什么都不占|都不占|\bnothing\b|\bempty\b", re.IGNORECASE)
+
+
 def released_states(d: Diagram, roles: dict) -> list[str]:
-    """States the chapter has no word for ("下机清舱" in a diagram told as an airport) that every way in reaches from
-    the finished state on a release (release, free, 归还): the released state, whatever its name."""
-    return _entered_only(d, roles, "finish", _RELEASE_EDGE)
+    """States the chapter has no word for ("下机清舱" in a diagram told as an airport, "翻台" as a restaurant) that
+    every way in reaches from the finished state on a release (release, free, 归还), or whose note says it gives
+    everything back while the diagram has no released state: the released state, whatever its name."""
+    found = _entered_only(d, roles, "finish", _RELEASE_EDGE)
+    if not found and not any("release" in r for r in roles.values()):
+        found = [s for s in _entered_only(d, roles, "finish", re.compile(""))
+                 if _GIVES_BACK.search(d.states.get(s, "")) and not _holds_kv(d.states.get(s, ""))]
+    return found
 
 
 def _entered_only(d: Diagram, roles: dict, role: str, edge: re.Pattern) -> list[str]:
@@ -212,14 +221,18 @@ def _holds_kv(note: str) -> bool:
         m = _KV.search(clause)  # the clause's first mention decides: "还没有 KV 块" is one negated mention
         if glossed:
             continue
+        if at > 0 and text[at - 1] == "(" and _GIVEN_BACK.search(text[at + len(clause):].lstrip(")").split(",")[0]):
+            continue  # "桌子（块）全部让出": the gloss is the subject of what follows it
         if m and (_ZERO.search(clause[:m.start()]) or _NONE_AFTER.match(clause[m.end():])):
             continue  # "0 KV blocks", "zero blocks", "零个块", "KV: none": a count of none
-        if m and not negated_at(clause, m.start()) and not re.search(
-                r"\b(freed|released|returned|back in|back to|given back|to the pool|in the pool)\b|释放|归还|回收|还回|"
-                r"回到|放回|池中|池里|还给|交还|退还|还到|池子|"
-                r"(?<![没不未])(回|还|退|归)\s*(到\s*)?(the\s+)?(pool|free ?list|allocator)\b", clause, re.I):  # "blocks 回 pool"
+        if m and not negated_at(clause, m.start()) and not _GIVEN_BACK.search(clause):
             return True
     return False
+
+
+_GIVEN_BACK = re.compile(r"\b(freed|released|returned|back in|back to|given back|to the pool|in the pool)\b|释放|归还|回收|还回|"
+                         r"回到|放回|池中|池里|还给|交还|退还|还到|池子|让出|腾出|空出|还掉|"
+                         r"(?<![没不未])(回|还|退|归)\s*(到\s*)?(the\s+)?(pool|free ?list|allocator)\b", re.I)  # "blocks 回 pool"
 
 
 def _contradictions(d: Diagram, have: dict, dec: list, merged: list, m: Marks) -> list[str]:

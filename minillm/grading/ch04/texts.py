@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from ..language import Bi, answer_language
+from ..copies import PRAISE_EN, PRAISE_ZH
 from ..registry import Marks, NotAttempted, is_unanswered, register
 from ..text import CLAUSE, W, char_count, compile_all, keyword_list, misconception, normalize
 
@@ -190,7 +191,7 @@ def _explain_ideas(reading, ideas, m: Marks, spoiled: set) -> float:
         state = reading.ideas[item.key]
         label = _say(lang, item.label_en, item.label_zh)
         if state == "present" and item.key not in spoiled:
-            m.ok(_say(lang, f"you say that {label}", f"你说到了：{label}"))
+            m.ok(_say(lang, PRAISE_EN + label, PRAISE_ZH + label))
             points += 1
         elif state == "present":
             en, zh = _TOPIC.get(item.key, (item.key, item.key))
@@ -328,6 +329,10 @@ SCENARIO_KINDS = [
         r"(huge|big|large|very long|enormous|massive|lengthy|giant|long)\s+(\w+\s+){0,2}(prompts?|context|inputs?|documents?|"
         r"history|pdfs?|codebases?|files?|books?|transcripts?)", r"system\s+prompt", r"(summari[sz]\w*|analy[sz]\w*|read\w*)\s+(\w+\s+){0,3}(pdfs?|documents?|books?|reports?|papers?|transcripts?|codebases?|logs?)\b",
         r"\d+[- ]page", r"\d+\s*页|(几|上|数|成)(十|百|千)\s*页|卷宗",
+        # the input's size in tokens: "32k-token contracts", "128k 的上下文", "20 万 token 的文档"
+        r"\b\d+\s*k[- ]?tokens?\s+(\w+\s+)?(prompts?|contexts?|inputs?|documents?|docs?|contracts?|files?|pdfs?|papers?|"
+        r"transcripts?|codebases?|repos?|histor(y|ies)|conversations?|chats?|manuals?|books?)\b",
+        r"\d+\s*(k|K|万)\s*(token)?\s*的?\s*(上下文|prompt|提示|输入|文档|合同|长文|context)",
         # a whole body of text sent in: "the whole repo as context", "整个代码仓库塞进去"
         r"\b(whole|entire|full)\s+(\w+\s+)?(repo|repository|codebase|monorepo|book|manual|handbook|document|thread|transcript)s?\b",
         r"整个\s*(仓库|代码库|代码仓库|repo|项目|文档库)", r"\b(docs?|documents?|pdfs?)\s+(qa|q&a|question[- ]answering)\b", r"(paste|upload)\w*\s+(\w+\s+){0,3}"
@@ -359,6 +364,9 @@ SCENARIO_KINDS = [
         r"long\s+(reports?|articles?|essays?|story|stories|novels?|summar\w*|translations?|chapters?)",
         r"(each|every)\s+(generated|new|output|decoded)\s+token",
         r"(写|生成|输出|撰写)[^。；;]{0,6}(长|报告|文章|小说|论文)", r"每生成一个",
+        # the output's length as a count to write: "写 5000 字的周报", "a 3000-word essay"
+        r"(写|生成|输出|撰写|吐)[^。；;]{0,4}\d{3,}\s*(多)?\s*(个)?\s*(字|词|token)",
+        r"\b\d{3,}[- ]?(words?|tokens?)\s+(\w+\s+)?(essays?|reports?|stor(y|ies)|articles?|outputs?|answers?|responses?|replies|summar(y|ies)|novels?)\b",
         # reasoning models: the thinking is generated tokens ("a reasoning model thinking for 8k tokens", "深度思考")
         r"\b(reasoning|thinking)\s+(models?|mode|traces?|tokens?)\b", r"\bthink\w*\s+(for\s+)?(\d+k?\s+tokens|a long time|long)\b",
         r"深度思考|思考模式|思考(过程|链)|长思考",
