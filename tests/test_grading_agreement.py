@@ -217,3 +217,24 @@ def test_pasted_back_feedback_never_earns_a_point():
             tried += 1
             assert again.score <= allowed, (row["id"], text, str(again))
     assert tried >= 100
+
+
+def test_pasted_back_praise_never_earns_a_point():
+    """The lines that tell a learner what their answer got right (kind "ok", which quote or restate
+    it), handed back as the answer by someone else, alone or with every other line of the feedback,
+    earn nothing beyond the parts that are not written: praise is not a model answer."""
+    tried = 0
+    for row, r in RESULTS:
+        if r.status != "graded":
+            continue
+        praise = [f.text for f in r.feedback if f.kind == "ok"]
+        if not praise:
+            continue
+        for text in (" ".join(praise), " ".join(f.text for f in r.feedback)):
+            answer, allowed = _with_text(row, text)
+            if answer is None or len(text) < 8:
+                continue
+            again = grade(EXERCISES[row["id"]], answer)
+            tried += 1
+            assert again.score <= allowed, (row["id"], text, str(again))
+    assert tried >= 1000
