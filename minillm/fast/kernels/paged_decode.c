@@ -168,8 +168,9 @@ static float softmax_numerators_vec(float *s, int64_t len)
  * buffers and the kernel read the pool at ~6 GB/s): the first block's keys before it starts; while
  * block j's keys are read, block j + 1's keys and block j's values (read again only in pass 2);
  * while block j's values are read, block j + 1's. On a Zen 4 core, SmolLM2's 30 layers of
- * attention at batch 1 took 0.46 ms at 128 tokens and 1.4-1.7 ms at 512, 0.87 and 2.9 ms head by
- * head with prefetches into L1 (benchmarks/README.md, *Attention's reads from far memory*). With
+ * attention at batch 1 took 0.58 ms at 128 tokens and 1.9 ms at 512, 0.85 and 2.9 ms head by
+ * head with prefetches into L1 (benchmarks/attention_far.py; benchmarks/README.md, *Attention's
+ * reads from far memory*). With
  * AHEAD, each token also fetches a piece of the next row (``struct ahead``), a copy without it
  * serving tasks that have no next row to fetch (its checks cost ~15 % on data in cache). */
 static inline __attribute__((always_inline)) int
