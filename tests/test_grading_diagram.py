@@ -326,34 +326,35 @@ def test_a_chinese_diagram_gets_chinese_feedback():
     assert r.score == 11 and "没有循环" in text and "路径 入队 → 预填充" in text, text
 
 
+def _five_states(names, notes, labels):
+    """A diagram of five states in the lifecycle's order (waiting, prefill, decode, finished, released): each
+    with its note, the path through them with decode's loop, the transitions labelled in that order."""
+    w, p, d, f, r = names
+    return {"states": dict(zip(names, notes)),
+            "transitions": [(w, p, labels[0]), (p, d, labels[1]), (d, d, labels[2]), (d, f, labels[3]), (f, r, labels[4])]}
+
+
 def test_a_state_the_chapter_has_no_word_for_entered_on_a_stop_condition_is_the_finished_state():
     # a diagram told as a restaurant: "买单" (paying the bill) is reached from decode on EOS only
     names = ("排队等位", "点菜上桌（prefill）", "边吃边加菜（decode）", "买单", "翻台（释放）")
-    w, p, d, f, r = names
-    data = {"states": {w: "只有菜单（prompt 和采样参数）", p: "整段 prompt 的 KV 块", d: "KV 块，每步多一个 token",
-                       f: "停止原因，块还没还", r: "块都还回池子"},
-            "transitions": [(w, p, "有空桌"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "EOS"), (f, r, "free")]}
+    notes = ("只有菜单（prompt 和采样参数）", "整段 prompt 的 KV 块", "KV 块，每步多一个 token", "停止原因，块还没还", "块都还回池子")
+    data = _five_states(names, notes, ("有空桌", "第一个 token", "下一个 token", "EOS", "free"))
     assert check("task1_diagram", data).score == 12
     # entered on something else than a stop condition, it stays an unknown step (no finished state)
-    data["transitions"] = [(w, p, "有空桌"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "上菜"), (f, r, "free")]
+    data = _five_states(names, notes, ("有空桌", "第一个 token", "下一个 token", "上菜", "free"))
     assert check("task1_diagram", data).score < 12
 
 
 def test_a_state_the_chapter_has_no_word_for_entered_from_finished_on_a_release_is_the_released_state():
     # a diagram told as an airport: "下机清舱" (everyone off, cabin cleaned) is reached from the finished state on a release
     names = ("值机排队", "登机（prefill）", "巡航（decode）", "落地", "下机清舱")
-    w, p, d, f, r = names
-    data = {"states": {w: "只有行程单（prompt 和采样参数）", p: "整段 prompt 的 KV 块", d: "KV 块，每步多一个 token",
-                       f: "停止原因，块还没还", r: "块都还回池子，什么都不占"},
-            "transitions": [(w, p, "叫号"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "EOS"), (f, r, "归还块")]}
-    assert check("task1_diagram", data).score == 12
+    notes = ("只有行程单（prompt 和采样参数）", "整段 prompt 的 KV 块", "KV 块，每步多一个 token", "停止原因，块还没还")
+    labels = ("叫号", "第一个 token", "下一个 token", "EOS")
+    assert check("task1_diagram", _five_states(names, notes + ("块都还回池子，什么都不占",), labels + ("归还块",))).score == 12
     # entered on something else than a release, with a note that gives nothing back, it stays an unknown step (no
     # released state); a note that gives the blocks back says it (c28: test_a_released_state_…_is_read_from_its_note)
-    data["transitions"] = [(w, p, "叫号"), (p, d, "第一个 token"), (d, d, "下一个 token"), (d, f, "EOS"), (f, r, "下一位")]
-    data["states"][r] = "乘客下机，机组检查客舱"
-    assert check("task1_diagram", data).score < 12
-    data["states"][r] = "块都还回池子，什么都不占"
-    assert check("task1_diagram", data).score == 12
+    assert check("task1_diagram", _five_states(names, notes + ("乘客下机，机组检查客舱",), labels + ("下一位",))).score < 12
+    assert check("task1_diagram", _five_states(names, notes + ("块都还回池子，什么都不占",), labels + ("下一位",))).score == 12
 
 
 def test_states_the_chapter_has_no_word_for_are_read_from_the_path_and_the_notes():
@@ -376,13 +377,12 @@ def test_a_gloss_is_read_with_the_word_it_glosses():
 
 def test_a_released_state_the_chapter_has_no_word_for_is_read_from_its_note():
     # a diagram told as a restaurant: the state after the finished one whose note gives the blocks back is released
-    w, p, d, f, r = "取号", "点菜", "上菜", "买单", "翻台"
-    data = {"states": {w: "只有号码单（prompt 和参数）", p: "整份菜单（prompt）的 KV 写进块", d: "KV 块，每道菜（token）多一格",
-                       f: "停止原因，桌子还占着", r: "桌子（块）全部让出"},
-            "transitions": [(w, p, "叫到号"), (p, d, "第一道菜"), (d, d, "下一道"), (d, f, "EOS"), (f, r, "清桌")]}
-    assert check("task1_diagram", data).score == 12
-    data["states"][r] = "桌子（块）还占着"  # a note that still holds the blocks: no released state
-    assert check("task1_diagram", data).score < 12
+    names = ("取号", "点菜", "上菜", "买单", "翻台")
+    notes = ("只有号码单（prompt 和参数）", "整份菜单（prompt）的 KV 写进块", "KV 块，每道菜（token）多一格", "停止原因，桌子还占着")
+    labels = ("叫到号", "第一道菜", "下一道", "EOS", "清桌")
+    assert check("task1_diagram", _five_states(names, notes + ("桌子（块）全部让出",), labels)).score == 12
+    # a note that still holds the blocks: no released state
+    assert check("task1_diagram", _five_states(names, notes + ("桌子（块）还占着",), labels)).score < 12
 
 
 def test_a_gloss_is_the_subject_of_what_follows_it():
