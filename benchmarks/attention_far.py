@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from minillm.apps.bench.harness import machine_info, read_bandwidth
@@ -44,9 +46,15 @@ def build(name: str, folder: Path, rev: str | None) -> Path:
 
 
 def run(exe: Path, length: int, rows: int, threads: int, rounds: int) -> dict:
+    """One run of a build: its timings, checksum, and the whole process's CPU and wall seconds (set-up
+    included: CPU well under wall means the core was shared)."""
+    cpu0, wall0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     out = subprocess.run([str(exe), str(length), str(rounds), str(threads), str(rows)], check=True,
                          capture_output=True, text=True).stdout.split()
-    return {"median_ms": float(out[2]), "min_ms": float(out[3]), "checksum": out[4]}
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"median_ms": float(out[2]), "min_ms": float(out[3]), "checksum": out[4],
+            "cpu_s": cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime,
+            "wall_s": time.perf_counter() - wall0}
 
 
 def main() -> None:
@@ -65,6 +73,7 @@ def main() -> None:
         exes = {"tree": build("tree", Path(tmp), None), args.against: build("base", Path(tmp), args.against)}
         got = {name: {c: [] for c in cases} for name in exes}
         sums = {name: {} for name in exes}
+        clock = {name: [0.0, 0.0] for name in exes}  # CPU and wall seconds of the build's runs
         bandwidth = []
         for r in range(args.rounds):
             bandwidth.append(read_bandwidth(args.threads))
@@ -73,10 +82,14 @@ def main() -> None:
                     m = run(exes[name], *c, args.threads, 9)
                     got[name][c].append(m["median_ms"])
                     sums[name][c] = m["checksum"]
+                    clock[name][0] += m["cpu_s"]
+                    clock[name][1] += m["wall_s"]
     kv_bytes = lambda n, rows: 30 * n * rows * 3 * 64 * 4 * 2  # noqa: E731 (keys and values, 30 layers)
     result = {"machine": machine_info(torch.device("cpu")), "threads": args.threads, "against": args.against,
-              "read_bandwidth_gb_s": bandwidth, "load_average_end": os.getloadavg(), "cases": []}
-    print(f"read bandwidth {min(bandwidth):.1f}-{max(bandwidth):.1f} GB/s; ms for 30 layers' attention (GB/s)")
+              "read_bandwidth_gb_s": bandwidth, "load_average_end": os.getloadavg(),
+              "cpu_wall_s": clock, "cases": []}
+    print(f"read bandwidth {min(bandwidth):.1f}-{max(bandwidth):.1f} GB/s; CPU / wall s of the runs: " +
+          ", ".join(f"{n} {c:.1f} / {w:.1f}" for n, (c, w) in clock.items()) + "; ms for 30 layers' attention (GB/s)")
     for c in cases:
         row = {"context": c[0], "rows": c[1], "same_outputs": len({sums[n][c] for n in exes}) == 1}
         for name in exes:
